@@ -180,6 +180,7 @@ class CaseResult(_Model):
     )
     worst: Optional[WorstElement] = None
     bad_fraction: Optional[JFloat] = Field(None, description="fraction of elements over tolerance, worst trial")
+    bad_location: Optional[str] = Field(None, description="where the elements over tolerance sit, in words")
     tolerance_to_pass: dict[str, JFloat] = Field({}, description="per failing metric: the smallest threshold that would pass")
     rel_error_buckets: dict[str, int] = Field(
         {}, description="counts of |e-b|/|b| over all trials: '=0', '<1e-6', '1e-6..1e-5', ..., '>1'"
@@ -187,6 +188,9 @@ class CaseResult(_Model):
     atomic_spread: Optional[JFloat] = Field(None, description="max |run_i - run_j| of impl on the same inputs")
     dual_delta: list[DualDeltaRecord] = []
     timing: Timing = Timing()
+    waiver: Optional[str] = Field(
+        None, description="the spec's waiver in force for this case; a waived failure has verdict 'skip'"
+    )
     error: Optional[str] = Field(None, description="message when verdict is 'error'")
 
 
