@@ -1,0 +1,57 @@
+"""Console reporter: one line per case that did not pass, then counts per operator and overall."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from acceptance.results import CaseResult, Results, sorted_failures_first
+from acceptance.verdict import fmt
+
+_COLOURS = {"pass": "green", "fail": "red", "error": "magenta", "skip": "yellow"}
+
+
+def deciding(case: CaseResult) -> str:
+    """The criterion that decided the case: the first failure, else the one closest to its threshold."""
+    failed = [c for c in case.criteria if c.passed is False]
+    if failed:
+        c = failed[0]
+    else:
+        margins = [(c.value / c.threshold, c) for c in case.criteria
+                   if c.passed and isinstance(c.value, float) and c.threshold]
+        if not margins:
+            return ""
+        c = max(margins, key=lambda m: m[0])[1]
+    op = {"==": "==", "<=": "<="}.get(c.comparison, c.comparison)
+    if c.passed is False:
+        op = "!=" if c.comparison == "==" else ">"
+    return f"{c.metric} {fmt(c.value)} {op} {fmt(c.threshold)}"
+
+
+def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]]:
+    """Lines of the console summary, each with the colour click should give it (or None)."""
+    lines: list[tuple[str, str | None]] = []
+    shown = [c for c in sorted_failures_first(results.cases) if c.verdict != "pass"]
+    for case in shown:
+        head = f"{case.verdict.upper():5} {case.id}"
+        lines.append((head, _COLOURS[case.verdict]))
+        for reason in case.reasons[:4]:
+            lines.append((f"      {reason}"[: width * 2], None))
+    per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    categories: dict[str, str] = {}
+    for case in results.cases:
+        per_op[case.operator][case.verdict] += 1
+        categories[case.operator] = case.category
+    if per_op:
+        name_w = max(len("operator"), *(len(op) for op in per_op))
+        lines.append(("", None))
+        lines.append((f"{'operator':<{name_w}}  {'category':<12} {'pass':>5} {'fail':>5} {'error':>5} {'skip':>5}", None))
+        for op in sorted(per_op):
+            counts = per_op[op]
+            colour = "red" if counts["fail"] or counts["error"] else None
+            lines.append((f"{op:<{name_w}}  {categories[op]:<12} {counts['pass']:>5} {counts['fail']:>5} "
+                          f"{counts['error']:>5} {counts['skip']:>5}", colour))
+    s = results.summary
+    lines.append(("", None))
+    lines.append((f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "
+                  f"{s.skipped} skipped", "green" if s.verdict == "pass" else "red"))
+    return lines
