@@ -127,7 +127,7 @@ def diff4_enabled(category: str, overrides: Optional[dict[str, Any]] = None) -> 
 
 
 def fmt(x: Any) -> str:
-    """Numbers the way a numerics reader expects: 3 significant digits, exponent when small."""
+    """Numbers the way a numerics reader expects: ``0.1234``, ``4.1e-3``, ``2.5e+6`` -> ``2.5e6``."""
     if isinstance(x, (list, tuple)):
         return "(" + ", ".join(fmt(v) for v in x) + ")"
     if isinstance(x, bool) or x is None:
@@ -141,9 +141,10 @@ def fmt(x: Any) -> str:
             return "inf" if x > 0 else "-inf"
         if x == 0:
             return "0"
-        if 1e-3 <= abs(x) < 1e4:
+        if 1e-2 <= abs(x) < 1e4:
             return f"{x:.4g}"
-        return f"{x:.3g}"
+        mantissa, exponent = f"{x:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
     return str(x)
 
 

@@ -1,0 +1,114 @@
+"""Category thresholds, the diff4 rule and the words of a failure, against the MLU-OPS table."""
+
+import math
+
+import pytest
+
+from acceptance import verdict
+from acceptance.results import Criterion
+
+
+def _by_metric(ths):
+    return {t.metric: t for t in ths}
+
+
+@pytest.mark.parametrize(
+    "category,dtype,expected",
+    [
+        ("convolution", "float32", 1e-5),
+        ("convolution", "float16", 3e-3),
+        ("reduction", "float32", 3e-3),
+        ("activation", "float16", 3e-3),
+        ("composite", "float32", 3e-3),
+        ("atomic_add", "float16", 3e-3),
+        # dtypes the table does not name: scaled by the ratio of unit roundoffs 2^-p
+        ("convolution", "bfloat16", 3e-3 * 2.0**-8 / 2.0**-11),
+        ("reduction", "bfloat16", 3e-3 * 8),
+        ("convolution", "float64", 1e-5 * 2.0**-53 / 2.0**-24),
+        ("activation", "float64", 3e-3 * 2.0**-29),
+    ],
+)
+def test_category_table(category, dtype, expected):
+    ths = _by_metric(verdict.thresholds_for(category, dtype))
+    assert set(ths) == {"diff1", "diff2"}
+    for metric in ("diff1", "diff2"):
+        assert ths[metric].value == pytest.approx(expected, rel=1e-12)
+        assert ths[metric].comparison == "<="
+        assert dtype in ths[metric].source and category in ths[metric].source
+
+
+@pytest.mark.parametrize("category", ["arithmetic", "pure_io"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_bit_exact_categories(category, dtype):
+    ths = verdict.thresholds_for(category, dtype)
+    assert [(t.metric, t.value, t.comparison) for t in ths] == [("diff3_2", 0.0, "==")]
+    assert not verdict.diff4_enabled(category)
+
+
+def test_spec_override_replaces_and_adds():
+    ths = _by_metric(verdict.thresholds_for("convolution", "float16", {"diff1": 1e-2, "max_ulp": 4, "diff4": False}))
+    assert ths["diff1"].value == 1e-2 and ths["diff1"].source == "spec override"
+    assert ths["diff2"].value == 3e-3 and "default" in ths["diff2"].source
+    assert ths["max_ulp"].value == 4
+    assert "diff4" not in ths
+    assert not verdict.diff4_enabled("convolution", {"diff4": False})
+    assert verdict.diff4_enabled("convolution", {"diff1": 1e-2})
+
+
+def test_evaluate_boundaries_and_nan():
+    ths = verdict.thresholds_for("reduction", "float32")
+    worst = [
+        {"diff1": 3e-3, "diff2": math.nextafter(3e-3, 1.0), "nan_mismatch": 0.0, "inf_mismatch": 0.0},
+        {"diff1": math.nan, "diff2": 0.0, "nan_mismatch": 2.0, "inf_mismatch": 0.0},
+    ]
+    crit = {(c.output, c.metric): c for c in verdict.evaluate(worst, ths, "float32", "reduction")}
+    assert crit[(0, "diff1")].passed is True  # equal to the threshold passes
+    assert crit[(0, "diff2")].passed is False  # one double above fails
+    assert crit[(1, "diff1")].passed is False  # NaN never passes
+    assert crit[(1, "nan_mismatch")].passed is False
+    assert crit[(0, "inf_mismatch")].passed is True
+
+
+def test_evaluate_diff3_pair():
+    ths = verdict.thresholds_for("activation", "float16", {"diff3": [1e-3, 1e-4]})
+    worst = [{"diff1": 0, "diff2": 0, "diff3": (5e-4, 2e-4), "nan_mismatch": 0, "inf_mismatch": 0}]
+    c = next(c for c in verdict.evaluate(worst, ths, "float16", "activation") if c.metric == "diff3")
+    assert c.passed is False  # m2 = 2e-4 > 1e-4
+    assert "diff3 (5e-4, 2e-4) > (1e-3, 1e-4)" in verdict.describe_failure(c, "float16", "activation")
+
+
+@pytest.mark.parametrize(
+    "above,below,base_above,base_below,expected",
+    [
+        (60, 39, 50, 50, None),  # n = 99 < 100: not evaluated
+        (100, 0, 50, 50, False),  # every unequal point above: systematic bias
+        (0, 250, 50, 50, False),
+        (100, 0, 300, 0, None),  # the baseline itself is one-sided against the oracle: skipped
+        (51, 49, 50, 50, True),
+        (1, 99, 50, 50, True),  # lopsided but not one-sided: MLU-OPS passes it
+    ],
+)
+def test_diff4_rule(above, below, base_above, base_below, expected):
+    c = verdict.diff4_criterion(0, above, below, base_above, base_below, baseline_checked=True)
+    assert c.passed is expected
+    n = above + below
+    assert c.value == [above / n, below / n, float(n)]
+
+
+def test_failure_words():
+    c = Criterion(metric="diff1", value=4.1e-3, threshold=3e-3, comparison="<=", passed=False,
+                  source="float16 convolution default")
+    assert verdict.describe_failure(c, "float16", "convolution") == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
+    c = Criterion(metric="diff3_2", output=1, value=0.5, threshold=0.0, comparison="==", passed=False,
+                  source="arithmetic default (bit exact)")
+    assert verdict.describe_failure(c, "float32", "arithmetic") == "diff3_2 [output 1] 0.5 != 0 (arithmetic default (bit exact))"
+    c = Criterion(metric="nan_mismatch", value=3.0, threshold=0.0, comparison="==", passed=False)
+    assert "NaN placement differs from the baseline at 3 positions" in verdict.describe_failure(c, "float16", "x")
+
+
+def test_tolerance_to_pass_is_the_worst_value():
+    crits = [
+        Criterion(metric="diff1", value=4e-3, threshold=3e-3, passed=False),
+        Criterion(metric="diff2", value=1e-3, threshold=3e-3, passed=True),
+    ]
+    assert verdict.tolerance_to_pass(crits) == {"diff1": 4e-3}
