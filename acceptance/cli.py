@@ -1,0 +1,242 @@
+"""Command line: ``acceptance run | validate | list | report | metrics``.
+
+Exit codes: 0 every case passed; 1 a criterion failed or an operator errored;
+2 usage or spec error (the message names the file and the field).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+
+import acceptance
+from acceptance import results as results_mod
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+DEFAULT_SPECS = Path("operator_specs")
+DEFAULT_OUT = Path("reports/latest")
+
+
+def _fail_usage(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line, err=True)
+    sys.exit(EXIT_USAGE)
+
+
+def _load(paths: tuple[Path, ...]):
+    """Discover and validate specs; exit 2 with one line per problem."""
+    from acceptance import spec
+
+    paths = list(paths) or [DEFAULT_SPECS]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        _fail_usage([f"{p}: no such file or directory" for p in missing])
+    files = spec.discover(paths)
+    if not files:
+        _fail_usage([f"{', '.join(map(str, paths))}: no spec files (*.yaml) found"])
+    specs, problems = spec.load_specs(files)
+    if problems:
+        _fail_usage([str(p) for p in problems] + [f"{len(problems)} problem(s) in the specs; nothing was run"])
+    return specs
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(acceptance.__version__, prog_name="acceptance")
+def main() -> None:
+    """Operator accuracy acceptance: run operator specs, measure the error, gate the merge."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Folder for results.json, junit.xml and report.html.")
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (impl's device).")
+@click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
+@click.option("--seed", type=int, help="Seed (overrides the specs).")
+@click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
+@click.option("--dtype", "dtypes", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
+def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
+        dtypes: tuple[str, ...]) -> None:
+    """Run operator specs (default: operator_specs/) and gate on the verdicts."""
+    from acceptance import runner, spec
+
+    unknown = [d for d in dtypes if d not in spec.DTYPES]
+    if unknown:
+        _fail_usage([f"--dtype: unknown dtype {d!r} (known: {', '.join(spec.DTYPES)})" for d in unknown])
+    try:
+        dev = runner.resolve_device(device)
+    except ValueError as exc:
+        _fail_usage([str(exc)])
+    specs = _load(paths)
+    if seed is not None:
+        specs = [s.model_copy(update={"seed": seed}) for s in specs]
+    cases = spec.expand(specs, dtypes=list(dtypes) or None, only=only)
+    if not cases:
+        _fail_usage([f"no case matches (--only {only!r}, --dtype {', '.join(dtypes) or 'any'})"])
+
+    start = runner.now()
+    done: list = []
+    interrupted = False
+    with click.progressbar(length=len(cases), label=f"{len(cases)} cases on {dev}", file=sys.stderr,
+                           item_show_func=lambda c: c.id if c else "") as bar:
+        def on_case(case, result) -> None:
+            done.append(result)
+            bar.update(1, case)
+
+        try:
+            case_results = runner.run(cases, dev, trials=trials, on_case=on_case)
+        except KeyboardInterrupt:
+            interrupted = True
+            case_results = runner.finalize(done)
+    env = runner.environment(dev, command_line=shlex.join(["acceptance", *sys.argv[1:]]), start=start,
+                             end=runner.now())
+    res = results_mod.Results(environment=env, summary=results_mod.summarize(case_results), cases=case_results)
+    written = write_reports(res, out_dir)
+    for line, colour in _console(res):
+        click.secho(line, fg=colour)
+    click.echo("wrote " + ", ".join(str(p) for p in written))
+    if interrupted:
+        click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases; the results hold those", fg="red",
+                    err=True)
+        sys.exit(EXIT_FAIL)
+    sys.exit(res.summary.exit_code)
+
+
+def _console(res):
+    from acceptance.report import console
+
+    return console.render(res)
+
+
+def write_reports(res: results_mod.Results, out_dir: Path) -> list[Path]:
+    """results.json first (atomically), then every reporter rendered from it."""
+    results_path = results_mod.write(res, out_dir / "results.json")
+    digest = hashlib.sha256(results_path.read_bytes()).hexdigest()
+    written = [results_path]
+    for name, render in _reporters(digest).items():
+        path = out_dir / name
+        try:
+            path.write_text(render(res), encoding="utf-8")
+        except Exception as exc:  # a reporter bug must not lose the results
+            click.secho(f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact",
+                        fg="red", err=True)
+            continue
+        written.append(path)
+    return written
+
+
+def _reporters(digest: str) -> dict:
+    from acceptance.report import html, junit
+
+    return {
+        "junit.xml": junit.render_junit,
+        "report.html": lambda r: html.render_html(r, results_sha256=digest),
+    }
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def validate(paths) -> None:
+    """Check specs without running them (default: operator_specs/)."""
+    from acceptance import spec
+
+    specs = _load(paths)
+    n_cases = len(spec.expand(specs))
+    click.echo(f"{len(specs)} specs valid, {n_cases} cases")
+
+
+@main.command("list")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def list_(paths) -> None:
+    """Show operators, categories, dtypes and case counts."""
+    specs = _load(paths)
+    rows = [(s.name, s.category, ",".join(s.dtypes), str(len(s.cases) * len(s.dtypes)), str(s.path)) for s in specs]
+    head = ("operator", "category", "dtypes", "cases", "spec")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    for row in [head, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+@main.command()
+@click.argument("results_files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write the HTML report here.")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write JUnit XML here.")
+@click.option("--summary", "summary_path", type=click.Path(path_type=Path),
+              help="Write the GitHub job summary (Markdown) here, e.g. \"$GITHUB_STEP_SUMMARY\".")
+@click.option("--signoff", "signoff_path", type=click.Path(path_type=Path), help="Write the release sign-off here.")
+@click.option("--merged", "merged_path", type=click.Path(path_type=Path), help="Write the merged results.json here.")
+@click.option("--annotations", is_flag=True, help="Print at most 10 GitHub ::error annotations.")
+@click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
+def report(results_files, html_path, junit_path, summary_path, signoff_path, merged_path, annotations,
+           artifact_url) -> None:
+    """Re-render reports from results.json (several files = shards, merged)."""
+    from acceptance.report import github, html, junit, signoff
+
+    try:
+        parts = [results_mod.load(p) for p in results_files]
+    except results_mod.ResultsError as exc:
+        _fail_usage([str(exc)])
+    res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
+    if len(parts) == 1:
+        digest = hashlib.sha256(Path(results_files[0]).read_bytes()).hexdigest()
+    else:
+        digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
+    outputs = {
+        merged_path: lambda: results_mod.dumps(res),
+        html_path: lambda: html.render_html(res, results_sha256=digest),
+        junit_path: lambda: junit.render_junit(res),
+        summary_path: lambda: github.render_summary(res, artifact_url=artifact_url),
+        signoff_path: lambda: signoff.render_signoff(res, results_sha256=digest),
+    }
+    for path, render in outputs.items():
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(), encoding="utf-8")
+        click.echo(f"wrote {path}", err=True)
+    if annotations:
+        for line in github.annotations(res):
+            click.echo(line)
+    if not any(outputs) and not annotations:
+        for line, colour in _console(res):
+            click.secho(line, fg=colour)
+
+
+@main.command("metrics")
+@click.argument("evaluated", type=click.Path(path_type=Path))
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.option("--dtype", help="Output dtype for ULP and the diff3 threshold (default: EVALUATED's dtype).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: bool) -> None:
+    """Print every metric for two saved arrays (.npy or .pt)."""
+    from acceptance import metrics
+    from acceptance.verdict import fmt
+
+    try:
+        e = metrics.load_array(evaluated)
+        b = metrics.load_array(baseline)
+        values = metrics.compute(e, b, dtype=dtype)
+    except ValueError as exc:
+        _fail_usage([f"error: {exc}"])
+    if as_json:
+        click.echo(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=1))
+        return
+    width = max(len(k) for k in values)
+    for name, value in values.items():
+        click.echo(f"{name:<{width}}  {fmt(value)}")
+
+
+def _jsonable(value):
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    return value

@@ -1,0 +1,166 @@
+"""End to end through ``acceptance run``: verdicts, errors, determinism, exit codes, outputs."""
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from acceptance import results as results_mod
+from acceptance.cli import main
+
+HERE = Path(__file__).parent
+SPECS = HERE / "runner_specs"
+XSD = HERE.parent.parent / "shared" / "schemas" / "junit-10.xsd"
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def write_spec(folder: Path, name: str, impl: str, *, category="convolution", extra="", dtypes="[float32]",
+               inputs=None, cases="[{M: 8, N: 5, K: 12}]", trials=4):
+    shutil.copy(SPECS / "kernels.py", folder / "kernels.py")
+    inputs = inputs or (
+        "  - {name: a, shape: [M, K], dist: {uniform: [-1, 1]}}\n"
+        "  - {name: b, shape: [K, N], dist: {uniform: [-1, 1]}}\n"
+    )
+    text = (
+        f"name: {name}\ncategory: {category}\nimpl: {impl}\nbaseline: torch:matmul\n"
+        f"dtypes: {dtypes}\ninputs:\n{inputs}cases: {cases}\ntrials: {trials}\nseed: 0\n{extra}"
+    )
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def cases_by_operator(out: Path):
+    res = results_mod.load(out / "results.json")
+    return res, {c.operator: c for c in res.cases}
+
+
+def test_scale_bias_fails_with_the_metric_named(tmp_path):
+    out = tmp_path / "out"
+    r = run_cli("run", SPECS / "scaled_matmul.yaml", "--out", out)
+    assert r.exit_code == 1, r.output
+    res, by_op = cases_by_operator(out)
+    case = by_op["scaled_matmul"]
+    assert case.verdict == "fail"
+    # e = 1.01 b exactly in real arithmetic: diff1 = sum|0.01 b| / sum|b| = 0.01 (float32 rounding ~1e-7)
+    assert case.metrics[0]["diff1"] == pytest.approx(0.01, rel=1e-4)
+    assert case.reasons[0].startswith("diff1 0.01 > 1e-5 (float32 convolution default)")
+    assert "diff1" in r.output
+    assert case.tolerance_to_pass["diff1"] == pytest.approx(0.01, rel=1e-4)
+    assert case.worst is not None and case.worst.abs_error > 0
+
+
+def test_raising_and_hanging_impls_error_and_the_run_goes_on(tmp_path):
+    write_spec(tmp_path, "raises", "kernels.py:raises")
+    write_spec(tmp_path, "hangs", "kernels.py:hangs", extra="timeout: 1\n")
+    write_spec(tmp_path, "good", "torch:matmul")
+    write_spec(tmp_path, "wrong_shape", "kernels.py:wrong_shape")
+    write_spec(tmp_path, "wrong_dtype", "kernels.py:wrong_dtype")
+    write_spec(tmp_path, "not_a_tensor", "kernels.py:not_a_tensor")
+    out = tmp_path / "out"
+    r = run_cli("run", tmp_path, "--out", out)
+    assert r.exit_code == 1, r.output
+    res, by_op = cases_by_operator(out)
+    assert by_op["good"].verdict == "pass"
+    assert by_op["raises"].verdict == "error"
+    assert "RuntimeError: kernel launch failed" in by_op["raises"].error
+    assert by_op["hangs"].verdict == "error" and "timeout" in by_op["hangs"].error
+    assert "shape (7, 5)" in by_op["wrong_shape"].error and "(8, 5)" in by_op["wrong_shape"].error
+    assert "torch.float64" in by_op["wrong_dtype"].error
+    assert "returned str" in by_op["not_a_tensor"].error
+    assert res.summary.errors == 5 and res.summary.passed == 1 and res.summary.exit_code == 1
+
+
+def test_nan_output_fails_on_placement(tmp_path):
+    write_spec(tmp_path, "nan_exp", "kernels.py:nan_exp", category="activation",
+               inputs="  - {name: x, shape: [N, K], dist: {uniform: [-1, 1]}}\n", cases="[{N: 9, K: 31}]")
+    (tmp_path / "nan_exp.yaml").write_text((tmp_path / "nan_exp.yaml").read_text().replace("torch:matmul", "torch:exp"))
+    out = tmp_path / "out"
+    r = run_cli("run", tmp_path, "--out", out)
+    assert r.exit_code == 1, r.output
+    _, by_op = cases_by_operator(out)
+    case = by_op["nan_exp"]
+    assert case.verdict == "fail"
+    failed = {c.metric for c in case.criteria if c.passed is False}
+    assert "nan_mismatch" in failed
+    assert any("NaN placement differs from the baseline at 1 positions" in x for x in case.reasons)
+    assert case.worst.index == [0, 0]
+
+
+def test_seed_determinism(tmp_path):
+    spec = write_spec(tmp_path, "split_k", "kernels.py:split_k_matmul", cases="[{M: 33, N: 7, K: 130}]", trials=3)
+    metrics = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        assert run_cli("run", spec, "--out", out).exit_code == 0
+        metrics.append(json.loads((out / "results.json").read_text())["cases"][0]["metrics"])
+    assert metrics[0] == metrics[1]
+    assert metrics[0][0]["max_abs"] > 0  # split-K really rounds differently
+    out = tmp_path / "other_seed"
+    assert run_cli("run", spec, "--out", out, "--seed", "7").exit_code == 0
+    assert json.loads((out / "results.json").read_text())["cases"][0]["metrics"] != metrics[0]
+
+
+def test_results_round_trip_and_junit_valid(tmp_path):
+    out = tmp_path / "out"
+    run_cli("run", SPECS, "--out", out)
+    text = (out / "results.json").read_text()
+    assert results_mod.dumps(results_mod.load(out / "results.json")) == text
+    data = json.loads(text)
+    assert data["schema_version"] == results_mod.SCHEMA_VERSION
+    env = data["environment"]
+    assert env["device"] == "cpu" and env["torch"] == torch.__version__ and env["command_line"].startswith("acceptance run")
+    if not XSD.exists():
+        pytest.skip(f"{XSD} absent")
+    import xmlschema
+
+    xmlschema.XMLSchema(str(XSD)).validate(str(out / "junit.xml"))
+
+
+@pytest.mark.parametrize(
+    "mutation,field",
+    [
+        (("category: convolution", "category: conv"), "category"),
+        (("[M, K]", "[M, Q]"), "inputs[0].shape"),
+        (("kernels.py:scaled_matmul", "kernels.py:no_such_kernel"), "impl"),
+        (("dtypes: [float32]", "dtypes: [float33]"), "dtypes"),
+        (("seed: 3", "seed: 3\nthresholds: {float32: {diff9: 1.0}}"), "thresholds"),
+    ],
+)
+def test_spec_errors_exit_2_naming_file_and_field(tmp_path, mutation, field):
+    shutil.copy(SPECS / "kernels.py", tmp_path / "kernels.py")
+    text = (SPECS / "scaled_matmul.yaml").read_text().replace(*mutation)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    out = tmp_path / "out"
+    r = run_cli("run", bad, "--out", out)
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output
+    line = next(x for x in r.output.splitlines() if "bad.yaml" in x)
+    assert field in line
+    assert not (out / "results.json").exists()
+    assert run_cli("validate", bad).exit_code == 2
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert run_cli("run", tmp_path / "missing", "--out", tmp_path).exit_code == 2
+    assert run_cli("run", SPECS, "--dtype", "float17", "--out", tmp_path).exit_code == 2
+    assert run_cli("run", SPECS, "--device", "tpu", "--out", tmp_path).exit_code == 2
+    assert run_cli("run", SPECS, "--only", "no_such_op", "--out", tmp_path).exit_code == 2
+    if not torch.cuda.is_available():
+        assert run_cli("run", SPECS, "--device", "cuda", "--out", tmp_path).exit_code == 2
+
+
+def test_list_and_validate():
+    r = run_cli("list", SPECS)
+    assert r.exit_code == 0
+    assert "scaled_matmul" in r.output and "convolution" in r.output
+    r = run_cli("validate", SPECS)
+    assert r.exit_code == 0 and "2 specs valid, 2 cases" in r.output
