@@ -6,6 +6,7 @@ Exit codes: 0 every case passed; 1 a criterion failed or an operator errored;
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -75,7 +76,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         _fail_usage([str(exc)])
     specs = _load(paths)
     if seed is not None:
-        specs = [s.model_copy(update={"seed": seed}) for s in specs]
+        specs = [dataclasses.replace(s, seed=seed) for s in specs]
     cases = spec.expand(specs, dtypes=list(dtypes) or None, only=only)
     if not cases:
         _fail_usage([f"no case matches (--only {only!r}, --dtype {', '.join(dtypes) or 'any'})"])
