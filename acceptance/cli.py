@@ -95,7 +95,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         except KeyboardInterrupt:
             interrupted = True
             case_results = runner.finalize(done)
-    env = runner.environment(dev, command_line=shlex.join(["acceptance", *sys.argv[1:]]), start=start,
+    env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
     res = results_mod.Results(environment=env, summary=results_mod.summarize(case_results), cases=case_results)
     written = write_reports(res, out_dir)
@@ -107,6 +107,19 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
                     err=True)
         sys.exit(EXIT_FAIL)
     sys.exit(res.summary.exit_code)
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The command as typed, rebuilt from the parsed parameters (works under any launcher)."""
+    words = ["acceptance", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if value is None or value == () or (isinstance(param, click.Option) and value == param.default):
+            continue
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for v in values:
+            words += [str(v)] if isinstance(param, click.Argument) else [param.opts[0], str(v)]
+    return shlex.join(words)
 
 
 def _console(res):
