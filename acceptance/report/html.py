@@ -1,0 +1,289 @@
+"""The HTML report: one self-contained page for reviewers and release managers.
+
+Inline CSS, inline SVG charts and a little inline JavaScript (filter, sort);
+nothing is fetched: a Content-Security-Policy meta tag allows only the page's
+own style and script (by sha256), so the page opens from ``file://`` offline.
+Light and dark colour schemes follow ``prefers-color-scheme``. Every string
+from the results goes through Jinja2 autoescaping; control characters are shown
+as ``\\xNN``.
+
+Layout: verdict and counts, provenance, a table of every case (failures
+first) with the deciding criterion, then one collapsible section per case
+with all criteria, the reasons, the worst element, the relative-error
+buckets and, for dual-delta cases, histograms, box plots, a Q-Q plot and the
+delta_1-vs-delta_2 scatter. To stay usable at thousands of cases, charts are
+drawn for the first :data:`MAX_PLOTTED_CASES` cases that have dual-delta
+records or relative-error buckets (failures first); passing cases without
+charts show their criteria in one line and dual-delta means and maxima
+instead of the full tables; only the first :data:`OPEN_FAILURES` failing
+sections start open; and the page's script lists 500 table rows at a time
+("show all" lists the rest).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from functools import lru_cache
+from typing import Any, Optional
+
+import jinja2
+from markupsafe import Markup
+
+from acceptance.report import svg
+from acceptance.report.text import (
+    criterion_text,
+    deciding_criterion,
+    fmt,
+    fmt_value,
+    headline,
+    margin,
+    metric_name,
+    overall_line,
+    params_text,
+    visible_controls,
+)
+from acceptance.results import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
+
+MAX_PLOTTED_CASES = 40
+OPEN_FAILURES = 20
+
+
+def _finalize(value: Any) -> Any:
+    """Applied to every ``{{ }}`` before escaping: control characters become visible, ``None`` an em dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible_controls(value)
+    return value
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The Jinja2 environment of the report templates (autoescape always on)."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("acceptance.report", "templates"),
+        autoescape=True,
+        finalize=_finalize,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    return env
+
+
+def asset(name: str) -> str:
+    """The text of a file in ``templates/`` (the page's CSS and script)."""
+    return environment().loader.get_source(environment(), name)[0]
+
+
+def _sha256_source(text: str) -> str:
+    """A CSP hash source: ``'sha256-<base64 of sha256(utf-8 text)>'``."""
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def content_security_policy(css: str, js: Optional[str]) -> str:
+    """Nothing may load; only the page's own ``<style>`` (and ``<script>``, when given) run, matched by hash."""
+    script = _sha256_source(js) if js is not None else "'none'"
+    return (
+        f"default-src 'none'; style-src {_sha256_source(css)}; script-src {script}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
+
+
+def provenance(results: Results, results_sha256: Optional[str]) -> list[tuple[str, Optional[str]]]:
+    """(label, value) rows: commit, device, software versions, times, command line, results.json digest."""
+    env = results.environment
+    device = f"{env.device} — {env.device_name}" + (f" (CUDA {env.cuda_version})" if env.cuda_version else "")
+    return [
+        ("Commit", env.git_commit),
+        ("Device", device),
+        ("torch", env.torch),
+        ("Python", env.python),
+        ("numpy", env.numpy),
+        ("acceptance", env.acceptance),
+        ("Platform", env.platform),
+        ("Host", env.host),
+        ("Started (UTC)", env.start_time),
+        ("Finished (UTC)", env.end_time),
+        ("Command line", env.command_line or None),
+        ("results.json sha256", results_sha256),
+        ("Schema version", str(results.schema_version)),
+    ]
+
+
+def page_context(results: Results, results_sha256: Optional[str], css: str, js: Optional[str]) -> dict[str, Any]:
+    """What every page (report, sign-off) shows at the top."""
+    s = results.summary
+    return {
+        "css": Markup(css),
+        "js": Markup(js) if js is not None else None,
+        "csp": content_security_policy(css, js),
+        "verdict": s.verdict,
+        "overall": overall_line(results),
+        "counts": [("pass", s.passed), ("fail", s.failed), ("error", s.errors), ("skip", s.skipped)],
+        "provenance": provenance(results, results_sha256),
+        "commit": (results.environment.git_commit or "")[:12],
+    }
+
+
+def _sort_number(x: Optional[float]) -> str:
+    """A ``data-sort`` value for numeric columns: missing sorts last, nan first (as the worst)."""
+    if x is None:
+        return "Infinity"
+    if math.isnan(x):
+        return "-Infinity"
+    return repr(x) if math.isfinite(x) else ("Infinity" if x > 0 else "-Infinity")
+
+
+def _margin_text(m: Optional[float]) -> str:
+    if m is None:
+        return "—"
+    return "∞" if m == math.inf else f"×{fmt(m)}"
+
+
+def _deciding(case: CaseResult) -> tuple[str, Optional[float]]:
+    """The table's deciding column: the deciding criterion (fail/pass) or the headline (error/skip), and its margin."""
+    c = deciding_criterion(case)
+    if case.verdict in ("error", "skip") or c is None:
+        return headline(case), None
+    return criterion_text(c), margin(c)
+
+
+def _criterion_row(c) -> dict[str, Any]:
+    m = margin(c)
+    return {
+        "metric": metric_name(c),
+        "value": fmt_value(c.value),
+        "comparison": c.comparison,
+        "threshold": fmt(c.threshold),
+        "margin": _margin_text(m),
+        "result": {True: "pass", False: "fail", None: "not evaluated"}[c.passed],
+        "source": c.source,
+        "note": c.note,
+        "text": criterion_text(c),
+    }
+
+
+def _dual_plots(d: DualDeltaRecord) -> list[Markup]:
+    series = [("δ1 impl", d.delta_impl, "s-impl"), ("δ2 baseline", d.delta_baseline, "s-base")]
+    return [
+        Markup(svg.histogram_overlay(series, title=f"{d.metric}: δ1 and δ2 per trial", xlabel=d.metric)),
+        Markup(svg.box_plot(series, title=f"{d.metric}: distribution", ylabel=d.metric)),
+        Markup(svg.qq_plot(d.delta_impl, d.delta_baseline, title=f"{d.metric}: Q-Q δ1 vs δ2", metric=d.metric)),
+        Markup(
+            svg.scatter_plot(
+                d.delta_impl, d.delta_baseline, factor=d.factor, title=f"{d.metric}: δ1 vs δ2 by trial", metric=d.metric
+            )
+        ),
+    ]
+
+
+def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> dict[str, Any]:
+    """One dual-delta record; ``full`` adds the descriptive-statistics and test tables (else means and maxima only)."""
+    stats = ["n", "mean", "median", "std", "p50", "p90", "p99", "max", "min"]
+    describe = [("δ1 impl", d.impl), ("δ2 baseline", d.baseline)] + ([("δ1/δ2", d.ratio)] if d.ratio else [])
+    compact = [] if full else [
+        ("δ1 mean / max", f"{fmt(d.impl.mean)} / {fmt(d.impl.max)}"),
+        ("δ2 mean / max", f"{fmt(d.baseline.mean)} / {fmt(d.baseline.max)}"),
+    ]
+    return {
+        "title": f"{d.metric} (output {d.output}, {d.trials} trials)",
+        "passed": d.passed,
+        "conclusion": d.conclusion,
+        "full": full,
+        "facts": compact + [
+            ("non-inferiority factor", fmt(d.factor)),
+            ("alpha", fmt(d.alpha)),
+            ("free error (output rounding)", fmt(d.free)),
+            ("p-value", fmt(d.p_value)),
+            ("Holm-adjusted p", fmt(d.p_adjusted)),
+        ],
+        "stats": stats,
+        "describe": [(name, [fmt(getattr(x, s)) for s in stats]) for name, x in describe],
+        "tests": [(t.name, fmt(t.statistic), fmt(t.p_value), t.alternative, t.note) for t in d.tests],
+        "reasons": d.reasons,
+        "plots": _dual_plots(d) if plotted else [],
+    }
+
+
+def _buckets_chart(case: CaseResult) -> Markup:
+    labels, counts = list(case.rel_error_buckets), list(case.rel_error_buckets.values())
+    return Markup(
+        svg.bar_chart(
+            labels, counts, title="relative error |e−b|/|b|, all elements", xlabel="bucket of |e−b|/|b|", ylabel="elements"
+        )
+    )
+
+
+def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> dict[str, Any]:
+    """Everything the template shows for one case; passing cases without charts get one-line criteria."""
+    deciding, m = _deciding(case)
+    full = plotted or case.verdict != "pass"
+    w = case.worst
+    t = case.timing
+    return {
+        "anchor": f"c{index}",
+        "case": case,
+        "params": params_text(case.params),
+        "headline": headline(case),
+        "deciding": deciding,
+        "margin": _margin_text(m),
+        "margin_sort": _sort_number(m),
+        "verdict_sort": VERDICT_ORDER[case.verdict],
+        "time": fmt(t.total),
+        "time_sort": _sort_number(t.total),
+        "open": open_,
+        "full": full,
+        "criteria": [_criterion_row(c) for c in case.criteria],
+        "worst": None
+        if w is None
+        else [
+            ("output", str(w.output)),
+            ("trial", str(w.trial)),
+            ("index", str(w.index)),
+            ("evaluated", fmt(w.evaluated)),
+            ("baseline", fmt(w.baseline)),
+            ("abs error", fmt(w.abs_error)),
+            ("rel error", fmt(w.rel_error)),
+        ],
+        "facts": [
+            (label, value)
+            for label, value in [
+                ("fraction of elements over tolerance (worst trial)", fmt(case.bad_fraction) if case.bad_fraction is not None else None),
+                ("where they sit", case.bad_location),
+                ("impl run-to-run spread", fmt(case.atomic_spread) if case.atomic_spread is not None else None),
+                (
+                    "smallest thresholds that would pass",
+                    ", ".join(f"{k} ≤ {fmt(v)}" for k, v in case.tolerance_to_pass.items()) or None,
+                ),
+                ("time (s): impl / baseline / oracle", f"{fmt(t.impl)} / {fmt(t.baseline)} / {fmt(t.oracle)}"),
+            ]
+            if value is not None
+        ],
+        "buckets": [(k, v) for k, v in case.rel_error_buckets.items()],
+        "buckets_chart": _buckets_chart(case) if plotted and case.rel_error_buckets else None,
+        "dual": [_dual_view(d, plotted=plotted, full=full) for d in case.dual_delta],
+        "metrics": [(i, [(k, fmt_value(v)) for k, v in out.items()]) for i, out in enumerate(case.metrics)],
+    }
+
+
+def render_html(results: Results, *, results_sha256: Optional[str] = None) -> str:
+    """The self-contained HTML report of a run."""
+    css, js = asset("report.css"), asset("report.js")
+    cases = sorted_failures_first(results.cases)
+    views, plotted, opened = [], 0, 0
+    for i, case in enumerate(cases):
+        plot = plotted < MAX_PLOTTED_CASES and bool(case.dual_delta or case.rel_error_buckets)
+        open_ = case.verdict in ("fail", "error") and opened < OPEN_FAILURES
+        plotted += plot
+        opened += open_
+        views.append(_case_view(i, case, plotted=plot, open_=open_))
+    page = environment().get_template("report.html.j2").render(
+        **page_context(results, results_sha256, css, js),
+        cases=views,
+        max_plotted=MAX_PLOTTED_CASES,
+        unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
+    )
+    return page

@@ -1,0 +1,105 @@
+"""JUnit XML for CI: one testsuite per operator, one testcase per case.
+
+Built with the ``junit-xml`` package, then made to conform to junit-10.xsd
+(the schema Jenkins, GitLab and the GitHub JUnit actions read):
+
+- each testsuite carries ``file`` = the operator's spec path;
+- each testcase has ``classname`` ``acceptance.<category>.<operator>`` and
+  ``name`` = the case id (unique and stable), and ``time`` in seconds
+  (``timing.total``) always set, written ``%.6f``;
+- fail becomes ``<failure>``, error ``<error>``, skip ``<skipped>``, each with
+  a non-empty ``message`` (the case's first reason, the waiver for waived
+  cases) and the full account of the case (:func:`text.case_details`) as body;
+- the ``disabled`` attribute junit-xml adds (unknown to junit-10.xsd) is
+  dropped, and characters XML 1.0 forbids are written as visible ``\\xNN``
+  escapes.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from itertools import groupby
+
+from junit_xml import TestCase, TestSuite
+
+from acceptance.report.text import case_details, headline, visible_controls
+from acceptance.results import CaseResult, Results
+
+
+def _seconds(t: float) -> float:
+    """Non-negative finite seconds (a broken timer must not break the XML)."""
+    return t if math.isfinite(t) and t > 0 else 0.0
+
+
+def classname(case: CaseResult) -> str:
+    """``acceptance.<category>.<operator>``."""
+    return visible_controls(f"acceptance.{case.category}.{case.operator}")
+
+
+def _testcase(case: CaseResult, name: str) -> TestCase:
+    tc = TestCase(name=name, classname=classname(case), elapsed_sec=_seconds(case.timing.total))
+    message, body = visible_controls(headline(case)), case_details(case)
+    if case.verdict == "fail":
+        tc.add_failure_info(message=message, output=body, failure_type="accuracy")
+    elif case.verdict == "error":
+        tc.add_error_info(message=message, output=body, error_type="error")
+    elif case.verdict == "skip":
+        tc.add_skipped_info(message=message, output=body)
+    return tc
+
+
+def _conform(suite: ET.Element, times: list[float]) -> None:
+    """Drop the ``disabled`` attribute junit-10.xsd rejects and write every ``time`` as ``%.6f``."""
+    suite.attrib.pop("disabled", None)
+    for element, seconds in zip(suite.iter("testcase"), times):
+        element.set("time", f"{seconds:.6f}")
+    suite.set("time", f"{sum(times):.6f}")
+
+
+def render_junit(results: Results) -> str:
+    """The JUnit XML document (UTF-8 text with an XML declaration)."""
+    env = results.environment
+    properties = {
+        "device": env.device,
+        "device_name": env.device_name,
+        "torch": env.torch,
+        "git_commit": env.git_commit or "",
+        "acceptance": env.acceptance,
+    }
+    root = ET.Element("testsuites", {"name": "acceptance"})
+    seen: set[tuple[str, str]] = set()
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    total_time = 0.0
+    by_suite = sorted(results.cases, key=lambda c: (c.operator, c.spec_file))
+    for (operator, spec_file), group in groupby(by_suite, key=lambda c: (c.operator, c.spec_file)):
+        cases = list(group)
+        testcases = []
+        for case in cases:
+            name, n = visible_controls(case.id), 1
+            while (classname(case), name) in seen:  # ids are unique in a well-formed run; stay unique anyway
+                n += 1
+                name = visible_controls(f"{case.id} #{n}")
+            seen.add((classname(case), name))
+            testcases.append(_testcase(case, name))
+        suite = TestSuite(
+            name=visible_controls(operator),
+            test_cases=testcases,
+            hostname=visible_controls(env.host),
+            timestamp=visible_controls(env.start_time),
+            file=visible_controls(spec_file),
+            properties={k: visible_controls(v) for k, v in {"category": cases[0].category, **properties}.items()},
+        )
+        element = suite.build_xml_doc()
+        times = [_seconds(c.timing.total) for c in cases]
+        _conform(element, times)
+        root.append(element)
+        totals["tests"] += len(cases)
+        totals["failures"] += sum(c.verdict == "fail" for c in cases)
+        totals["errors"] += sum(c.verdict == "error" for c in cases)
+        total_time += sum(times)
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{total_time:.6f}")
+    ET.indent(root, space=" ")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,116 @@
+"""JUnit XML: junit-10.xsd validity, one suite per operator with its spec file, unique names, messages, escaping."""
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from acceptance.report.junit import render_junit
+from acceptance.report.text import visible_controls
+from fixtures.report_results import hostile_results, mixed_results, results_of
+
+XSD = Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "junit-10.xsd"
+
+
+@pytest.fixture(scope="module")
+def schema():
+    if not XSD.exists():
+        pytest.skip(f"{XSD} not present")
+    xmlschema = pytest.importorskip("xmlschema")
+    return xmlschema.XMLSchema(str(XSD))
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    results = mixed_results()
+    return results, ET.fromstring(render_junit(results).encode("utf-8"))
+
+
+def test_valid_against_junit_10_xsd(schema):
+    for results in (mixed_results(), hostile_results()):
+        schema.validate(render_junit(results))
+
+
+def test_one_suite_per_operator_with_its_spec_file(mixed):
+    results, root = mixed
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    expected = {c.operator: c.spec_file for c in results.cases}
+    assert {name: s.get("file") for name, s in suites.items()} == expected
+    add = suites["add"]  # add has a float32 pass and a bfloat16 skip
+    assert (add.get("tests"), add.get("failures"), add.get("errors"), add.get("skipped")) == ("2", "0", "0", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("8", "2", "1")
+
+
+def test_every_case_once_with_unique_classname_and_name_and_time(mixed):
+    results, root = mixed
+    cases = root.findall("testsuite/testcase")
+    keys = [(tc.get("classname"), tc.get("name")) for tc in cases]
+    assert len(keys) == len(set(keys)) == len(results.cases)
+    by_name = {tc.get("name"): tc for tc in cases}
+    for case in results.cases:
+        tc = by_name[case.id]
+        assert tc.get("classname") == f"acceptance.{case.category}.{case.operator}"
+        assert tc.get("time") == f"{case.timing.total:.6f}"
+    # suite time is the sum of its cases' times
+    softmax = root.find("testsuite[@name='softmax']")
+    assert float(softmax.get("time")) == pytest.approx(3.2)
+    assert float(root.get("time")) == pytest.approx(sum(c.timing.total for c in results.cases))
+
+
+def test_failure_error_skip_elements_and_messages(mixed):
+    _, root = mixed
+    tc = {t.get("name"): t for t in root.iter("testcase")}
+    failure = tc["conv2d[float16-N=1-C=3-H=31-W=31]"].find("failure")
+    assert failure.get("message") == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
+    body = failure.text
+    assert "FAIL diff1 0.0041 > 0.003 (float16 convolution default)" in body
+    assert "pass diff2 0.0025 <= 0.003" in body
+    assert "diff4 not evaluated: fewer than 100 unequal points (40)" in body
+    assert "worst element: output 0, trial 3, index [0, 2, 30, 17]" in body
+    assert "where they sit: last row of every image (index 30 of H): a dropped tail" in body
+    dual = tc["softmax[bfloat16-N=64-D=1000]"].find("failure").text
+    assert "dual-delta max_abs (output 0, 60 trials): FAIL - impl is inferior" in dual
+    error = tc["layer_norm[float16-N=8-D=4096]"].find("error")
+    assert error.get("message") == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert "in layer_norm_fwd_kernel" in error.text
+    waived = tc["gelu[float16-N=4096]"].find("skipped")
+    assert waived.get("message") == "waived: tanh approximation in the fused kernel; accepted for release 2.4"
+    assert tc["add[bfloat16-N=17]"].find("skipped").get("message") == "bfloat16 is not supported by the baseline on this CPU"
+    passed = tc["matmul[float32-M=128-N=128-K=4097]"]
+    assert list(passed) == []
+
+
+def test_failure_message_never_empty():
+    base = mixed_results().cases[1]
+    bare = base.model_copy(update={"reasons": [], "criteria": []})
+    root = ET.fromstring(render_junit(results_of([bare])).encode())
+    assert root.find(".//failure").get("message") == "failed"
+
+
+def test_hostile_strings_round_trip_as_text(schema):
+    results = hostile_results()
+    xml = render_junit(results)
+    schema.validate(xml)
+    root = ET.fromstring(xml.encode("utf-8"))
+    case = results.cases[0]
+    suite = root.find("testsuite")
+    assert suite.get("name") == visible_controls(case.operator)
+    assert suite.get("file") == "operator_specs/we,ird:na%me\n.yaml"
+    names = {tc.get("name") for tc in root.iter("testcase")}
+    assert visible_controls(case.id) in names
+    assert "\\x1b[31m" in root.find(".//failure").get("message")
+    assert not any(ch in xml for ch in "\x00\x07\x1b\ud800")
+    assert xml.encode("utf-8")  # lone surrogates would fail here
+
+
+def test_duplicate_ids_get_distinct_names():
+    case = mixed_results().cases[0]
+    root = ET.fromstring(render_junit(results_of([case, case])).encode())
+    assert [tc.get("name") for tc in root.iter("testcase")] == [case.id, f"{case.id} #2"]
+
+
+def test_nan_time_written_as_zero():
+    case = mixed_results().cases[0]
+    broken = case.model_copy(update={"timing": case.timing.model_copy(update={"total": float("nan")})})
+    root = ET.fromstring(render_junit(results_of([broken])).encode())
+    assert root.find(".//testcase").get("time") == "0.000000"
