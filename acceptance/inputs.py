@@ -1,0 +1,224 @@
+"""Deterministic inputs: the same spec gives bit-identical tensors on every machine.
+
+Seeds. ``case_seed`` hashes ``"{spec_seed}|{case_id}|{trial}"`` with SHA-256,
+so a case's inputs depend only on the spec seed, its id and the trial number,
+never on which other cases, dtypes or shards run, nor on Python's ``hash``.
+
+Random bits. Input ``i`` of a case draws from its own stream,
+``PCG64(SeedSequence(seed, spawn_key=(i,)))``; NumPy keeps SeedSequence and
+PCG64 streams stable across versions and platforms. Only the raw 64-bit words
+(``random_raw``) are used; every transform below is written with IEEE-754
+operations that are correctly rounded (+ - * / sqrt, frexp/ldexp, rint), so no
+libm or SIMD math routine (whose last bits vary between machines) is involved:
+
+- unit uniform: ``u = (w >> 11) * 2**-53`` in [0, 1), 53 random bits;
+- ``uniform: [lo, hi]``: ``lo + (hi - lo) * u``;
+- ``normal: [mean, std]``: Marsaglia's polar method, ``mean + std * z`` with
+  ``z = x * sqrt(-2 ln s / s)``, ``s = x**2 + y**2`` (``ln`` by :func:`_log`);
+- ``randint: [lo, hi]``: the top ``k = bit_length(hi - lo - 1)`` bits of a word,
+  rejected when ``>= hi - lo`` (exactly uniform), plus ``lo``;
+- ``choice``/``specials`` pick values with ``randint``; ``sparse``/``specials``
+  keep/replace an element when ``u < density`` / ``u < fraction``.
+
+Casting. Float inputs are drawn in float64 and rounded once to the test dtype
+with round-to-nearest-even (:func:`round_to_dtype`). torch's own float64 ->
+float16/bfloat16 cast goes through float32 and can round twice (1 + 2**-11 +
+2**-40 becomes 1.0 instead of 1 + 2**-10), so the rounding is done here and
+the torch cast only copies exactly representable values. Integer inputs are
+drawn as int64 and converted to their fixed dtype (bounds are checked when the
+spec loads, so the conversion is exact).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Mapping
+
+import numpy as np
+import torch
+
+from acceptance.spec import (
+    DTYPES,
+    INPUT_DTYPES,
+    Case,
+    Choice,
+    Dist,
+    Normal,
+    RandInt,
+    Sparse,
+    Specials,
+    Uniform,
+    value_of,
+)
+
+
+def case_seed(spec_seed: int, case_id: str, trial: int) -> int:
+    """Seed of one trial of one case: the first 8 bytes (little-endian) of
+    ``sha256(f"{spec_seed}|{case_id}|{trial}")``, an integer in [0, 2**64)."""
+    digest = hashlib.sha256(f"{spec_seed}|{case_id}|{trial}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def generate(case: Case, trial: int) -> list[torch.Tensor]:
+    """The inputs of one trial of ``case``: contiguous CPU tensors in input order.
+
+    Float inputs are in the test dtype (drawn in float64, rounded once with
+    round-to-nearest-even); integer/bool inputs are in their fixed dtype.
+    Bit-identical on every machine for the same spec, case id and trial.
+    """
+    seed = case_seed(case.spec.seed, case.id, trial)
+    tensors = []
+    for i, (inp, shape) in enumerate(zip(case.spec.inputs, case.shapes)):
+        bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i,)))
+        values = draw(inp.dist, math.prod(shape), bits, case.symbols)
+        if inp.dtype is None:
+            flat = to_dtype(values, case.dtype)
+        else:
+            flat = torch.from_numpy(values.astype(np.int64)).to(INPUT_DTYPES[inp.dtype])
+        # an empty draw gets fresh row-major strides (numpy gives empty results stride 0)
+        tensors.append(flat.reshape(shape) if flat.numel() else torch.empty(shape, dtype=flat.dtype))
+    return tensors
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def draw(dist: Dist, n: int, bits: np.random.PCG64, symbols: Mapping[str, int]) -> np.ndarray:
+    """``n`` samples of ``dist`` (float64; int64 for ``randint``) from the raw words of ``bits``."""
+    if isinstance(dist, Uniform):
+        lo, hi = float(value_of(dist.lo, symbols)), float(value_of(dist.hi, symbols))
+        return lo + (hi - lo) * unit_uniform(bits, n)
+    if isinstance(dist, Normal):
+        mean, std = float(value_of(dist.mean, symbols)), float(value_of(dist.std, symbols))
+        return mean + std * standard_normal(bits, n)
+    if isinstance(dist, RandInt):
+        return integers(bits, int(value_of(dist.lo, symbols)), int(value_of(dist.hi, symbols)), n)
+    if isinstance(dist, Choice):
+        return np.asarray(dist.values, dtype=_values_dtype(dist.values))[integers(bits, 0, len(dist.values), n)]
+    if isinstance(dist, Sparse):
+        base = draw(dist.of, n, bits, symbols)
+        keep = unit_uniform(bits, n) < dist.density
+        return np.where(keep, base, np.zeros((), base.dtype))
+    if not isinstance(dist, Specials):
+        raise TypeError(f"unknown distribution {dist!r}")
+    base = draw(dist.of, n, bits, symbols)
+    swap = unit_uniform(bits, n) < dist.fraction
+    special = np.asarray(dist.values, dtype=_values_dtype(dist.values))[integers(bits, 0, len(dist.values), n)]
+    return np.where(swap, special, base)
+
+
+def _values_dtype(values: tuple) -> type:
+    return np.int64 if all(isinstance(v, int) for v in values) else np.float64
+
+
+def unit_uniform(bits: np.random.PCG64, n: int) -> np.ndarray:
+    """``n`` float64 values ``(w >> 11) * 2**-53`` in [0, 1) from 64-bit words ``w``."""
+    return (bits.random_raw(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def integers(bits: np.random.PCG64, lo: int, hi: int, n: int) -> np.ndarray:
+    """``n`` int64 values uniform on lo <= k < hi (requires lo < hi, both within int64).
+
+    Top-bits rejection: with ``span = hi - lo`` and ``k = bit_length(span - 1)``,
+    a word's top ``k`` bits are kept when ``< span`` (acceptance >= 1/2).
+    """
+    span = hi - lo
+    if span == 1:
+        return np.full(n, lo, dtype=np.int64)
+    shift = np.uint64(64 - (span - 1).bit_length())
+    kept: list[np.ndarray] = []
+    have = 0
+    while have < n:
+        words = bits.random_raw(n - have) >> shift
+        words = words[words < np.uint64(span)]
+        kept.append(words)
+        have += words.size
+    offsets = np.concatenate(kept) if kept else np.empty(0, np.uint64)
+    # two's-complement wrap-around gives lo + offset exactly for any int64 lo
+    return (offsets + np.uint64(lo % 2**64)).view(np.int64)
+
+
+_LN2 = 0.6931471805599453  # ln 2 rounded to float64
+_SQRT_HALF = 0.7071067811865476
+_LOG_TERMS = 12
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    """Natural log of positive normal float64 values with + - * / only (a few ulp).
+
+    ``x = m * 2**e`` with ``m`` in [sqrt(1/2), sqrt(2)); ``t = (m-1)/(m+1)``,
+    ``ln m = 2 t (1 + t**2/3 + t**4/5 + ... + t**22/23)`` (|t| <= 0.172, so the
+    truncated tail is below 1e-18 relative), ``ln x = e ln 2 + ln m``.
+    """
+    m, e = np.frexp(x)
+    low = m < _SQRT_HALF
+    m = np.where(low, 2.0 * m, m)
+    e = (e - low).astype(np.float64)
+    t = (m - 1.0) / (m + 1.0)
+    t2 = t * t
+    series = np.full_like(t, 1.0 / (2 * _LOG_TERMS - 1))
+    for k in range(_LOG_TERMS - 2, -1, -1):
+        series = series * t2 + 1.0 / (2 * k + 1)
+    return e * _LN2 + 2.0 * t * series
+
+
+def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
+    """``n`` standard normal float64 values by Marsaglia's polar method.
+
+    Pairs ``x, y = 2u - 1`` are kept when ``0 < s = x**2 + y**2 < 1`` and give
+    ``x f, y f`` with ``f = sqrt(-2 ln s / s)``; batches are drawn until ``n`` are made.
+    """
+    out: list[np.ndarray] = []
+    have = 0
+    while have < n:
+        pairs = (n - have + 1) // 2
+        batch = pairs + pairs // 3 + 8
+        x = 2.0 * unit_uniform(bits, batch) - 1.0
+        y = 2.0 * unit_uniform(bits, batch) - 1.0
+        s = x * x + y * y
+        ok = (s > 0.0) & (s < 1.0)
+        x, y, s = x[ok], y[ok], s[ok]
+        f = np.sqrt(-2.0 * _log(s) / s)
+        z = np.stack([x * f, y * f], axis=1).reshape(-1)
+        out.append(z)
+        have += z.size
+    return np.concatenate(out)[:n] if out else np.empty(0)
+
+
+# --------------------------------------------------------------------------- casting
+
+
+def _format(dtype: str) -> tuple[int, int, float, bool]:
+    """(precision p in bits incl. the leading one, minimum normal exponent, largest finite, has inf)."""
+    info = torch.finfo(DTYPES[dtype])
+    p = round(-math.log2(info.eps)) + 1
+    emin = round(math.log2(info.smallest_normal))
+    return p, emin, float(info.max), not dtype.endswith("fn")
+
+
+def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to the nearest value of ``dtype``, ties to even, in float64.
+
+    With ``E = max(floor(log2|x|), emin)`` the spacing is ``q = 2**(E - p + 1)``
+    and the result is ``rint(x / q) * q`` (exact: ``q`` is a power of two), which
+    also covers subnormals. A result above the largest finite value overflows to
+    ``±inf`` (float16, bfloat16, float32, float8_e5m2); float8_e4m3fn has no
+    infinity and saturates to ±448 as torch's own cast does. NaN stays NaN,
+    signed zeros keep their sign. float64 is returned unchanged.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "float64":
+        return x
+    p, emin, largest, has_inf = _format(dtype)
+    _, e = np.frexp(x)
+    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, emin) - (p - 1))
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = np.rint(x / q) * q
+        over = np.abs(r) > largest
+    return np.where(over, np.copysign(np.inf if has_inf else largest, x), r)
+
+
+def to_dtype(values: np.ndarray, dtype: str) -> torch.Tensor:
+    """float64 values as a CPU tensor of test dtype ``dtype``, rounded once (see :func:`round_to_dtype`)."""
+    return torch.from_numpy(np.ascontiguousarray(round_to_dtype(values, dtype))).to(DTYPES[dtype])

@@ -1,0 +1,52 @@
+"""Call adapters for built-in specs whose torch operator does not take ``(*tensors, **params)``.
+
+Each function takes the spec's input tensors in order plus the spec's params
+and returns a new tensor; none changes its inputs.
+"""
+
+import torch
+import torch.nn.functional as F
+
+
+def conv2d(x, weight, bias, stride=1, padding=0, dilation=1):
+    """2-D cross-correlation ``F.conv2d``; ``groups = C_in / weight.shape[1]``.
+
+    x: (N, C_in, H, W); weight: (C_out, C_in / groups, R, S); bias: (C_out,).
+    Deriving ``groups`` from the shapes lets a depthwise case be written as a
+    weight shape ``[C, 1, R, S]`` without repeating the group count.
+    """
+    groups = x.shape[1] // weight.shape[1]
+    return F.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+def cat(a, b, dim=0):
+    """``torch.cat([a, b], dim)``."""
+    return torch.cat([a, b], dim=dim)
+
+
+def transpose_copy(x):
+    """``x.transpose(0, 1).contiguous()``: a real copy in the transposed layout."""
+    return x.transpose(0, 1).contiguous()
+
+
+def index_select(x, index, dim=0):
+    """``torch.index_select(x, dim, index)``: rows (``dim=0``) of ``x`` picked by ``index``."""
+    return torch.index_select(x, dim, index)
+
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    """``F.layer_norm`` over the last dimension:
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` with the biased variance."""
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps=eps)
+
+
+def index_add(x, index, source, dim=0):
+    """``x.index_add(dim, index, source)``: ``out[index[k]] += source[k]`` along ``dim``
+    (out of place; repeated indices accumulate, atomically on a GPU)."""
+    return x.index_add(dim, index, source)
+
+
+def scatter_add(x, index, src, dim=0):
+    """``x.scatter_add(dim, index, src)``: for ``dim=0``, ``out[index[i][j]][j] += src[i][j]``
+    (out of place; repeated indices accumulate, atomically on a GPU)."""
+    return x.scatter_add(dim, index, src)
