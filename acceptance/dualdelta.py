@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from acceptance import metrics, stats
+from acceptance import oracle as oracle_mod
 from acceptance.oracle import float64_inputs, float64_oracle
 from acceptance.results import DualDeltaRecord, Timing
 
@@ -231,11 +232,8 @@ def _errors(
 
 
 def _rounded(oracle: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """The oracle correctly rounded to ``dtype`` (one rounding from float64), or None
-    when ``dtype`` is float64 or not floating (no rounding error to grant)."""
-    if not dtype.is_floating_point or dtype == torch.float64:
-        return None
-    return oracle.to(dtype)
+    """The oracle correctly rounded to ``dtype`` (see :func:`acceptance.oracle.rounded`)."""
+    return oracle_mod.rounded(oracle, dtype)
 
 
 def _sync(device: torch.device) -> None:

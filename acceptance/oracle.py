@@ -47,6 +47,22 @@ def _float64_outputs(result: Any) -> Any:
     return result
 
 
+def rounded(oracle: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """The float64 oracle correctly rounded to ``dtype`` (one rounding, ties to even), as a CPU tensor.
+
+    ``None`` when ``dtype`` is float64 or not a floating dtype: there is no
+    rounding error to grant. torch's own float64 -> float16/bfloat16 cast goes
+    through float32 and can round twice, so the rounding is done by
+    :func:`acceptance.inputs.to_dtype`.
+    """
+    from acceptance.inputs import to_dtype
+
+    if not dtype.is_floating_point or dtype == torch.float64:
+        return None
+    name = str(dtype).removeprefix("torch.")
+    return to_dtype(oracle.detach().cpu().to(torch.float64).numpy(), name)
+
+
 def float64_oracle(fn: Fn) -> Fn:
     """``fn`` run on float64 copies of its inputs, floating outputs returned as float64.
 

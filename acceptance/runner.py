@@ -35,6 +35,7 @@ import torch
 
 import acceptance
 from acceptance import metrics, stats, verdict
+from acceptance import oracle as oracle_mod
 from acceptance.inputs import generate
 from acceptance.results import CaseResult, DualDeltaRecord, Environment, Timing, WorstElement
 from acceptance.spec import Case, resolve_callable
@@ -223,8 +224,9 @@ def _locate(bad: torch.Tensor) -> Optional[str]:
         if cols.numel() == 1 and bad.shape[-1] > 1:
             return f"all {count} in index {int(cols[0])} of the last dim"
     last = bad.shape[-1]
-    first_bad = int(idx[:, -1].min())
-    if first_bad > 0 and last > 1:
+    cols = torch.unique(idx[:, -1])
+    first_bad = int(cols[0])
+    if first_bad > 0 and cols.numel() == last - first_bad:  # exactly the columns first_bad..last-1
         return f"all {count} in the tail of the last dim (indices >= {first_bad} of {last})"
     if count == total:
         return "everywhere"
@@ -487,7 +489,8 @@ def _collect_deltas(acc: _OutputAccumulator, e: torch.Tensor, b: torch.Tensor, o
                     names: list[str]) -> None:
     """delta_1 = err(impl, oracle), delta_2 = err(baseline, oracle), and the free error err(round(oracle), oracle)."""
     o = o.to(torch.float64)
-    rounded = o.to(e.dtype) if e.is_floating_point() else o
+    rounded = oracle_mod.rounded(o, e.dtype)
+    rounded = o if rounded is None else rounded
     d1 = metrics.compute(e, o.to(e.device), dtype=dtype, names=names)
     d2 = metrics.compute(b, o, dtype=dtype, names=names)
     fr = metrics.compute(rounded, o, dtype=dtype, names=names)

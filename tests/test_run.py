@@ -164,3 +164,32 @@ def test_list_and_validate():
     assert "scaled_matmul" in r.output and "convolution" in r.output
     r = run_cli("validate", SPECS)
     assert r.exit_code == 0 and "2 specs valid, 2 cases" in r.output
+
+
+@pytest.mark.parametrize(
+    "mask,expected",
+    [
+        (lambda m: m.__setitem__((3, slice(None)), True), "all 8 in row 3 of dim 0"),
+        (lambda m: m.__setitem__((slice(None), 2), True), "all 6 in index 2 of the last dim"),
+        (lambda m: m.__setitem__((slice(None), slice(5, 8)), True), "all 18 in the tail of the last dim (indices >= 5 of 8)"),
+        (lambda m: m.fill_(True), "everywhere"),
+        (lambda m: (m.__setitem__((0, 1), True), m.__setitem__((4, 6), True)), None),
+    ],
+)
+def test_locate_bad_elements(mask, expected):
+    from acceptance.runner import _locate
+
+    m = torch.zeros(6, 8, dtype=torch.bool)
+    mask(m)
+    assert _locate(m) == expected
+
+
+def test_locate_scattered_1d_is_not_a_tail():
+    from acceptance.runner import _locate
+
+    m = torch.zeros(100, dtype=torch.bool)
+    m[[2, 50, 97]] = True
+    assert _locate(m) is None
+    m[90:] = True
+    m[[2, 50]] = False
+    assert _locate(m) == "all 10 in the tail of the last dim (indices >= 90 of 100)"
