@@ -445,7 +445,8 @@ def conclude(result: CaseResult) -> CaseResult:
     if result.error is not None:
         return result
     reasons = [verdict.describe_failure(c, result.dtype, result.category) for c in result.criteria if c.passed is False]
-    reasons += [r for rec in result.dual_delta if not rec.passed for r in (rec.reasons or [rec.conclusion])]
+    reasons += [f"dual-delta {rec.metric}{f' [output {rec.output}]' if rec.output else ''}: {r}"
+                for rec in result.dual_delta if not rec.passed for r in (rec.reasons or [rec.conclusion])]
     outcome = "fail" if reasons else "pass"
     if reasons and result.bad_fraction:
         where = f"; {result.bad_location}" if result.bad_location else ""
