@@ -1,0 +1,95 @@
+"""The command line as a user meets it: version, help, python -m, the metrics command, an mpmath oracle."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import acceptance
+from acceptance import results as results_mod
+from acceptance.cli import main
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_version_and_help():
+    r = invoke("--version")
+    assert r.exit_code == 0 and acceptance.__version__ in r.output
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for command in ("run", "validate", "list", "report", "metrics"):
+        assert command in r.output
+
+
+def test_python_dash_m():
+    out = subprocess.run([sys.executable, "-m", "acceptance", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and acceptance.__version__ in out.stdout
+
+
+def test_metrics_command_on_saved_arrays(tmp_path):
+    rng = np.random.default_rng(0)
+    b = rng.uniform(-1, 1, 1000).astype(np.float32)
+    e = (b * np.float32(1.001)).astype(np.float32)
+    np.save(tmp_path / "e.npy", e)
+    torch.save(torch.from_numpy(b), tmp_path / "b.pt")
+    r = invoke("metrics", tmp_path / "e.npy", tmp_path / "b.pt", "--json")
+    assert r.exit_code == 0, r.output
+    values = json.loads(r.output)
+    e64, b64 = e.astype(np.float64), b.astype(np.float64)
+    assert values["diff1"] == pytest.approx(np.abs(e64 - b64).sum() / np.abs(b64).sum(), rel=1e-12)
+    assert values["max_abs"] == pytest.approx(np.abs(e64 - b64).max(), rel=1e-12)
+    assert values["diff4"][2] == np.count_nonzero(e64 != b64)
+    r = invoke("metrics", tmp_path / "e.npy", tmp_path / "b.pt")
+    assert r.exit_code == 0 and "diff1" in r.output and "max_ulp" in r.output
+
+
+def test_metrics_command_errors_exit_2(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros(3))
+    np.save(tmp_path / "b.npy", np.zeros(4))
+    (tmp_path / "junk.npy").write_bytes(b"not numpy")
+    r = invoke("metrics", tmp_path / "a.npy", tmp_path / "b.npy")
+    assert r.exit_code == 2 and "shape" in r.output
+    r = invoke("metrics", tmp_path / "junk.npy", tmp_path / "b.npy")
+    assert r.exit_code == 2 and "junk.npy" in r.output
+
+
+def test_report_rerenders_and_merges_shards(tmp_path):
+    fixture = Path(__file__).parent / "fixtures" / "recorded_run.json"
+    res = results_mod.load(fixture)
+    half = len(res.cases) // 2
+    for i, cases in enumerate((res.cases[:half], res.cases[half:])):
+        part = res.model_copy(update={"cases": cases, "summary": results_mod.summarize(cases)})
+        results_mod.write(part, tmp_path / f"shard{i}.json")
+    r = invoke("report", tmp_path / "shard0.json", tmp_path / "shard1.json", "--merged", tmp_path / "all.json",
+               "--html", tmp_path / "r.html", "--junit", tmp_path / "j.xml", "--signoff", tmp_path / "s.html",
+               "--summary", tmp_path / "summary.md")
+    assert r.exit_code == 0, r.output
+    merged = results_mod.load(tmp_path / "all.json")
+    assert sorted(c.id for c in merged.cases) == sorted(c.id for c in res.cases)
+    assert merged.summary == res.summary
+    for name in ("r.html", "j.xml", "s.html", "summary.md"):
+        assert (tmp_path / name).stat().st_size > 0
+    r = invoke("report", tmp_path / "nope.json")
+    assert r.exit_code == 2 and "nope.json" in r.output
+
+
+def test_mpmath_oracle_through_a_spec(tmp_path):
+    (tmp_path / "exp.yaml").write_text(
+        "name: exp_mp\ncategory: activation\nimpl: torch:exp\noracle: {mpmath: exp, dps: 40}\n"
+        "dtypes: [float32]\ninputs:\n  - {name: x, shape: [N], dist: {uniform: [-3, 3]}}\n"
+        "cases: [{N: 40}]\ntrials: 8\nseed: 1\n"
+    )
+    out = tmp_path / "out"
+    r = invoke("run", tmp_path, "--out", out)
+    assert r.exit_code == 0, r.output
+    (case,) = results_mod.load(out / "results.json").cases
+    rec = next(r for r in case.dual_delta if r.metric == "max_hyb")
+    # torch's float32 exp is within ~1 ulp of the true value: |e - exp(x)| / (1 + exp(x)) < 2^-23
+    assert 0 < max(rec.delta_impl) < 2.0**-23
