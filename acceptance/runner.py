@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import platform
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -37,7 +35,7 @@ import acceptance
 from acceptance import metrics, stats, verdict
 from acceptance import oracle as oracle_mod
 from acceptance.inputs import generate
-from acceptance.results import CaseResult, DualDeltaRecord, Environment, Timing, WorstElement
+from acceptance.results import CaseResult, Criterion, DualDeltaRecord, Environment, Timing, WorstElement
 from acceptance.spec import Case, resolve_callable
 
 #: Relative-error buckets, as rocMLIR prints them: label -> upper bound (exclusive).
@@ -444,7 +442,9 @@ def conclude(result: CaseResult) -> CaseResult:
     """
     if result.error is not None:
         return result
-    reasons = [verdict.describe_failure(c, result.dtype, result.category) for c in result.criteria if c.passed is False]
+    criteria = [c for c in result.criteria if not c.metric.startswith(DUAL_DELTA_PREFIX)]
+    reasons = [verdict.describe_failure(c, result.dtype, result.category) for c in criteria if c.passed is False]
+    criteria += [_dual_delta_criterion(rec, result.category) for rec in result.dual_delta]
     reasons += [f"dual-delta {rec.metric}{f' [output {rec.output}]' if rec.output else ''}: {r}"
                 for rec in result.dual_delta if not rec.passed for r in (rec.reasons or [rec.conclusion])]
     outcome = "fail" if reasons else "pass"
@@ -458,7 +458,22 @@ def conclude(result: CaseResult) -> CaseResult:
                        f"baseline {verdict.fmt(w.baseline)}, |e-b| = {verdict.fmt(w.abs_error)}")
     if outcome == "fail" and result.waiver:
         outcome, reasons = "skip", [f"waived: {result.waiver}"] + reasons
-    return result.model_copy(update={"verdict": outcome, "reasons": reasons})
+    return result.model_copy(update={"verdict": outcome, "reasons": reasons, "criteria": criteria})
+
+
+DUAL_DELTA_PREFIX = "dual_delta "
+
+
+def _dual_delta_criterion(rec: DualDeltaRecord, category: str) -> Criterion:
+    """The non-inferiority gate of one record as a criterion: the median paired ratio delta_1/delta_2
+    against the factor (the gate itself is the sign test and worst-trial check in :mod:`acceptance.stats`)."""
+    default = rec.factor == stats.default_factor(rec.metric)
+    return Criterion(
+        metric=f"{DUAL_DELTA_PREFIX}{rec.metric}", output=rec.output,
+        value=rec.ratio.median if rec.ratio is not None else None, threshold=rec.factor,
+        comparison="non-inferior", passed=rec.passed,
+        source=f"{category} default" if default else "spec override", note=rec.conclusion,
+    )
 
 
 def _diagnose(acc: _OutputAccumulator, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, tol: float) -> None:

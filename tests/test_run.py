@@ -2,7 +2,6 @@
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest

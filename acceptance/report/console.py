@@ -4,27 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from acceptance.results import CaseResult, Results, sorted_failures_first
-from acceptance.verdict import fmt
+from acceptance.results import Results, sorted_failures_first
 
 _COLOURS = {"pass": "green", "fail": "red", "error": "magenta", "skip": "yellow"}
-
-
-def deciding(case: CaseResult) -> str:
-    """The criterion that decided the case: the first failure, else the one closest to its threshold."""
-    failed = [c for c in case.criteria if c.passed is False]
-    if failed:
-        c = failed[0]
-    else:
-        margins = [(c.value / c.threshold, c) for c in case.criteria
-                   if c.passed and isinstance(c.value, float) and c.threshold]
-        if not margins:
-            return ""
-        c = max(margins, key=lambda m: m[0])[1]
-    op = {"==": "==", "<=": "<="}.get(c.comparison, c.comparison)
-    if c.passed is False:
-        op = "!=" if c.comparison == "==" else ">"
-    return f"{c.metric} {fmt(c.value)} {op} {fmt(c.threshold)}"
 
 
 def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]]:
