@@ -101,6 +101,11 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     written = write_reports(res, out_dir)
     for line, colour in _console(res):
         click.secho(line, fg=colour)
+    weak, m, needed = runner.underpowered(case_results)
+    if weak:
+        click.secho(f"note: {len(weak)} case(s) have fewer than {needed} trials: their dual-delta sign test cannot "
+                    f"reach alpha after Holm over {m} records, only the worst-trial check can fail them "
+                    f"(raise trials or dual_delta.trials), e.g. {weak[0]}", fg="yellow", err=True)
     click.echo("wrote " + ", ".join(str(p) for p in written))
     if interrupted:
         click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases; the results hold those", fg="red",

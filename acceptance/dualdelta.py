@@ -12,7 +12,7 @@ Per trial t, with inputs x_t = ``generate_input(g_t)``:
   rounded result, where round_dtype rounds to the baseline output's dtype.
 
 Each metric (and output) is then analysed by :func:`acceptance.stats.analyze`
-with free = max_t free[t] (the rounding bound; see ``docs/dual_delta.md``), and
+with free = max_t free[t] (the rounding bound; see the README, "Dual-delta testing"), and
 the p-values of all metrics and outputs of the call are Holm-corrected together.
 """
 

@@ -528,6 +528,25 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     return finalize(results)
 
 
+def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:
+    """Cases whose dual-delta sign test cannot reach significance after Holm over the run.
+
+    The smallest p-value of an exact one-sided sign test on n trials is 2^-n;
+    Holm compares the smallest of m p-values with alpha/m, so a record can fail
+    check 1 only when 2^-n < alpha/m, i.e. n > log2(m/alpha). Returns
+    (case ids, m, the smallest sufficient n); such cases can still fail the
+    deterministic worst-trial check.
+    """
+    records = [rec for r in results for rec in r.dual_delta]
+    if not records:
+        return [], 0, 0
+    m = len(records)
+    alpha = min(rec.alpha for rec in records)
+    needed = math.floor(math.log2(m / alpha)) + 1
+    ids = [r.id for r in results if any(rec.trials < needed for rec in r.dual_delta)]
+    return ids, m, needed
+
+
 def finalize(results: list[CaseResult]) -> list[CaseResult]:
     """Apply Holm's step-down correction to every dual-delta record of the run and re-conclude those cases.
 

@@ -1,7 +1,7 @@
 """Operator specs: load and validate the YAML files, resolve callables, expand cases.
 
 A spec is one YAML file describing one operator (the schema reference is
-``docs/spec.md``). :func:`load_specs` validates every file with pydantic
+the README, "Operator specs"). :func:`load_specs` validates every file with pydantic
 models, then checks what a schema cannot see (case symbols, per-case values,
 callables, duplicate operator names), and reports every problem of every file
 as one :class:`SpecProblem` line naming the file and the field path::

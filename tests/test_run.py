@@ -192,3 +192,18 @@ def test_locate_scattered_1d_is_not_a_tail():
     m[90:] = True
     m[[2, 50]] = False
     assert _locate(m) == "all 10 in the tail of the last dim (indices >= 90 of 100)"
+
+
+def test_underpowered_dual_delta_is_flagged(tmp_path):
+    from acceptance.runner import underpowered
+
+    res = results_mod.load(HERE / "fixtures" / "recorded_run.json")
+    ids, m, needed = underpowered(res.cases)
+    records = [rec for c in res.cases for rec in c.dual_delta]
+    assert m == len(records) > 0
+    # smallest n with 2^-n < alpha / m
+    assert 0.5**needed < 0.05 / m <= 0.5 ** (needed - 1)
+    assert ids == [c.id for c in res.cases if any(rec.trials < needed for rec in c.dual_delta)]
+    write_spec(tmp_path, "few", "kernels.py:split_k_matmul", trials=3)
+    r = CliRunner().invoke(main, ["run", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert "fewer than 6 trials" in r.output  # m = 2 records: 2^-6 < 0.025 <= 2^-5
