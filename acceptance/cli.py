@@ -235,7 +235,7 @@ def report(results_files, html_path, junit_path, summary_path, signoff_path, mer
 def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: bool) -> None:
     """Print every metric for two saved arrays (.npy or .pt)."""
     from acceptance import metrics
-    from acceptance.verdict import fmt
+    from acceptance.report.text import fmt_value as fmt
 
     try:
         e = metrics.load_array(evaluated)

@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from acceptance.report.text import fmt_value as fmt  # noqa: F401  (one number style)
 from acceptance.results import Criterion
 
 BIT_EXACT_CATEGORIES = ("arithmetic", "pure_io")
@@ -124,28 +125,6 @@ def diff4_enabled(category: str, overrides: Optional[dict[str, Any]] = None) -> 
     if overrides and overrides.get("diff4") is False:
         return False
     return category not in BIT_EXACT_CATEGORIES
-
-
-def fmt(x: Any) -> str:
-    """Numbers the way a numerics reader expects: ``0.1234``, ``4.1e-3``, ``2.5e+6`` -> ``2.5e6``."""
-    if isinstance(x, (list, tuple)):
-        return "(" + ", ".join(fmt(v) for v in x) + ")"
-    if isinstance(x, bool) or x is None:
-        return str(x)
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        if math.isnan(x):
-            return "nan"
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        if x == 0:
-            return "0"
-        if 1e-2 <= abs(x) < 1e4:
-            return f"{x:.4g}"
-        mantissa, exponent = f"{x:.2e}".split("e")
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-    return str(x)
 
 
 def _holds(value: Any, threshold: Any, comparison: str) -> bool:

@@ -23,7 +23,7 @@ def test_summary_lists_failures_and_errors_first():
     assert [r.split(" | ")[0] for r in rows] == ["| ❌ fail", "| ❌ fail", "| 💥 error"]
     assert rows[0] == (
         "| ❌ fail | conv2d | float16 | conv2d\\[float16-N=1-C=3-H=31-W=31\\] "
-        "| diff1 0.0041 &gt; 0.003 (float16 convolution default) |"
+        "| diff1 4.1e-3 &gt; 3e-3 (float16 convolution default) |"
     )
     assert "illegal memory access" in rows[2]
     assert "more case" not in text

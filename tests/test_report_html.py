@@ -93,10 +93,10 @@ def test_table_lists_every_case_failures_first(mixed):
 def test_deciding_metric_and_margin_in_table(mixed):
     _, text, _ = mixed
     row = re.search(r'<tr data-verdict="fail" data-case="c0">(.*?)</tr>', text, re.S).group(1)
-    assert "diff1 0.0041 &gt; 0.003 (float16 convolution default)" in row
+    assert "diff1 4.1e-3 &gt; 3e-3 (float16 convolution default)" in row
     assert f"×{3e-3 / 4.1e-3:.3g}" in row  # margin = threshold / value
     passing = re.search(r'data-case="c5">(.*?)</tr>', text, re.S).group(1)  # matmul: tightest is diff2 (×2.5)
-    assert "diff2 4e-06 &lt;= 1e-05 (spec override)" in passing and "×2.5" in passing
+    assert "diff2 4e-6 &lt;= 1e-5 (spec override)" in passing and "×2.5" in passing
 
 
 def test_failures_open_passes_closed(mixed):
@@ -118,7 +118,7 @@ def test_dual_delta_case_has_the_four_pictures_and_buckets(mixed):
         "max_abs: δ1 vs δ2 by trial",
     ]
     assert 'class="factor"' in section  # the y = factor·x line
-    for word in ("ks", "wilcoxon", "Holm-adjusted p", "1.2e-07", "impl is inferior"):
+    for word in ("ks", "wilcoxon", "Holm-adjusted p", "1.2e-7", "impl is inferior"):
         assert word in section
 
 

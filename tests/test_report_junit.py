@@ -63,8 +63,8 @@ def test_failure_error_skip_elements_and_messages(mixed):
     failure = tc["conv2d[float16-N=1-C=3-H=31-W=31]"].find("failure")
     assert failure.get("message") == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
     body = failure.text
-    assert "FAIL diff1 0.0041 > 0.003 (float16 convolution default)" in body
-    assert "pass diff2 0.0025 <= 0.003" in body
+    assert "FAIL diff1 4.1e-3 > 3e-3 (float16 convolution default)" in body
+    assert "pass diff2 2.5e-3 <= 3e-3" in body
     assert "diff4 not evaluated: fewer than 100 unequal points (40)" in body
     assert "worst element: output 0, trial 3, index [0, 2, 30, 17]" in body
     assert "where they sit: last row of every image (index 30 of H): a dropped tail" in body

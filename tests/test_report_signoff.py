@@ -28,8 +28,8 @@ def test_one_line_per_operator_and_dtype():
 def test_thresholds_with_their_source():
     matmul = next(l for l in signoff_lines(mixed_results()) if l.operator == "matmul")
     assert [(t.text(), t.source) for t in matmul.thresholds] == [
-        ("diff1 <= 0.003", "float32 composite default"),
-        ("diff2 <= 1e-05", "spec override"),
+        ("diff1 <= 3e-3", "float32 composite default"),
+        ("diff2 <= 1e-5", "spec override"),
     ]
 
 
@@ -41,7 +41,7 @@ def test_threshold_that_varies_across_cases_is_shown_as_a_range():
         for k, t in ((64, 1e-4), (4096, 8e-4), (512, 3e-4))
     ]
     (t,) = thresholds_in_force(scaled)
-    assert t.text() == "diff1 <= 0.0001 … 0.0008" and t.source == "scaled with K"
+    assert t.text() == "diff1 <= 1e-4 … 8e-4" and t.source == "scaled with K"
 
 
 def test_page_has_verdict_lines_waivers_and_provenance():

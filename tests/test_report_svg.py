@@ -38,7 +38,7 @@ def test_log_tick_labels(v, text):
 
 
 @pytest.mark.parametrize("v, text", [(7.46e-6, "7.46e-6"), (5e5, "5e5"), (12345.0, "1.23e4"), (2e-4, "2e-4"),
-                                     (0.002, "0.002"), (250.0, "250"), (0.0, "0")])
+                                     (0.002, "2e-3"), (250.0, "250"), (0.0, "0")])
 def test_linear_tick_labels(v, text):
     assert svg.tick_label(v, False) == text
 

@@ -72,7 +72,7 @@ def test_ci_installs_cpu_torch_then_the_dev_extra_and_runs_pytest():
 
 
 def test_the_documented_workflow_validates(tmp_path):
-    doc = (ROOT / "docs" / "github.md").read_text()
+    doc = (ROOT / "README.md").read_text().split("## Use it in your repository", 1)[1]
     block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "accuracy.yml"
     path.write_text(block)

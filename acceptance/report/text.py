@@ -37,9 +37,11 @@ def one_line(text: str, limit: Optional[int] = None) -> str:
 
 
 def fmt(x: Optional[float]) -> str:
-    """A number for people: integers as integers, otherwise 3 significant digits (``0.0041``, ``3e-05``).
+    """A number for people, the one style of every report and message.
 
-    ``None`` is an em dash; ``nan``/``inf`` are spelled out.
+    Integers as integers; otherwise 3 significant digits, plain between 1e-2
+    and 1e4 (``0.0625``, ``33.3``) and a compact exponent elsewhere (``4.1e-3``,
+    ``1.23e5``). ``None`` is an em dash; ``nan``/``inf`` are spelled out.
     """
     if x is None:
         return "—"
@@ -53,12 +55,15 @@ def fmt(x: Optional[float]) -> str:
         return "inf" if x > 0 else "-inf"
     if x.is_integer() and abs(x) < 1e15:
         return str(int(x))
-    return f"{x:.3g}"
+    if 1e-2 <= abs(x) < 1e4:
+        return f"{x:.3g}"
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def fmt_value(value: MetricValue) -> str:
     """A metric value: a number, or a tuple such as diff3 ``(m1, m2)`` written ``(a, b)``."""
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "(" + ", ".join(fmt(v) for v in value) + ")"
     return fmt(value)
 
