@@ -98,7 +98,10 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
     res = results_mod.Results(environment=env, summary=results_mod.summarize(case_results), cases=case_results)
-    written = write_reports(res, out_dir)
+    try:
+        written = write_reports(res, out_dir)
+    except OSError as exc:
+        _fail_usage([f"--out {out_dir}: cannot write the results: {exc.strerror or exc}"])
     for line, colour in _console(res):
         click.secho(line, fg=colour)
     weak, m, needed = runner.underpowered(case_results)
@@ -216,8 +219,11 @@ def report(results_files, html_path, junit_path, summary_path, signoff_path, mer
     for path, render in outputs.items():
         if path is None:
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(), encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render(), encoding="utf-8")
+        except OSError as exc:
+            _fail_usage([f"{path}: cannot write: {exc.strerror or exc}"])
         click.echo(f"wrote {path}", err=True)
     if annotations:
         for line in github.annotations(res):

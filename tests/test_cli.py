@@ -93,3 +93,14 @@ def test_mpmath_oracle_through_a_spec(tmp_path):
     rec = next(r for r in case.dual_delta if r.metric == "max_hyb")
     # torch's float32 exp is within ~1 ulp of the true value: |e - exp(x)| / (1 + exp(x)) < 2^-23
     assert 0 < max(rec.delta_impl) < 2.0**-23
+
+
+def test_unwritable_outputs_exit_2_naming_the_path(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    specs = Path(__file__).parent / "runner_specs" / "scaled_matmul.yaml"
+    r = invoke("run", specs, "--out", blocker / "out")
+    assert r.exit_code == 2 and "a_file" in r.output and "Traceback" not in r.output
+    fixture = Path(__file__).parent / "fixtures" / "recorded_run.json"
+    r = invoke("report", fixture, "--html", blocker / "r.html")
+    assert r.exit_code == 2 and "a_file" in r.output
