@@ -152,9 +152,12 @@ def _run_scipy(
     name: str, test: Callable[[], Any], alternative: str = "two-sided", note: Optional[str] = None
 ) -> StatTest:
     """Run ``test()``, a scipy.stats call; degenerate data (scipy's NaN p-value) gives no p-value and a note."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         res = test()
+    said = sorted({str(w.message).split(". ")[0] for w in caught if not issubclass(w.category, RuntimeWarning)})
+    if said:  # scipy's caveats (e.g. a near-zero range) go into the record, not onto stderr
+        note = "; ".join(([note] if note else []) + [f"scipy: {s}" for s in said])
     statistic, p = float(res.statistic), float(res.pvalue)
     if not math.isfinite(p):
         why = "not run: degenerate data (no spread to test)"

@@ -207,3 +207,23 @@ def test_underpowered_dual_delta_is_flagged(tmp_path):
     write_spec(tmp_path, "few", "kernels.py:split_k_matmul", trials=3)
     r = CliRunner().invoke(main, ["run", str(tmp_path), "--out", str(tmp_path / "out")])
     assert "fewer than 6 trials" in r.output  # m = 2 records: 2^-6 < 0.025 <= 2^-5
+
+
+def test_dual_delta_section_of_a_spec(tmp_path):
+    write_spec(tmp_path, "tuned", "kernels.py:split_k_matmul",
+               extra="dual_delta: {metrics: [max_abs, rms], factor: {max_abs: 3.0}, alpha: 0.01, trials: 12}\n")
+    write_spec(tmp_path, "off", "kernels.py:split_k_matmul", extra="dual_delta: {enabled: false}\n")
+    write_spec(tmp_path, "on_for_arithmetic", "kernels.py:split_k_matmul", category="arithmetic",
+               extra="dual_delta: {enabled: true}\nthresholds: {float32: {diff3_2: 1.0}}\n")
+    out = tmp_path / "out"
+    r = run_cli("run", tmp_path, "--out", out)
+    assert r.exit_code == 0, r.output
+    _, by_op = cases_by_operator(out)
+    tuned = by_op["tuned"]
+    assert tuned.trials == 12
+    assert [(d.metric, d.factor, d.alpha, d.trials) for d in tuned.dual_delta] == [
+        ("max_abs", 3.0, 0.01, 12), ("rms", 1.5, 0.01, 12)]
+    sources = {c.metric: c.source for c in tuned.criteria if c.metric.startswith("dual_delta")}
+    assert sources == {"dual_delta max_abs": "spec override", "dual_delta rms": "convolution default"}
+    assert not by_op["off"].dual_delta
+    assert [d.metric for d in by_op["on_for_arithmetic"].dual_delta] == ["max_hyb", "mean_hyb"]
