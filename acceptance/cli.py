@@ -6,6 +6,7 @@ Exit codes: 0 every case passed; 1 a criterion failed or an operator errored;
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -62,8 +63,10 @@ def main() -> None:
 @click.option("--seed", type=int, help="Seed (overrides the specs).")
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
 @click.option("--dtype", "dtypes", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
+@click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _parse_shard(value),
+              help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
-        dtypes: tuple[str, ...]) -> None:
+        dtypes: tuple[str, ...], shard: Optional[tuple[int, int]]) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import runner, spec
 
@@ -78,17 +81,20 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     if seed is not None:
         specs = [dataclasses.replace(s, seed=seed) for s in specs]
     cases = spec.expand(specs, dtypes=list(dtypes) or None, only=only)
+    if shard is not None:
+        k, n = shard
+        cases = cases[k - 1::n]
     if not cases:
-        _fail_usage([f"no case matches (--only {only!r}, --dtype {', '.join(dtypes) or 'any'})"])
+        _fail_usage([f"no case matches (--only {only!r}, --dtype {', '.join(dtypes) or 'any'}"
+                     f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})"])
 
     start = runner.now()
     done: list = []
     interrupted = False
-    with click.progressbar(length=len(cases), label=f"{len(cases)} cases on {dev}", file=sys.stderr,
-                           item_show_func=lambda c: c.id if c else "") as bar:
+    with _progress(len(cases), f"{len(cases)} cases on {dev}") as advance:
         def on_case(case, result) -> None:
             done.append(result)
-            bar.update(1, case)
+            advance(case, result)
 
         try:
             case_results = runner.run(cases, dev, trials=trials, on_case=on_case)
@@ -115,6 +121,41 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
                     err=True)
         sys.exit(EXIT_FAIL)
     sys.exit(res.summary.exit_code)
+
+
+def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
+    if value is None:
+        return None
+    try:
+        k, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not K/N, e.g. 2/4") from None
+    if not 1 <= k <= n:
+        raise click.BadParameter(f"{value!r}: K must be between 1 and N")
+    return k, n
+
+
+@contextlib.contextmanager
+def _progress(total: int, label: str):
+    """A progress bar on a terminal; elsewhere (CI logs) a line every ~5 % and at once for every failure."""
+    if sys.stderr.isatty():
+        with click.progressbar(length=total, label=label, file=sys.stderr,
+                               item_show_func=lambda c: c.id if c else "") as bar:
+            yield lambda case, result: bar.update(1, case)
+        return
+    click.echo(label, err=True)
+    step = max(1, total // 20)
+    count = 0
+
+    def advance(case, result) -> None:
+        nonlocal count
+        count += 1
+        if result.verdict in ("fail", "error"):
+            click.echo(f"[{count:>{len(str(total))}}/{total}] {result.verdict.upper()} {case.id}", err=True)
+        elif count % step == 0 or count == total:
+            click.echo(f"[{count:>{len(str(total))}}/{total}] {case.id}", err=True)
+
+    yield advance
 
 
 def _command_line(ctx: click.Context) -> str:

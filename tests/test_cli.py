@@ -104,3 +104,25 @@ def test_unwritable_outputs_exit_2_naming_the_path(tmp_path):
     fixture = Path(__file__).parent / "fixtures" / "recorded_run.json"
     r = invoke("report", fixture, "--html", blocker / "r.html")
     assert r.exit_code == 2 and "a_file" in r.output
+
+
+def test_shards_partition_the_run_and_merge_to_the_same_numbers(tmp_path):
+    specs = Path(__file__).parent / "mutation_specs"
+    picked = ["--only", "legit_*", "--trials", "6"]
+    assert invoke("run", specs, "--out", tmp_path / "full", *picked).exit_code == 0
+    shards = []
+    for k in (1, 2, 3):
+        out = tmp_path / f"shard{k}"
+        r = invoke("run", specs, "--out", out, "--shard", f"{k}/3", *picked)
+        assert r.exit_code == 0, r.output
+        shards.append(out / "results.json")
+    assert invoke("report", *shards, "--merged", tmp_path / "merged.json").exit_code == 0
+    full = {c.id: c for c in results_mod.load(tmp_path / "full" / "results.json").cases}
+    parts = [[c.id for c in results_mod.load(p).cases] for p in shards]
+    assert sorted(sum(parts, [])) == sorted(full) and all(parts)  # a partition, no shard empty
+    merged = {c.id: c for c in results_mod.load(tmp_path / "merged.json").cases}
+    assert merged.keys() == full.keys()
+    for case_id, case in merged.items():  # same inputs in every shard: the same metrics to the bit
+        assert case.metrics == full[case_id].metrics
+        assert [d.delta_impl for d in case.dual_delta] == [d.delta_impl for d in full[case_id].dual_delta]
+    assert invoke("run", specs, "--shard", "0/3", "--out", tmp_path / "x").exit_code == 2
