@@ -188,28 +188,27 @@ def _abs_error(e: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     err = (e64 - b64).abs()
     matched = (torch.isnan(e64) & torch.isnan(b64)) | (torch.isinf(e64) & (e64 == b64))
     err = torch.where(matched, torch.zeros_like(err), err)
-    return torch.nan_to_num(err, nan=math.inf)
+    return torch.nan_to_num(err, nan=math.inf, posinf=math.inf)
 
 
 def _rel_error(err: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|e - b| / |b| with 0/0 = 0 and x/0 = inf."""
+    """|e - b| / |b| with 0/0 = 0, x/0 = inf, and inf where the error is inf (a NaN/Inf mismatch)."""
     babs = b.to(device=err.device, dtype=torch.float64).abs()
-    rel = err / babs
+    rel = torch.nan_to_num(err / babs, nan=math.inf, posinf=math.inf)
     return torch.where(err == 0, torch.zeros_like(rel), rel)
 
 
 def _buckets(rel: torch.Tensor) -> dict[str, int]:
-    counts = {"=0": int((rel == 0).sum())}
-    lower = 0.0
-    for label, upper in REL_ERROR_BUCKETS:
-        counts[label] = int(((rel > lower) & (rel < upper)).sum()) if lower == 0 else int(((rel >= lower) & (rel < upper)).sum())
-        lower = upper
-    counts[">1"] = int((rel >= 1.0).sum())
-    return counts
+    """Counts of relative errors: exactly 0, then [0, 1e-6), [1e-6, 1e-5), ..., [0.1, 1), and >= 1 (labelled '>1')."""
+    edges = torch.tensor([upper for _, upper in REL_ERROR_BUCKETS], dtype=torch.float64, device=rel.device)
+    nonzero = rel[rel != 0]
+    counts = torch.bincount(torch.bucketize(nonzero, edges, right=True), minlength=len(edges) + 1).tolist()
+    labels = [label for label, _ in REL_ERROR_BUCKETS] + [">1"]
+    return {"=0": int(rel.numel() - nonzero.numel()), **dict(zip(labels, counts))}
 
 
 def _locate(bad: torch.Tensor) -> Optional[str]:
-    """Where the bad elements sit, in words: one row, one column, the tail of the last dim, the border."""
+    """Where the bad elements sit, in words: one row, one column, the tail of the last dim, everywhere."""
     if bad.dim() == 0 or not bool(bad.any()):
         return None
     idx = bad.nonzero()

@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -90,7 +91,7 @@ def test_nan_output_fails_on_placement(tmp_path):
     failed = {c.metric for c in case.criteria if c.passed is False}
     assert "nan_mismatch" in failed
     assert any("NaN placement differs from the baseline at 1 positions" in x for x in case.reasons)
-    assert case.worst.index == [0, 0]
+    assert case.worst.index == [0, 0] and case.worst.abs_error == float("inf")  # never a large finite stand-in
 
 
 def test_seed_determinism(tmp_path):
@@ -227,3 +228,28 @@ def test_dual_delta_section_of_a_spec(tmp_path):
     assert sources == {"dual_delta max_abs": "spec override", "dual_delta rms": "convolution default"}
     assert not by_op["off"].dual_delta
     assert [d.metric for d in by_op["on_for_arithmetic"].dual_delta] == ["max_hyb", "mean_hyb"]
+
+
+def test_relative_error_buckets_against_numpy():
+    from acceptance.runner import REL_ERROR_BUCKETS, _abs_error, _buckets, _rel_error
+
+    rng = np.random.default_rng(4)
+    b = rng.uniform(-1, 1, 5000)
+    e = b * (1 + 10.0 ** rng.uniform(-8, 1, 5000) * rng.choice([-1, 1], 5000))
+    e[:50] = b[:50]  # exact
+    b[50:60], e[50:55] = 0.0, 0.0  # 0/0 -> 0 (5 of them), x/0 -> inf (5)
+    e[60], b[61], e[62], b[62] = np.nan, np.inf, np.inf, np.inf  # mismatches -> >1; matched inf -> 0
+    rel = _rel_error(_abs_error(torch.from_numpy(e), torch.from_numpy(b)), torch.from_numpy(b))
+    got = _buckets(rel)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want_rel = np.abs(e - b) / np.abs(b)
+    want_rel[np.isnan(want_rel)] = np.inf
+    want_rel[(e == b) | (np.isinf(e) & (e == b))] = 0.0
+    edges = [0.0] + [u for _, u in REL_ERROR_BUCKETS] + [np.inf]
+    nz = want_rel[want_rel != 0]
+    want = {"=0": int((want_rel == 0).sum())}
+    for label, lo, hi in zip([x for x, _ in REL_ERROR_BUCKETS], edges[:-2], edges[1:-1]):
+        want[label] = int(((nz >= lo) & (nz < hi)).sum())
+    want[">1"] = int((nz >= 1.0).sum())
+    assert got == want
+    assert sum(got.values()) == 5000 and got["=0"] == 50 + 5 + 1
