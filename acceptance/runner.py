@@ -175,10 +175,6 @@ def _check_like(impl: tuple[torch.Tensor, ...], base: tuple[torch.Tensor, ...]) 
             raise CaseError(f"impl output {i} has dtype {e.dtype}, the baseline {b.dtype}")
 
 
-def _float64(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [t.double() if t.is_floating_point() else t for t in tensors]
-
-
 # ----------------------------------------------------------------------------- per-element diagnostics
 
 
@@ -309,7 +305,7 @@ def _dual_delta_settings(case: Case) -> Optional[dict[str, Any]]:
         return None
     metric_names = list(section.get("metrics") or stats.DEFAULT_METRICS)
     factor = section.get("factor")
-    factors = {m: (factor.get(m) if isinstance(factor, dict) else factor) or stats.DEFAULT_FACTORS.get(m, 2.0)
+    factors = {m: (factor.get(m) if isinstance(factor, dict) else factor) or stats.default_factor(m)
                for m in metric_names}
     return {
         "metrics": metric_names,
@@ -374,7 +370,7 @@ def run_case(case: Case, device: torch.device, *, trials: Optional[int] = None) 
             oracle_out = None
             if dd or use_diff4:
                 t0 = time.perf_counter()
-                oracle_out = _call(fns.oracle, "oracle", _float64(inputs), case.params)
+                oracle_out = _call(fns.oracle, "oracle", list(oracle_mod.float64_inputs(inputs)), case.params)
                 timing.oracle += time.perf_counter() - t0
                 if len(oracle_out) != len(base_out):
                     raise CaseError(f"oracle returned {len(oracle_out)} outputs, the baseline {len(base_out)}")
