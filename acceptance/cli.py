@@ -291,7 +291,7 @@ def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: 
     except ValueError as exc:
         _fail_usage([f"error: {exc}"])
     if as_json:
-        click.echo(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=1))
+        click.echo(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=1, allow_nan=False))
         return
     width = max(len(k) for k in values)
     for name, value in values.items():
@@ -301,8 +301,4 @@ def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: 
 def _jsonable(value):
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
-    if isinstance(value, float) and value != value:
-        return "nan"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    return value
+    return results_mod.json_float(value)

@@ -29,7 +29,8 @@ Verdict = Literal["pass", "fail", "error", "skip"]
 VERDICT_ORDER: dict[str, int] = {"fail": 0, "error": 1, "skip": 2, "pass": 3}
 
 
-def _float_out(x: float) -> Union[float, str]:
+def json_float(x: float) -> Union[float, str]:
+    """``inf``, ``-inf`` and ``nan`` as the strings strict JSON can hold; other values unchanged."""
     if isinstance(x, float) and not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
@@ -42,7 +43,7 @@ def _float_in(x: Any) -> Any:
 
 
 #: A float that survives JSON even when it is ``inf`` or ``nan``.
-JFloat = Annotated[float, BeforeValidator(_float_in), PlainSerializer(_float_out)]
+JFloat = Annotated[float, BeforeValidator(_float_in), PlainSerializer(json_float)]
 
 #: One metric value: a float, or a tuple of floats for ``diff3`` (m1, m2) and
 #: ``diff4`` (p1, p2, n).

@@ -322,7 +322,7 @@ def run_case(case: Case, device: torch.device, *, trials: Optional[int] = None) 
     n_trials = trials or (dd and dd["trials"]) or spec.trials
     base = dict(
         id=case.id, operator=spec.name, category=spec.category, spec_file=str(spec.path), dtype=case.dtype,
-        params={**case.symbols, **({"params": case.case_params} if getattr(case, "case_params", None) else {})},
+        params={**case.symbols, **({"params": case.case_params} if case.case_params else {})},
         trials=n_trials, seed=spec.seed,
     )
     timing = Timing()
@@ -397,12 +397,10 @@ def run_case(case: Case, device: torch.device, *, trials: Optional[int] = None) 
         return CaseResult(**base, verdict="error", reasons=[message], error=message, timing=timing)
 
     worst_metrics = [acc.metrics_record() for acc in accs]
-    criteria = verdict.evaluate([{k: v for k, v in m.items() if k != "diff4"} for m in worst_metrics],
-                                thresholds, case.dtype, spec.category)
+    criteria = verdict.evaluate([{k: v for k, v in m.items() if k != "diff4"} for m in worst_metrics], thresholds)
     if use_diff4:
         for out, acc in enumerate(accs):
-            criteria.append(verdict.diff4_criterion(out, acc.above, acc.below, acc.base_above, acc.base_below,
-                                                    baseline_checked=True))
+            criteria.append(verdict.diff4_criterion(out, acc.above, acc.below, acc.base_above, acc.base_below))
     records: list[DualDeltaRecord] = []
     if dd:
         for out, acc in enumerate(accs):
@@ -423,7 +421,7 @@ def run_case(case: Case, device: torch.device, *, trials: Optional[int] = None) 
         **base, verdict="pass", reasons=[], criteria=criteria, metrics=worst_metrics, worst=worst,
         bad_fraction=bad.bad_fraction if bad else None, bad_location=bad.bad_where if bad else None,
         tolerance_to_pass=verdict.tolerance_to_pass(criteria), rel_error_buckets=buckets,
-        atomic_spread=atomic_spread, dual_delta=records, timing=timing, waiver=getattr(case, "waiver", None),
+        atomic_spread=atomic_spread, dual_delta=records, timing=timing, waiver=case.waiver,
     )
     return conclude(result)
 
@@ -438,7 +436,7 @@ def conclude(result: CaseResult) -> CaseResult:
     if result.error is not None:
         return result
     criteria = [c for c in result.criteria if not c.metric.startswith(DUAL_DELTA_PREFIX)]
-    reasons = [verdict.describe_failure(c, result.dtype, result.category) for c in criteria if c.passed is False]
+    reasons = [verdict.describe_failure(c) for c in criteria if c.passed is False]
     criteria += [_dual_delta_criterion(rec, result.category) for rec in result.dual_delta]
     reasons += [f"dual-delta {rec.metric}{f' [output {rec.output}]' if rec.output else ''}: {r}"
                 for rec in result.dual_delta if not rec.passed for r in (rec.reasons or [rec.conclusion])]

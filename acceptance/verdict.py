@@ -69,14 +69,6 @@ _SCALE_FROM = {
     "float64": "float32",
 }
 
-#: Metrics that criteria may name, with their comparison. diff3 is (m1, m2).
-THRESHOLD_COMPARISON: dict[str, str] = {
-    "diff1": "<=", "diff2": "<=", "diff3_1": "<=", "diff3_2": "<=", "diff3": "<=",
-    "mse": "<=", "nmse": "<=", "rms": "<=", "max_abs": "<=", "mean_abs": "<=",
-    "max_rel": "<=", "max_rel_floor": "<=", "max_ulp": "<=", "mean_ulp": "<=",
-    "max_hyb": "<=", "mean_hyb": "<=", "normwise_rel": "<=",
-}
-
 DIFF4_MIN_POINTS = 100
 
 
@@ -138,9 +130,7 @@ def _holds(value: Any, threshold: Any, comparison: str) -> bool:
     return value <= threshold
 
 
-def evaluate(
-    worst: list[dict[str, Any]], thresholds: Iterable[Threshold], dtype: str, category: str
-) -> list[Criterion]:
+def evaluate(worst: list[dict[str, Any]], thresholds: Iterable[Threshold]) -> list[Criterion]:
     """Compare each output's worst-over-trials metrics with every threshold, plus NaN/Inf placement."""
     criteria: list[Criterion] = []
     for out, metrics in enumerate(worst):
@@ -164,8 +154,7 @@ def evaluate(
     return criteria
 
 
-def diff4_criterion(out: int, above: int, below: int, base_above: int, base_below: int,
-                    baseline_checked: bool) -> Criterion:
+def diff4_criterion(out: int, above: int, below: int, base_above: int, base_below: int) -> Criterion:
     """MLU-OPS's diff4 rule over counts summed across trials.
 
     ``above``/``below``: impl-vs-baseline points with e > b / e < b;
@@ -178,7 +167,7 @@ def diff4_criterion(out: int, above: int, below: int, base_above: int, base_belo
     if n < DIFF4_MIN_POINTS:
         return Criterion(**crit, passed=None, note=f"not evaluated: n = {n} unequal points < {DIFF4_MIN_POINTS}")
     base_n = base_above + base_below
-    if baseline_checked and base_n >= DIFF4_MIN_POINTS and (base_above == 0 or base_below == 0):
+    if base_n >= DIFF4_MIN_POINTS and (base_above == 0 or base_below == 0):
         return Criterion(**crit, passed=None,
                          note="skipped: the baseline's own diff4 against the oracle is one-sided")
     one_sided = above == 0 or below == 0
@@ -186,7 +175,7 @@ def diff4_criterion(out: int, above: int, below: int, base_above: int, base_belo
                      note=("every unequal point lies on one side (systematic bias)" if one_sided else None))
 
 
-def describe_failure(c: Criterion, dtype: str, category: str) -> str:
+def describe_failure(c: Criterion) -> str:
     """One reason in words, e.g. ``diff1 4.1e-3 > 3e-3 (float16 convolution default)``."""
     where = f" [output {c.output}]" if c.output else ""
     if c.metric == "diff4":

@@ -61,7 +61,7 @@ def test_evaluate_boundaries_and_nan():
         {"diff1": 3e-3, "diff2": math.nextafter(3e-3, 1.0), "nan_mismatch": 0.0, "inf_mismatch": 0.0},
         {"diff1": math.nan, "diff2": 0.0, "nan_mismatch": 2.0, "inf_mismatch": 0.0},
     ]
-    crit = {(c.output, c.metric): c for c in verdict.evaluate(worst, ths, "float32", "reduction")}
+    crit = {(c.output, c.metric): c for c in verdict.evaluate(worst, ths)}
     assert crit[(0, "diff1")].passed is True  # equal to the threshold passes
     assert crit[(0, "diff2")].passed is False  # one double above fails
     assert crit[(1, "diff1")].passed is False  # NaN never passes
@@ -72,9 +72,9 @@ def test_evaluate_boundaries_and_nan():
 def test_evaluate_diff3_pair():
     ths = verdict.thresholds_for("activation", "float16", {"diff3": [1e-3, 1e-4]})
     worst = [{"diff1": 0, "diff2": 0, "diff3": (5e-4, 2e-4), "nan_mismatch": 0, "inf_mismatch": 0}]
-    c = next(c for c in verdict.evaluate(worst, ths, "float16", "activation") if c.metric == "diff3")
+    c = next(c for c in verdict.evaluate(worst, ths) if c.metric == "diff3")
     assert c.passed is False  # m2 = 2e-4 > 1e-4
-    assert "diff3 (5e-4, 2e-4) > (1e-3, 1e-4)" in verdict.describe_failure(c, "float16", "activation")
+    assert "diff3 (5e-4, 2e-4) > (1e-3, 1e-4)" in verdict.describe_failure(c)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_evaluate_diff3_pair():
     ],
 )
 def test_diff4_rule(above, below, base_above, base_below, expected):
-    c = verdict.diff4_criterion(0, above, below, base_above, base_below, baseline_checked=True)
+    c = verdict.diff4_criterion(0, above, below, base_above, base_below)
     assert c.passed is expected
     n = above + below
     assert c.value == [above / n, below / n, float(n)]
@@ -98,12 +98,12 @@ def test_diff4_rule(above, below, base_above, base_below, expected):
 def test_failure_words():
     c = Criterion(metric="diff1", value=4.1e-3, threshold=3e-3, comparison="<=", passed=False,
                   source="float16 convolution default")
-    assert verdict.describe_failure(c, "float16", "convolution") == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
+    assert verdict.describe_failure(c) == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
     c = Criterion(metric="diff3_2", output=1, value=0.5, threshold=0.0, comparison="==", passed=False,
                   source="arithmetic default (bit exact)")
-    assert verdict.describe_failure(c, "float32", "arithmetic") == "diff3_2 [output 1] 0.5 != 0 (arithmetic default (bit exact))"
+    assert verdict.describe_failure(c) == "diff3_2 [output 1] 0.5 != 0 (arithmetic default (bit exact))"
     c = Criterion(metric="nan_mismatch", value=3.0, threshold=0.0, comparison="==", passed=False)
-    assert "NaN placement differs from the baseline at 3 positions" in verdict.describe_failure(c, "float16", "x")
+    assert "NaN placement differs from the baseline at 3 positions" in verdict.describe_failure(c)
 
 
 def test_tolerance_to_pass_is_the_worst_value():
