@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from acceptance import dtypes
 from acceptance import metrics as M
+from acceptance.metrics import device, host
+from acceptance.metrics.operands import blocks
+from acceptance.metrics.registry import finalize
 
 # (precision p incl. the implicit bit, emin) of the formats, from IEEE 754 / the OCP FP8 spec.
 FORMATS = {
@@ -22,8 +26,8 @@ FORMATS = {
 }
 THRESHOLD = {"float64": 1e-15, "float32": 1e-6, "bfloat16": 1e-3, "float16": 1e-4,
              "float8_e4m3fn": 1e-2, "float8_e5m2": 1e-2}
-SUMMED = ("diff1", "diff2", "mse", "nmse", "rms", "mean_abs", "mean_ulp", "mean_hyb", "normwise_rel")
-ERRORS = tuple(m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch"))
+SUMMED = ("diff1", "diff2", "mse", "nmse", "rms", "mean_abs", "mean_ulp", "mean_hyb", "normwise_rel", "snr_db")
+ERRORS = tuple(m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch", "snr_db"))
 
 
 # ----------------------------------------------------------------------------- the reference
@@ -34,6 +38,13 @@ def spacing(m: np.ndarray, p: int, emin: int) -> np.ndarray:
     _, exp = np.frexp(m)  # m = f·2^exp, 0.5 ≤ f < 1, so floor(log2 m) = exp − 1
     e = np.where(m > 0, exp - 1, emin)
     return np.ldexp(1.0, np.maximum(e, emin) - (p - 1))
+
+
+def snr_db(signal: float, noise: float) -> float:
+    """10·log10(signal / noise) in dB, +inf for a zero noise and -inf for a zero signal with noise."""
+    if noise == 0:
+        return math.inf
+    return -math.inf if signal == 0 else 10 * math.log10(signal / noise)
 
 
 def reference(e, b, dtype: str) -> dict:
@@ -83,14 +94,18 @@ def reference(e, b, dtype: str) -> dict:
         "max_hyb": mx(d / (1 + np.abs(y))),
         "mean_hyb": mean(d / (1 + np.abs(y))),
         "normwise_rel": ratio(np.linalg.norm(d), np.linalg.norm(y)),
+        "snr_db": snr_db(np.sum(y ** 2), np.sum(d ** 2)),
         "nan_mismatch": nan_mm,
         "inf_mismatch": inf_mm,
         "n": n,
         "special_matched": special,
+        "above": gt,
+        "below": lt,
     }
     if nan_mm or inf_mm:
         for k in ERRORS:
             out[k] = (math.inf, math.inf) if k == "diff3" else math.inf
+        out["snr_db"] = -math.inf
     return out
 
 
@@ -143,7 +158,7 @@ def test_every_metric_matches_the_float64_formulas(dtype, backend, shape):
     assert want["n"] == math.prod(shape) and 0 < want["max_ulp"] < math.inf and 0 < want["max_rel"] < math.inf
     assert_matches(M.compute(e, b), want)
     te, tb = torch.as_tensor(e), torch.as_tensor(b)
-    assert_matches(M._finalize(M._compute_torch(te, tb, M._format(dtype), block=97), M.METRICS), want)
+    assert_matches(finalize(device.reduce(te, tb, dtypes.lookup(dtype), block=97), M.METRICS), want)
 
 
 NUMPY_VIEWS = {
@@ -168,10 +183,10 @@ def test_non_contiguous_inputs_pair_the_right_elements(layout, backend):
         ve, vb = TORCH_VIEWS[layout](torch.from_numpy(e)), TORCH_VIEWS[layout](torch.from_numpy(b))
     else:
         ve, vb = NUMPY_VIEWS[layout](e), NUMPY_VIEWS[layout](b)
-    fmt = M._format("float32")
+    fmt = dtypes.lookup("float32")
     assert_matches(M.compute(ve, vb), want)
-    assert_matches(M._finalize(M._compute_host(ve, vb, fmt, block=7), M.METRICS), want)
-    assert_matches(M._finalize(M._compute_torch(ve, vb, fmt, block=11), M.METRICS), want)
+    assert_matches(finalize(host.reduce(ve, vb, fmt, block=7), M.METRICS), want)
+    assert_matches(finalize(device.reduce(ve, vb, fmt, block=11), M.METRICS), want)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float8_e4m3fn", "int16", "bool"])
@@ -185,7 +200,7 @@ def test_non_contiguous_narrow_dtypes(dtype):
     want = reference(te.double(), tb.double(), dtype)
     assert want["n"] == 300 and want["max_abs"] > 0
     assert_matches(M.compute(te, tb), want)
-    assert_matches(M._finalize(M._compute_host(te, tb, M._format(dtype), block=16), M.METRICS), want)
+    assert_matches(finalize(host.reduce(te, tb, dtypes.lookup(dtype), block=16), M.METRICS), want)
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (5,), (4, 0, 3), (3, 10), (2, 3, 7), (1, 1, 50)])
@@ -195,7 +210,7 @@ def test_blocks_cut_any_layout_alike_in_c_order(shape, block):
     layouts = [a, np.asfortranarray(a), np.flip(a), torch.from_numpy(a.copy())]
     cuts = []
     for x in layouts:
-        pieces = [np.asarray(p).reshape(-1) for p in M._blocks(x, block)]
+        pieces = [np.asarray(p).reshape(-1) for p in blocks(x, block)]
         assert all(0 < p.size <= block for p in pieces)
         joined = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
         np.testing.assert_array_equal(joined, np.asarray(x).reshape(-1))
@@ -218,7 +233,7 @@ def test_mixed_input_dtypes_compare_exact_values(e_dtype, b_dtype, dtype):
     tb = torch.from_numpy(b * 100).to(getattr(torch, b_dtype))
     want = reference(te.double(), tb.double(), dtype)
     assert_matches(M.compute(te, tb, dtype=dtype), want)
-    assert_matches(M._finalize(M._compute_torch(te, tb, M._format(dtype)), M.METRICS), want)
+    assert_matches(finalize(device.reduce(te, tb, dtypes.lookup(dtype)), M.METRICS), want)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "int64", "uint32", "bool"])
@@ -234,14 +249,14 @@ def test_integer_and_bool_inputs_measure_ulp_as_the_absolute_difference(dtype):
     assert got["max_ulp"] == got["max_abs"] == float(np.max(np.abs(e.astype(np.float64) - b)))
     tb = torch.from_numpy(b)
     assert_matches(M.compute(torch.from_numpy(e), tb), want)
-    assert_matches(M._finalize(M._compute_torch(torch.from_numpy(e), tb, M._format(dtype)), M.METRICS), want)
+    assert_matches(finalize(device.reduce(torch.from_numpy(e), tb, dtypes.lookup(dtype)), M.METRICS), want)
 
 
 @numba.njit
 def _decode_all(bits, code):
     out = np.empty(bits.shape[0])
     for i in range(bits.shape[0]):
-        out[i] = M._load(bits, i, code)
+        out[i] = host._load(bits, i, code)
     return out
 
 
@@ -249,8 +264,8 @@ def test_the_kernel_decodes_every_16_bit_pattern_exactly():
     bits = np.arange(1 << 16, dtype=np.uint16)
     want16 = bits.view(np.float16).astype(np.float64)
     want_bf16 = torch.from_numpy(bits.view(np.int16).copy()).view(torch.bfloat16).double().numpy()
-    np.testing.assert_array_equal(_decode_all(bits, M._BITS16["float16"]), want16)
-    np.testing.assert_array_equal(_decode_all(bits, M._BITS16["bfloat16"]), want_bf16)
+    np.testing.assert_array_equal(_decode_all(bits, host._BITS16["float16"]), want16)
+    np.testing.assert_array_equal(_decode_all(bits, host._BITS16["bfloat16"]), want_bf16)
     numbers = ~np.isnan(want16)
     np.testing.assert_array_equal(np.signbit(_decode_all(bits, 1)[numbers]), np.signbit(want16[numbers]))
 
@@ -271,7 +286,7 @@ def test_every_float16_and_bfloat16_bit_pattern_through_compute():
 
 
 def test_more_elements_than_one_host_piece():
-    e, b = sample(5, (M.HOST_BLOCK + 1234,))
+    e, b = sample(5, (host.HOST_BLOCK + 1234,))
     e, b = e.astype(np.float32), b.astype(np.float32)
     assert_matches(M.compute(e, b), reference(e, b, "float32"))
     e16, b16 = e.astype(np.float16), b.astype(np.float16)

@@ -9,16 +9,20 @@ import numpy as np
 import pytest
 import torch
 
+from acceptance import dtypes
 from acceptance import metrics as M
+from acceptance.metrics import device, host
+from acceptance.metrics.operands import blocks
+from acceptance.metrics.registry import finalize
 
 INF, NAN = math.inf, math.nan
-ERRORS = [m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch")]
+ERRORS = [m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch", "snr_db")]
 
 
 def both_paths(e, b, **kw) -> list[dict]:
     """compute() and the torch reduction on CPU, which must agree."""
-    fmt = M._format(M._dtype_name(kw.get("dtype") or torch.as_tensor(e).dtype))
-    return [M.compute(e, b, **kw), M._finalize(M._compute_torch(torch.as_tensor(e), torch.as_tensor(b), fmt),
+    fmt = dtypes.lookup((kw.get("dtype") or torch.as_tensor(e).dtype))
+    return [M.compute(e, b, **kw), finalize(device.reduce(torch.as_tensor(e), torch.as_tensor(b), fmt),
                                                M.METRICS)]
 
 
@@ -43,6 +47,7 @@ def test_small_example_every_metric_by_hand():
         assert got["max_hyb"] == 1 / 3  # 1/(1+2) beats .5/3.5 and 1/4
         assert got["mean_hyb"] == pytest.approx((0 + 0.5 / 3.5 + 1 / 4 + 1 / 3) / 4, rel=1e-15)
         assert got["normwise_rel"] == pytest.approx(1.5 / 4.5, rel=1e-15)
+        assert got["snr_db"] == pytest.approx(10 * math.log10(20.25 / 2.25), rel=1e-15)  # 10·log10(9) dB
         # float32 spacing: at 2 (b=2.5 vs e=2) 2^-22 → .5·2^22; at 3 → 2^-22 → 2^22; at 1 → 2^-23 → 2^23
         assert got["max_ulp"] == 2.0 ** 23
         assert got["mean_ulp"] == (0 + 2.0 ** 21 + 2.0 ** 22 + 2.0 ** 23) / 4
@@ -75,11 +80,11 @@ def test_diff3_splits_at_the_threshold(dtype, th):
     m1 = float(abs(npd.type(1.5 * above) - above)) / float(above)
     for got in both_paths(e, b):
         assert got["diff3"] == (m1, float(below))
-        assert M.DIFF3_THRESHOLD[dtype] == th
+        assert dtypes.lookup(dtype).diff3_threshold == th
 
 
 def test_diff3_threshold_table_is_reasoned_from_unit_roundoff():
-    th = M.DIFF3_THRESHOLD
+    th = {name: row.diff3_threshold for name, row in dtypes.TABLE.items()}
     assert (th["float32"], th["float16"]) == (1e-6, 1e-4)  # MLU-OPS
     # the others: the MLU-OPS value of the nearest given dtype scaled by the unit roundoff ratio,
     # rounded to the nearest power of ten
@@ -192,6 +197,7 @@ def test_nan_and_inf_placements():
         assert got["diff4"] == (1 / 3, 2 / 3, 3)  # +Inf > -Inf; 1 < Inf; 2 < 2.5; NaNs have no direction
         for name in ERRORS:
             assert got[name] == ((INF, INF) if name == "diff3" else INF), name
+        assert got["snr_db"] == -INF  # a score: the worst is -inf
 
 
 @pytest.mark.parametrize(("e", "b", "nan_mm", "inf_mm"), [
@@ -206,6 +212,7 @@ def test_any_single_mismatch_makes_every_error_infinite(e, b, nan_mm, inf_mm):
     for got in both_paths(np.array(e + [1.0, 2.0]), np.array(b + [1.0, 2.5])):
         assert (got["nan_mismatch"], got["inf_mismatch"], got["n"]) == (nan_mm, inf_mm, 2)
         assert all(got[m] == ((INF, INF) if m == "diff3" else INF) for m in ERRORS)
+        assert got["snr_db"] == -INF
 
 
 def test_matched_specials_are_left_out_of_the_numbers():
@@ -222,6 +229,7 @@ def test_zero_baseline():
     z = np.zeros(3, dtype=np.float32)
     for got in both_paths(z, z):
         assert all(got[m] == ((0.0, 0.0) if m == "diff3" else 0.0) for m in ERRORS)
+        assert got["snr_db"] == INF  # no error at all
     e = np.array([0.0, 1e-3, 0.0], dtype=np.float32)
     d = float(np.float32(1e-3))
     for got in both_paths(e, z):
@@ -231,6 +239,7 @@ def test_zero_baseline():
         assert got["max_rel_floor"] == 0.0  # no |b| above the floor
         assert got["rms"] == pytest.approx(d / (math.sqrt(3) * d), rel=1e-15)
         assert got["mse"] == d * d / 3 and got["max_hyb"] == d
+        assert got["snr_db"] == -INF  # no signal, some noise
 
 
 def test_per_element_relative_error_with_zero_baseline():
@@ -249,7 +258,7 @@ def test_empty_inputs_give_zeros_without_warnings(shape, backend):
         warnings.simplefilter("error")
         for got in both_paths(e, e):
             assert all(got[m] == ((0.0, 0.0) if m == "diff3" else 0.0) for m in ERRORS)
-            assert got["diff4"] == (0.0, 0.0, 0)
+            assert got["diff4"] == (0.0, 0.0, 0) and got["snr_db"] == INF
             assert (got["n"], got["special_matched"], got["nan_mismatch"], got["inf_mismatch"]) == (0, 0, 0, 0)
 
 
@@ -260,6 +269,7 @@ def test_all_special_matched_is_like_empty():
         got = M.compute(e, e.copy())
     assert (got["n"], got["special_matched"]) == (0, 2)
     assert all(got[m] == ((0.0, 0.0) if m == "diff3" else 0.0) for m in ERRORS)
+    assert got["snr_db"] == INF
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
@@ -294,9 +304,11 @@ def test_float64_overflow_gives_inf_never_nan_nor_warnings():
 
 def test_names_select_metrics_and_counts_always_come_back():
     e, b = np.array([1.0, 2.0]), np.array([1.0, 3.0])
-    assert list(M.compute(e, b, names=["max_abs", "diff4"])) == ["diff4", "max_abs", "n", "special_matched"]
-    assert list(M.compute(e, b, names="mse")) == ["mse", "n", "special_matched"]
-    assert list(M.compute(e, b)) == list(M.METRICS) + ["n", "special_matched"]
+    counts = ["n", "special_matched", "above", "below"]
+    assert list(M.compute(e, b, names=["max_abs", "diff4"])) == ["diff4", "max_abs", *counts]
+    assert list(M.compute(e, b, names="mse")) == ["mse", *counts]
+    assert list(M.compute(e, b)) == list(M.METRICS) + counts
+    assert M.compute(e, b, names=[])["below"] == 1
 
 
 @pytest.mark.parametrize("spelling", ["float16", "half", "torch.float16", torch.float16, np.float16,
@@ -342,7 +354,7 @@ def test_default_dtype_is_the_evaluated_ones():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_cuda_tensors_are_reduced_on_the_device_and_agree_with_the_host(dtype):
     rng = np.random.default_rng(2)
-    rows = M.DEVICE_BLOCK // 2 + 3  # 5 rows of it: more than two device pieces
+    rows = device.DEVICE_BLOCK // 2 + 3  # 5 rows of it: more than two device pieces
     b = torch.from_numpy(rng.standard_normal((5, rows))).to(dtype)
     e = (b.double() * (1 + 1e-2 * torch.from_numpy(rng.standard_normal((5, rows))))).to(dtype)
     e[:, ::1000] = math.nan

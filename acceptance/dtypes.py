@@ -1,0 +1,212 @@
+"""The dtype table: every fact the package knows about a number format, in one place.
+
+Inputs, oracles, metrics, specs, criteria and reports read these rows; a new
+format (e.g. a block-quantized one) is one more row.
+
+For a binary floating-point format with precision ``p`` (significand bits
+including the implicit one) and minimum normal exponent ``emin``:
+
+- unit roundoff ``u = 2^-p`` (half the spacing of the numbers in [1, 2));
+- smallest normal ``2^emin``; smallest subnormal ``2^(emin - p + 1)``;
+- spacing of the numbers around ``x`` (one ulp):
+  ``2^(max(floor(log2 |x|), emin) - p + 1)``.
+
+Integer and bool formats are exact: ``p = 1``, spacing 1.
+
+``diff3_threshold`` is MLU-OPS's ``th`` of diff3 (float32 1e-6 and float16
+1e-4 are theirs; the others scale the nearest of those two by the ratio of
+unit roundoffs and round to a power of ten: bfloat16 1e-4·2^-8/2^-11 = 8e-4 →
+1e-3; float8 e4m3 1.3e-2 → 1e-2, e5m2 2.6e-2 → 1e-2; float64 1.9e-15 →
+1e-15; integers 0). ``mlu_scale_from`` names the dtype of MLU-OPS's category
+table whose thresholds a dtype the table does not name is scaled from (by the
+ratio of unit roundoffs).
+
+Exact rounding (:func:`round_to`) is here too: torch's own float64 →
+float16/bfloat16 cast goes through float32 and can round twice
+(1 + 2^-11 + 2^-40 becomes 1.0 instead of 1 + 2^-10), so values are rounded
+once, here, and the torch cast then only copies exactly representable values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class DType:
+    """One number format.
+
+    ``kind``: ``float`` (IEEE-like binary floating point), ``int`` or ``bool``.
+    ``test``: a spec may list it under ``dtypes`` (the impl runs in it).
+    ``input``: a spec input may declare it as a fixed dtype (indices, masks).
+    ``has_inf``: overflow gives ±inf (else it saturates or gives NaN, see :func:`round_to`).
+    """
+
+    name: str
+    kind: Literal["float", "int", "bool"]
+    bits: int
+    precision: int
+    emin: int
+    max: float
+    has_inf: bool
+    diff3_threshold: float
+    mlu_scale_from: Optional[str] = None
+    test: bool = False
+    input: bool = False
+
+    @property
+    def torch(self) -> Optional[torch.dtype]:
+        """The torch dtype, or ``None`` where this torch build lacks it."""
+        return getattr(torch, self.name, None)
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def unit_roundoff(self) -> float:
+        """u = 2^-p (0 for exact integer formats)."""
+        return 2.0 ** -self.precision if self.is_float else 0.0
+
+    @property
+    def smallest_normal(self) -> float:
+        """2^emin (1 for integers)."""
+        return 2.0 ** self.emin if self.is_float else 1.0
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """2^(emin - p + 1) (1 for integers)."""
+        return 2.0 ** (self.emin - self.precision + 1) if self.is_float else 1.0
+
+
+def _float(name: str, bits: int, p: int, emin: int, largest: float, has_inf: bool, th: float,
+           scale_from: Optional[str] = None, test: bool = False) -> DType:
+    return DType(name, "float", bits, p, emin, largest, has_inf, th, scale_from, test=test)
+
+
+def _int(name: str, bits: int, signed: bool) -> DType:
+    largest = float(2 ** (bits - 1) - 1 if signed else 2**bits - 1)
+    return DType(name, "int", bits, 1, 0, largest, False, 0.0, input=name in INPUT_NAMES)
+
+
+#: Fixed input dtypes a spec input may declare (float inputs follow the test dtype).
+INPUT_NAMES = ("int64", "int32", "int16", "int8", "uint8", "bool")
+
+#: The table, in the order messages list the names.
+TABLE: dict[str, DType] = {
+    d.name: d
+    for d in (
+        _float("float16", 16, 11, -14, 65504.0, True, 1e-4, test=True),
+        _float("bfloat16", 16, 8, -126, float(torch.finfo(torch.bfloat16).max), True, 1e-3, "float16", test=True),
+        _float("float32", 32, 24, -126, float(np.finfo(np.float32).max), True, 1e-6, test=True),
+        _float("float64", 64, 53, -1022, float(np.finfo(np.float64).max), True, 1e-15, "float32", test=True),
+        _float("float8_e4m3fn", 8, 4, -6, 448.0, False, 1e-2, "float16", test=True),
+        _float("float8_e5m2", 8, 3, -14, 57344.0, True, 1e-2, "float16", test=True),
+        _float("float8_e4m3fnuz", 8, 4, -7, 240.0, False, 1e-2, "float16"),
+        _float("float8_e5m2fnuz", 8, 3, -15, 57344.0, False, 1e-2, "float16"),
+        _int("int64", 64, True),
+        _int("int32", 32, True),
+        _int("int16", 16, True),
+        _int("int8", 8, True),
+        _int("uint64", 64, False),
+        _int("uint32", 32, False),
+        _int("uint16", 16, False),
+        _int("uint8", 8, False),
+        DType("bool", "bool", 1, 1, 0, 1.0, False, 0.0, input=True),
+    )
+}
+
+#: Names a spec may test in, present in this torch build.
+TEST_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.test and d.torch is not None)
+
+#: Fixed input dtypes, by name.
+INPUT_DTYPES: tuple[str, ...] = tuple(n for n in INPUT_NAMES if n in TABLE)
+
+_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16",
+            "fp16": "float16", "fp32": "float32", "fp64": "float64", "long": "int64", "int": "int32"}
+
+
+def name_of(dtype: Any) -> str:
+    """Canonical name (``"float16"``, ``"bfloat16"``, ``"int32"``, ...) of a torch dtype, numpy dtype or string.
+
+    Raises ``ValueError`` naming the dtype when it is not in the table.
+    """
+    if isinstance(dtype, DType):
+        return dtype.name
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        name = dtype.strip().lower().removeprefix("torch.").removeprefix("numpy.").removeprefix("np.")
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            raise ValueError(f"dtype {dtype!r} is not a dtype; use a torch or numpy dtype or a name "
+                             "like 'float16'") from None
+    name = _ALIASES.get(name, name)
+    if name not in TABLE:
+        raise ValueError(f"dtype {dtype!r} is not supported; known: {', '.join(TABLE)}")
+    return name
+
+
+def lookup(dtype: Any) -> DType:
+    """The row of a torch dtype, numpy dtype or name (see :func:`name_of`)."""
+    return TABLE[name_of(dtype)]
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a table name (``ValueError`` when this torch build lacks it)."""
+    found = lookup(name).torch
+    if found is None:
+        raise ValueError(f"dtype {name!r} is not available in torch {torch.__version__}")
+    return found
+
+
+def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to the nearest value of ``dtype``, ties to even, in float64.
+
+    With ``E = max(floor(log2|x|), emin)`` the spacing is ``q = 2^(E - p + 1)``
+    and the result is ``rint(x / q) · q`` (exact: ``q`` is a power of two),
+    which also covers subnormals. A result above the largest finite value
+    overflows to ``±inf`` where the format has infinities; float8_e4m3fn
+    saturates to ±448 as torch's own cast does, and the ``fnuz`` formats give
+    NaN. NaN stays NaN, signed zeros keep their sign. float64 (and any
+    non-float format) is returned unchanged.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    row = lookup(dtype)
+    if not row.is_float or row.name == "float64":
+        return x
+    _, e = np.frexp(x)
+    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, row.emin) - (row.precision - 1))
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = np.rint(x / q) * q
+        over = np.abs(r) > row.max
+    if row.has_inf:
+        beyond = np.copysign(np.inf, x)
+    elif row.name.endswith("fnuz"):
+        beyond = np.full_like(x, np.nan)
+    else:
+        beyond = np.copysign(row.max, x)
+    return np.where(over, beyond, r)
+
+
+def to_tensor(values: np.ndarray, dtype: str) -> torch.Tensor:
+    """float64 values as a contiguous CPU tensor of ``dtype``, rounded once (see :func:`round_to`)."""
+    return torch.from_numpy(np.ascontiguousarray(round_to(values, dtype))).to(torch_dtype(dtype))
+
+
+def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """A float64 tensor correctly rounded to ``dtype`` (one rounding, ties to even), as a CPU tensor of ``dtype``.
+
+    ``None`` when ``dtype`` is float64 or not a floating dtype: there is no
+    rounding to apply.
+    """
+    if not dtype.is_floating_point or dtype == torch.float64:
+        return None
+    return to_tensor(t.detach().cpu().to(torch.float64).numpy(), name_of(dtype))
+

@@ -1,0 +1,158 @@
+"""Error metrics between an evaluated tensor ``e`` and a baseline ``b``.
+
+One entry point, :func:`compute`, returns the metrics of :data:`METRICS` in a
+single fused pass over the data; :func:`load_array` reads a saved ``.npy`` or
+``.pt`` array for it. Each metric is declared once, with its formula, units
+and source, in :mod:`acceptance.metrics.registry` (the docs table is generated
+from it); the engines are :mod:`.host` (numba, host data) and :mod:`.device`
+(torch, data on a CUDA device).
+
+Errors and ratios are unitless except ``diff3_2``, ``max_abs``, ``mean_abs``
+(units of the data), ``mse`` (units squared) and the ULP metrics (units in the
+last place of ``dtype``).
+
+ULP error, in the spacing of ``dtype`` (precision p bits including the
+implicit bit, minimum normal exponent emin)::
+
+    ulp_err = |e − b| / spacing(min(|e|, |b|))
+    spacing(x) = 2^(max(floor(log2 x), emin) − (p − 1)),  spacing(0) = 2^(emin − p + 1)
+
+so two neighbouring values of ``dtype`` are exactly 1 ULP apart in both
+directions, across powers of two, among subnormals and at zero (``+s`` and
+``−s``, s the smallest subnormal, are 2 ULP apart: two steps). Integer and
+bool dtypes have spacing 1 (ulp_err = |e − b|). A quotient beyond the float64
+range (float64 data, spacing 2^-1074) saturates to ``inf``.
+
+Special values:
+
+- a position where both are NaN, or both are the same-signed Inf, is left out
+  of every numeric metric and counted in ``special_matched``;
+- a position where exactly one is NaN counts in ``nan_mismatch``; one without
+  NaN where an Inf meets a different value (Inf vs finite, +Inf vs −Inf)
+  counts in ``inf_mismatch``. Either kind of mismatch makes every error metric
+  ``inf`` (both sides of ``diff3`` included, whatever ``|b|`` is), so a
+  misplaced NaN or Inf never yields a passing number;
+- ``diff4`` uses IEEE ordering: Inf mismatches count with their direction
+  (+Inf > every finite > −Inf); NaN mismatches have no direction and are left
+  out of ``diff4`` (they are counted in ``nan_mismatch``);
+- a zero baseline: per element |e−b|/|b| is 0 where e = b = 0 and ``inf``
+  where e ≠ 0 = b; the global ratios (diff1, diff2, nmse, normwise_rel, rms)
+  likewise give 0 for 0/0 and ``inf`` for x/0;
+- n = 0 (empty or 0-element inputs, or every position special-matched):
+  every error metric is 0, ``snr_db`` is ``inf`` and ``diff4`` is (0, 0, 0);
+  0-d inputs are one element. No warning is raised and no metric is NaN;
+- float64 data beyond ~1e154 in magnitude can overflow a sum of squares; the
+  metric is then ``inf`` (never NaN);
+- integers are compared as float64 (exact up to 2^53).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from acceptance import dtypes
+from acceptance.metrics import device, host
+from acceptance.metrics.operands import ArrayLike, is_device, operand
+from acceptance.metrics.registry import (
+    BY_NAME,
+    METRICS,
+    REGISTRY,
+    REL_FLOOR,
+    SCALAR_ERRORS,
+    Metric,
+    Reduced,
+    diff4_value,
+    finalize,
+)
+
+__all__ = ["compute", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
+           "REL_FLOOR", "diff4_value"]
+
+
+def _selected(names: Optional[Iterable[str]]) -> tuple[str, ...]:
+    if names is None:
+        return METRICS
+    if isinstance(names, str):
+        names = [names]
+    try:
+        chosen = list(names)
+    except TypeError:
+        raise ValueError(f"names must be an iterable of metric names, not {type(names).__name__}") from None
+    unknown = [name for name in chosen if name not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric name(s) {', '.join(map(repr, unknown))}; known: {', '.join(METRICS)}")
+    return tuple(name for name in METRICS if name in chosen)
+
+
+def compute(evaluated: Any, baseline: Any, *, dtype: Any = None,
+            names: Optional[Iterable[str]] = None) -> dict[str, Any]:
+    """Every metric of ``evaluated`` (e) against ``baseline`` (b), in one pass.
+
+    ``evaluated`` and ``baseline``: numpy arrays or torch tensors (any device;
+    floating incl. float16, bfloat16 and float8, integer or bool) of one shape.
+    ``dtype``: the output dtype that ULP and the diff3 threshold refer to
+    (torch dtype, numpy dtype or a name such as "bfloat16"; default:
+    ``evaluated``'s dtype). ``names``: the metrics to return (default all of
+    :data:`METRICS`; one name may be given as a string); the cost is the same
+    either way.
+
+    Returns a dict: each selected metric (floats; ``diff3`` = (m1, m2),
+    ``diff4`` = (p1, p2, n) with n an int; ``nan_mismatch`` and
+    ``inf_mismatch`` are ints) and always the counts ``n`` (positions compared
+    numerically) and ``special_matched`` (positions left out because both are
+    NaN or both the same-signed Inf); these two are not selectable metrics.
+    The formulas, units and the treatment of NaN, Inf, zero baselines and
+    empty inputs are in the module docstring.
+
+    Tensors on a CUDA device are reduced on that device (a host operand is
+    moved there piece by piece); everything else by the fused host kernel.
+    Scratch memory is bounded whatever the input size: at most 4 MiB per
+    host worker thread, about 160 MiB on a device.
+
+    Raises ValueError on unknown metric names or dtypes, shape mismatches and
+    non-numeric inputs (strings, objects, complex), naming the problem.
+    """
+    selected = _selected(names)
+    e = operand(evaluated, "evaluated")
+    b = operand(baseline, "baseline")
+    if tuple(e.shape) != tuple(b.shape):
+        raise ValueError(f"shape mismatch: evaluated {tuple(e.shape)} vs baseline {tuple(b.shape)}")
+    fmt = dtypes.lookup(e.dtype if dtype is None else dtype)
+    engine = device if is_device(e) or is_device(b) else host
+    return finalize(engine.reduce(e, b, fmt), selected)
+
+
+def load_array(path: Union[str, Path]) -> ArrayLike:
+    """Read an array for :func:`compute` from a ``.npy`` file or a ``.pt`` file.
+
+    A ``.pt`` file must hold a tensor, or a dict in which exactly one value is
+    a tensor; it is loaded onto the CPU with ``weights_only=True`` (no code
+    runs). Raises ValueError naming the file on anything it cannot read or
+    that is not a real numeric array.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".pt"):
+        raise ValueError(f"{path}: unsupported file type {suffix or '(no suffix)'!r}; expected .npy or .pt")
+    try:
+        if suffix == ".npy":
+            with open(path, "rb") as fh:  # a zip archive named .npy would otherwise stay open as an NpzFile
+                value = np.load(fh, allow_pickle=False)
+        else:
+            value = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # the readers raise OSError, ValueError, EOFError, pickle and zip errors, RuntimeError
+        raise ValueError(f"{path}: cannot read: {exc}") from None
+    if isinstance(value, dict):
+        tensors = {k: v for k, v in value.items() if isinstance(v, torch.Tensor)}
+        if len(tensors) != 1:
+            raise ValueError(f"{path}: expected a dict with exactly one tensor, found {len(tensors)}"
+                             + (f" ({', '.join(map(str, tensors))})" if tensors else ""))
+        (value,) = tensors.values()
+    if not isinstance(value, (np.ndarray, torch.Tensor)):
+        raise ValueError(f"{path}: holds a {type(value).__name__}, not an array or tensor")
+    return operand(value, str(path))

@@ -1,0 +1,71 @@
+"""What both reduction engines read: checked operands, and pieces of bounded size."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+ArrayLike = Union[np.ndarray, torch.Tensor]
+
+TORCH_NUMERIC = {
+    torch.float64, torch.float32, torch.float16, torch.bfloat16,
+    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+    torch.uint16, torch.uint32, torch.uint64,
+    torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz,
+}
+FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
+
+
+def operand(x: Any, role: str) -> ArrayLike:
+    """``x`` as a numpy array or a strided torch tensor of a supported real dtype, else ValueError naming ``role``."""
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            raise ValueError(f"{role}: {x.layout} tensors are not supported; pass a dense tensor")
+        if x.dtype not in TORCH_NUMERIC:
+            raise ValueError(f"{role}: dtype {x.dtype} is not supported (real floating, integer or bool only)")
+        if x.device.type == "meta":
+            raise ValueError(f"{role}: a meta tensor holds no values")
+        return x.detach()
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{role}: masked arrays are not supported; fill or compress them first")
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{role}: cannot be read as an array: {exc}") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{role}: dtype {arr.dtype} is not supported (real floating, integer or bool only)")
+    return arr
+
+
+def is_device(x: ArrayLike) -> bool:
+    """Whether ``x`` is a tensor on a non-CPU device."""
+    return isinstance(x, torch.Tensor) and x.device.type != "cpu"
+
+
+def blocks(a: ArrayLike, block: int) -> Iterator[ArrayLike]:
+    """Views of ``a`` that cover it in C order, each of at most ``block`` elements.
+
+    A view is a run of whole leading-axis rows (or a 1-D slice), so its C-order
+    flattening is a contiguous range of ``a``'s. The cuts depend on the shape
+    alone: two arrays of one shape are cut alike whatever their strides.
+    """
+    shape = tuple(a.shape)
+    size = math.prod(shape)
+    if size == 0:
+        return
+    if size <= block:
+        yield a
+    elif len(shape) == 1:
+        for i in range(0, size, block):
+            yield a[i:i + block]
+    elif size // shape[0] > block:
+        for i in range(shape[0]):
+            yield from blocks(a[i], block)
+    else:
+        rows = block // (size // shape[0])
+        for i in range(0, shape[0], rows):
+            yield a[i:i + rows]
