@@ -1,7 +1,9 @@
 """Command line: ``acceptance run | validate | list | report | metrics``.
 
-Exit codes: 0 every case passed; 1 a criterion failed or an operator errored;
-2 usage or spec error (the message names the file and the field).
+Exit codes (:mod:`acceptance.errors`): 0 every case passed; 1 a criterion
+failed or an operator errored; 2 usage, spec, results or output error (the
+message names the file and the field). Every :class:`~acceptance.errors.AcceptanceError`
+is turned into its lines and exit code in one place, :class:`_Group`.
 """
 
 from __future__ import annotations
@@ -19,36 +21,46 @@ import click
 
 import acceptance
 from acceptance import results as results_mod
+from acceptance.records import Results, json_float
+from acceptance.errors import EXIT_FAIL, AcceptanceError, OutputError, SpecError, UsageError
+from acceptance.report import BY_NAME as REPORTERS
+from acceptance.report import REPORTERS as ALL_REPORTERS
+from acceptance.report import Context
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 DEFAULT_SPECS = Path("operator_specs")
 DEFAULT_OUT = Path("reports/latest")
 
 
-def _fail_usage(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(line, err=True)
-    sys.exit(EXIT_USAGE)
-
-
 def _load(paths: tuple[Path, ...]):
-    """Discover and validate specs; exit 2 with one line per problem."""
+    """Discover and validate specs; a :class:`SpecError` with one line per problem."""
     from acceptance import spec
 
     paths = list(paths) or [DEFAULT_SPECS]
     missing = [p for p in paths if not p.exists()]
     if missing:
-        _fail_usage([f"{p}: no such file or directory" for p in missing])
+        raise UsageError(*(f"{p}: no such file or directory" for p in missing))
     files = spec.discover(paths)
     if not files:
-        _fail_usage([f"{', '.join(map(str, paths))}: no spec files (*.yaml) found"])
+        raise UsageError(f"{', '.join(map(str, paths))}: no spec files (*.yaml) found")
     specs, problems = spec.load_specs(files)
     if problems:
-        _fail_usage([str(p) for p in problems] + [f"{len(problems)} problem(s) in the specs; nothing was run"])
+        raise SpecError(*(str(p) for p in problems), f"{len(problems)} problem(s) in the specs; nothing was run")
     return specs
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group; an :class:`AcceptanceError` anywhere below becomes its lines on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AcceptanceError as exc:
+            for line in exc.lines:
+                click.echo(line, err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(acceptance.__version__, prog_name="acceptance")
 def main() -> None:
     """Operator accuracy acceptance: run operator specs, measure the error, gate the merge."""
@@ -62,52 +74,49 @@ def main() -> None:
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
 @click.option("--seed", type=int, help="Seed (overrides the specs).")
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
-@click.option("--dtype", "dtypes", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
+@click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
 @click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _parse_shard(value),
               help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
-        dtypes: tuple[str, ...], shard: Optional[tuple[int, int]]) -> None:
+        dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]]) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
-    from acceptance import runner, spec
+    from acceptance import dtypes, runner, spec
+    from acceptance.device import resolve_device
 
-    unknown = [d for d in dtypes if d not in spec.DTYPES]
+    unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
     if unknown:
-        _fail_usage([f"--dtype: unknown dtype {d!r} (known: {', '.join(spec.DTYPES)})" for d in unknown])
+        raise UsageError(*(f"--dtype: unknown dtype {d!r} (known: {', '.join(dtypes.TEST_DTYPES)})" for d in unknown))
     try:
-        dev = runner.resolve_device(device)
+        dev = resolve_device(device)
     except ValueError as exc:
-        _fail_usage([str(exc)])
+        raise UsageError(str(exc)) from None
     specs = _load(paths)
     if seed is not None:
         specs = [dataclasses.replace(s, seed=seed) for s in specs]
-    cases = spec.expand(specs, dtypes=list(dtypes) or None, only=only)
+    cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
     if shard is not None:
         k, n = shard
         cases = cases[k - 1::n]
     if not cases:
-        _fail_usage([f"no case matches (--only {only!r}, --dtype {', '.join(dtypes) or 'any'}"
-                     f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})"])
+        raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}"
+                         f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})")
 
     start = runner.now()
-    done: list = []
+    measured: list = []
     interrupted = False
     with _progress(len(cases), f"{len(cases)} cases on {dev}") as advance:
-        def on_case(case, result) -> None:
-            done.append(result)
-            advance(case, result)
-
         try:
-            case_results = runner.run(cases, dev, trials=trials, on_case=on_case)
+            case_results = runner.run(cases, dev, trials=trials, on_case=advance, measured=measured)
         except KeyboardInterrupt:
             interrupted = True
-            case_results = runner.finalize(done)
+            case_results = runner.decide_all(measured)
     env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
-    res = results_mod.Results(environment=env, summary=results_mod.summarize(case_results), cases=case_results)
+    res = Results(environment=env, summary=results_mod.summarize(case_results), cases=case_results)
     try:
         written = write_reports(res, out_dir)
     except OSError as exc:
-        _fail_usage([f"--out {out_dir}: cannot write the results: {exc.strerror or exc}"])
+        raise OutputError(f"--out {out_dir}: cannot write the results: {exc.strerror or exc}") from None
     for line, colour in _console(res):
         click.secho(line, fg=colour)
     weak, m, needed = runner.underpowered(case_results)
@@ -150,8 +159,8 @@ def _progress(total: int, label: str):
     def advance(case, result) -> None:
         nonlocal count
         count += 1
-        if result.verdict in ("fail", "error"):
-            click.echo(f"[{count:>{len(str(total))}}/{total}] {result.verdict.upper()} {case.id}", err=True)
+        if result.error is not None:
+            click.echo(f"[{count:>{len(str(total))}}/{total}] ERROR {case.id}", err=True)
         elif count % step == 0 or count == total:
             click.echo(f"[{count:>{len(str(total))}}/{total}] {case.id}", err=True)
 
@@ -177,30 +186,23 @@ def _console(res):
     return console.render(res)
 
 
-def write_reports(res: results_mod.Results, out_dir: Path) -> list[Path]:
-    """results.json first (atomically), then every reporter rendered from it."""
+def write_reports(res: Results, out_dir: Path) -> list[Path]:
+    """results.json first (atomically), then every default reporter rendered from it."""
     results_path = results_mod.write(res, out_dir / "results.json")
-    digest = hashlib.sha256(results_path.read_bytes()).hexdigest()
+    context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
     written = [results_path]
-    for name, render in _reporters(digest).items():
-        path = out_dir / name
+    for reporter in ALL_REPORTERS:
+        if not reporter.default:
+            continue
+        path = out_dir / reporter.filename
         try:
-            path.write_text(render(res), encoding="utf-8")
+            path.write_text(reporter.render(res, context), encoding="utf-8")
         except Exception as exc:  # a reporter bug must not lose the results
             click.secho(f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact",
                         fg="red", err=True)
             continue
         written.append(path)
     return written
-
-
-def _reporters(digest: str) -> dict:
-    from acceptance.report import html, junit
-
-    return {
-        "junit.xml": junit.render_junit,
-        "report.html": lambda r: html.render_html(r, results_sha256=digest),
-    }
 
 
 @main.command()
@@ -226,50 +228,46 @@ def list_(paths) -> None:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
+def _reporter_options(command):
+    """One ``--<name> PATH`` option per reporter of the registry."""
+    for reporter in reversed(ALL_REPORTERS):
+        command = click.option(f"--{reporter.name}", f"{reporter.name}_path", type=click.Path(path_type=Path),
+                               help=reporter.help)(command)
+    return command
+
+
 @main.command()
 @click.argument("results_files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--html", "html_path", type=click.Path(path_type=Path), help="Write the HTML report here.")
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write JUnit XML here.")
-@click.option("--summary", "summary_path", type=click.Path(path_type=Path),
-              help="Write the GitHub job summary (Markdown) here, e.g. \"$GITHUB_STEP_SUMMARY\".")
-@click.option("--signoff", "signoff_path", type=click.Path(path_type=Path), help="Write the release sign-off here.")
+@_reporter_options
 @click.option("--merged", "merged_path", type=click.Path(path_type=Path), help="Write the merged results.json here.")
 @click.option("--annotations", is_flag=True, help="Print at most 10 GitHub ::error annotations.")
 @click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
-def report(results_files, html_path, junit_path, summary_path, signoff_path, merged_path, annotations,
-           artifact_url) -> None:
+def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
     """Re-render reports from results.json (several files = shards, merged)."""
-    from acceptance.report import github, html, junit, signoff
-
-    try:
-        parts = [results_mod.load(p) for p in results_files]
-    except results_mod.ResultsError as exc:
-        _fail_usage([str(exc)])
+    parts = [results_mod.load(p) for p in results_files]
     res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
     if len(parts) == 1:
         digest = hashlib.sha256(Path(results_files[0]).read_bytes()).hexdigest()
     else:
         digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
-    outputs = {
-        merged_path: lambda: results_mod.dumps(res),
-        html_path: lambda: html.render_html(res, results_sha256=digest),
-        junit_path: lambda: junit.render_junit(res),
-        summary_path: lambda: github.render_summary(res, artifact_url=artifact_url),
-        signoff_path: lambda: signoff.render_signoff(res, results_sha256=digest),
-    }
-    for path, render in outputs.items():
+    context = Context(results_sha256=digest, artifact_url=artifact_url)
+    outputs = [(merged_path, lambda: results_mod.dumps(res))]
+    outputs += [(paths[f"{name}_path"], lambda r=reporter: r.render(res, context)) for name, reporter in REPORTERS.items()]
+    for path, render in outputs:
         if path is None:
             continue
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(render(), encoding="utf-8")
         except OSError as exc:
-            _fail_usage([f"{path}: cannot write: {exc.strerror or exc}"])
+            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
         click.echo(f"wrote {path}", err=True)
     if annotations:
+        from acceptance.report import github
+
         for line in github.annotations(res):
             click.echo(line)
-    if not any(outputs) and not annotations:
+    if not any(path for path, _ in outputs) and not annotations:
         for line, colour in _console(res):
             click.secho(line, fg=colour)
 
@@ -282,14 +280,14 @@ def report(results_files, html_path, junit_path, summary_path, signoff_path, mer
 def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: bool) -> None:
     """Print every metric for two saved arrays (.npy or .pt)."""
     from acceptance import metrics
-    from acceptance.report.text import fmt_value as fmt
+    from acceptance.wording import fmt_value as fmt
 
     try:
         e = metrics.load_array(evaluated)
         b = metrics.load_array(baseline)
         values = metrics.compute(e, b, dtype=dtype)
     except ValueError as exc:
-        _fail_usage([f"error: {exc}"])
+        raise UsageError(f"error: {exc}") from None
     if as_json:
         click.echo(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=1, allow_nan=False))
         return
@@ -301,4 +299,4 @@ def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: 
 def _jsonable(value):
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
-    return results_mod.json_float(value)
+    return json_float(value)

@@ -11,9 +11,11 @@ Per trial t, with inputs x_t = ``generate_input(g_t)``:
 * free[t]    = err(round_dtype(oracle), oracle): the error of the correctly
   rounded result, where round_dtype rounds to the baseline output's dtype.
 
-Each metric (and output) is then analysed by :func:`acceptance.stats.analyze`
-with free = max_t free[t] (the rounding bound; see the README, "Dual-delta testing"), and
-the p-values of all metrics and outputs of the call are Holm-corrected together.
+The trials run in the one trial engine (:mod:`acceptance.engine`). Each
+metric (and output) is then analysed by :func:`acceptance.stats.analyze` with
+free = max_t free[t] (the rounding bound; see ``docs/dual-delta.md``), the
+p-values of all metrics and outputs of the call are Holm-corrected together,
+and :func:`acceptance.verdict.dual_delta_gate` decides each.
 """
 
 from __future__ import annotations
@@ -26,17 +28,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from acceptance import metrics, stats
-from acceptance import oracle as oracle_mod
-from acceptance.oracle import float64_inputs, float64_oracle
-from acceptance.results import DualDeltaRecord, Timing
+from acceptance import dtypes, metrics, stats, verdict
+from acceptance.engine import Roles, oracle_errors, run_trials
+from acceptance.errors import CaseError
+from acceptance.oracle import float64_oracle
+from acceptance.records import DualDeltaRecord, Timing
+from acceptance.spec.defaults import DEFAULT_ALPHA, default_factor
 
 ErrorFn = Callable[[torch.Tensor, torch.Tensor], float]
 ErrorSpec = Union[str, ErrorFn, Sequence[Union[str, ErrorFn]]]
-
-#: metrics.compute entries that are not one number per trial.
-_NOT_SCALAR = frozenset({"diff3", "diff4"})
-
 
 class DualDeltaError(ValueError):
     """Bad arguments, or a callable that raised or returned something unusable;
@@ -127,8 +127,8 @@ def _error_functions(get_error: ErrorSpec) -> list[tuple[str, Union[str, ErrorFn
     out: list[tuple[str, Union[str, ErrorFn]]] = []
     for item in items:
         if isinstance(item, str):
-            if item not in metrics.METRICS or item in _NOT_SCALAR:
-                known = ", ".join(m for m in metrics.METRICS if m not in _NOT_SCALAR)
+            if item not in metrics.SCALAR_ERRORS:
+                known = ", ".join(metrics.SCALAR_ERRORS)
                 raise DualDeltaError(f"get_error: {item!r} is not a scalar metric; known: {known}")
             name = item
         elif callable(item):
@@ -144,12 +144,12 @@ def _error_functions(get_error: ErrorSpec) -> list[tuple[str, Union[str, ErrorFn
 def _factors(factor: Union[None, float, Mapping[str, float]], names: list[str]) -> dict[str, float]:
     """name -> factor: the per-metric default, one number for all, or a mapping with defaults filling gaps."""
     if factor is None:
-        return {n: stats.default_factor(n) for n in names}
+        return {n: default_factor(n) for n in names}
     if isinstance(factor, Mapping):
         unknown = sorted(set(factor) - set(names))
         if unknown:
             raise DualDeltaError(f"factor: {', '.join(unknown)} not among the metrics {names}")
-        return {n: float(factor[n]) if n in factor else stats.default_factor(n) for n in names}
+        return {n: float(factor[n]) if n in factor else default_factor(n) for n in names}
     return {n: float(factor) for n in names}
 
 
@@ -166,7 +166,7 @@ def _check_arguments(num_tests: Any, alpha: Any, free: Any, factors: dict[str, f
 
 
 # ----------------------------------------------------------------------------
-# One trial
+# Inputs
 # ----------------------------------------------------------------------------
 
 
@@ -191,56 +191,6 @@ def _inputs(generate_input: Callable, seed: int, trial: int, dtype: Optional[tor
     return args
 
 
-def _outputs(role: str, fn: Callable, args: tuple, params: dict, trial: int) -> tuple[torch.Tensor, ...]:
-    try:
-        out = fn(*args, **params)
-    except Exception as exc:
-        raise DualDeltaError(f"{role} raised in trial {trial}: {type(exc).__name__}: {exc}") from exc
-    out = (out,) if isinstance(out, torch.Tensor) else out
-    if not isinstance(out, (tuple, list)) or not out or not all(isinstance(o, torch.Tensor) for o in out):
-        raise DualDeltaError(f"{role} must return a tensor or a tuple of tensors (trial {trial})")
-    return tuple(out)
-
-
-def _check_like(trial: int, impl: tuple, base: tuple, oracle: tuple) -> None:
-    if not len(impl) == len(base) == len(oracle):
-        raise DualDeltaError(
-            f"trial {trial}: impl returned {len(impl)} outputs, baseline {len(base)}, oracle {len(oracle)}"
-        )
-    for k, (e, b, o) in enumerate(zip(impl, base, oracle)):
-        if not e.shape == b.shape == o.shape:
-            raise DualDeltaError(
-                f"trial {trial}, output {k}: shapes differ: impl {tuple(e.shape)}, baseline {tuple(b.shape)}, "
-                f"oracle {tuple(o.shape)}"
-            )
-
-
-def _errors(
-    errors: list[tuple[str, Union[str, ErrorFn]]], evaluated: torch.Tensor, oracle: torch.Tensor, dtype: torch.dtype
-) -> list[float]:
-    """One value per requested error: metric names in one metrics.compute pass, callables one by one."""
-    names = [e for _, e in errors if isinstance(e, str)]
-    computed = metrics.compute(evaluated, oracle, dtype=dtype, names=names) if names else {}
-    out = []
-    for name, e in errors:
-        value = computed[e] if isinstance(e, str) else e(evaluated, oracle)
-        try:
-            out.append(float(value))
-        except (TypeError, ValueError):
-            raise DualDeltaError(f"get_error {name!r} returned {value!r}, not a number") from None
-    return out
-
-
-def _rounded(oracle: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """The oracle correctly rounded to ``dtype`` (see :func:`acceptance.oracle.rounded`)."""
-    return oracle_mod.rounded(oracle, dtype)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 # ----------------------------------------------------------------------------
 # The call
 # ----------------------------------------------------------------------------
@@ -256,7 +206,7 @@ def dual_delta(
     *,
     dtype: Optional[torch.dtype] = None,
     factor: Union[None, float, Mapping[str, float]] = None,
-    alpha: float = stats.DEFAULT_ALPHA,
+    alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
     free: Union[str, float] = "auto",
     impl_device: Union[None, str, torch.device] = None,
@@ -280,7 +230,7 @@ def dual_delta(
         num_tests: trials (>= 1; the tests need ~20 to say anything, 100 is a good default).
         dtype: floating inputs are cast to it before any call (None: as generated).
         factor: non-inferiority factor: None (per-metric defaults,
-            :data:`acceptance.stats.DEFAULT_FACTORS`), one number, or a mapping
+            :data:`acceptance.spec.defaults.DEFAULT_FACTORS`), one number, or a mapping
             metric name -> factor.
         alpha: level of the tests and of the gate (Holm over this call's metrics).
         seed: base seed of the trials.
@@ -297,40 +247,31 @@ def dual_delta(
     factors = _factors(factor, names)
     _check_arguments(num_tests, alpha, free, factors)
     device = torch.device(impl_device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    oracle = oracle or float64_oracle(baseline)
-    params = dict(params or {})
+    roles = Roles(impl, baseline, oracle or float64_oracle(baseline))
+    named = [e for _, e in errors if isinstance(e, str)]
     timing = Timing()
     started = time.perf_counter()
 
     d1: list[list[list[float]]] = []  # [trial][output][error]
     d2: list[list[list[float]]] = []
     fr: list[list[list[float]]] = []
-    for trial in range(num_tests):
-        args = _inputs(generate_input, seed, trial, dtype)
-        impl_args = tuple(a.to(device) for a in args)
-        _sync(device)
-        t0 = time.perf_counter()
-        impl_out = _outputs("impl", impl, impl_args, params, trial)
-        _sync(device)
-        t1 = time.perf_counter()
-        base_out = _outputs("baseline", baseline, args, params, trial)
-        t2 = time.perf_counter()
-        oracle_out = _outputs("oracle", oracle, float64_inputs(args), params, trial)
-        t3 = time.perf_counter()
-        timing.impl += t1 - t0
-        timing.baseline += t2 - t1
-        timing.oracle += t3 - t2
-        _check_like(trial, impl_out, base_out, oracle_out)
-        row1, row2, rowf = [], [], []
-        for e, b, o in zip(impl_out, base_out, oracle_out):
-            e, o = e.detach().cpu(), o.detach().cpu().to(torch.float64)
-            row1.append(_errors(errors, e, o, b.dtype))
-            row2.append(_errors(errors, b, o, b.dtype))
-            r = _rounded(o, b.dtype) if free == "auto" else None
-            rowf.append(_errors(errors, r, o, b.dtype) if r is not None else [0.0] * len(errors))
-        d1.append(row1)
-        d2.append(row2)
-        fr.append(rowf)
+    trials = run_trials(roles, lambda t: _inputs(generate_input, seed, t, dtype), num_tests, device=device,
+                        params=dict(params or {}), oracle=True, timing=timing)
+    try:
+        for trial in trials:
+            row1, row2, rowf = [], [], []
+            for e, b, o in zip(trial.impl, trial.baseline, trial.oracle):
+                e = e.detach().cpu()
+                by_name = oracle_errors(e, b, o, named) if named else ({}, {}, {})
+                rounded = dtypes.rounded(o, b.dtype)
+                for row, x, known in ((row1, e, by_name[0]), (row2, b, by_name[1]), (rowf, rounded, by_name[2])):
+                    row.append([known[fn] if isinstance(fn, str) else
+                                (0.0 if x is None else _number(name, fn(x, o))) for name, fn in errors])
+            d1.append(row1)
+            d2.append(row2)
+            fr.append(rowf)
+    except CaseError as exc:
+        raise DualDeltaError(str(exc)) from None
 
     a1, a2, af = np.array(d1), np.array(d2), np.array(fr)  # (trials, outputs, errors)
     n_out = a1.shape[1]
@@ -350,9 +291,16 @@ def dual_delta(
         delta_impl=delta_impl,
         delta_baseline=delta_base,
         free=frees,
-        records=tuple(stats.apply_holm(records)),
+        records=tuple(verdict.dual_delta_gate(r) for r in stats.apply_holm(records)),
         timing=timing,
         num_tests=num_tests,
         seed=seed,
         impl_device=str(device),
     )
+
+
+def _number(name: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise DualDeltaError(f"get_error {name!r} returned {value!r}, not a number") from None

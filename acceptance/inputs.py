@@ -21,10 +21,8 @@ libm or SIMD math routine (whose last bits vary between machines) is involved:
   keep/replace an element when ``u < density`` / ``u < fraction``.
 
 Casting. Float inputs are drawn in float64 and rounded once to the test dtype
-with round-to-nearest-even (:func:`round_to_dtype`). torch's own float64 ->
-float16/bfloat16 cast goes through float32 and can round twice (1 + 2**-11 +
-2**-40 becomes 1.0 instead of 1 + 2**-10), so the rounding is done here and
-the torch cast only copies exactly representable values. Integer inputs are
+with round-to-nearest-even (:func:`acceptance.dtypes.round_to`; torch's own
+float64 -> float16/bfloat16 cast can round twice). Integer inputs are
 drawn as int64 and converted to their fixed dtype (bounds are checked when the
 spec loads, so the conversion is exact).
 """
@@ -38,19 +36,8 @@ from typing import Mapping
 import numpy as np
 import torch
 
-from acceptance.spec import (
-    DTYPES,
-    INPUT_DTYPES,
-    Case,
-    Choice,
-    Dist,
-    Normal,
-    RandInt,
-    Sparse,
-    Specials,
-    Uniform,
-    value_of,
-)
+from acceptance import dtypes
+from acceptance.spec import Case, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform, value_of
 
 
 def case_seed(spec_seed: int, case_id: str, trial: int) -> int:
@@ -73,9 +60,9 @@ def generate(case: Case, trial: int) -> list[torch.Tensor]:
         bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i,)))
         values = draw(inp.dist, math.prod(shape), bits, case.symbols)
         if inp.dtype is None:
-            flat = to_dtype(values, case.dtype)
+            flat = dtypes.to_tensor(values, case.dtype)
         else:
-            flat = torch.from_numpy(values.astype(np.int64)).to(INPUT_DTYPES[inp.dtype])
+            flat = torch.from_numpy(values.astype(np.int64)).to(dtypes.torch_dtype(inp.dtype))
         # an empty draw gets fresh row-major strides (numpy gives empty results stride 0)
         tensors.append(flat.reshape(shape) if flat.numel() else torch.empty(shape, dtype=flat.dtype))
     return tensors
@@ -184,41 +171,3 @@ def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
         out.append(z)
         have += z.size
     return np.concatenate(out)[:n] if out else np.empty(0)
-
-
-# --------------------------------------------------------------------------- casting
-
-
-def _format(dtype: str) -> tuple[int, int, float, bool]:
-    """(precision p in bits incl. the leading one, minimum normal exponent, largest finite, has inf)."""
-    info = torch.finfo(DTYPES[dtype])
-    p = round(-math.log2(info.eps)) + 1
-    emin = round(math.log2(info.smallest_normal))
-    return p, emin, float(info.max), not dtype.endswith("fn")
-
-
-def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Round float64 values to the nearest value of ``dtype``, ties to even, in float64.
-
-    With ``E = max(floor(log2|x|), emin)`` the spacing is ``q = 2**(E - p + 1)``
-    and the result is ``rint(x / q) * q`` (exact: ``q`` is a power of two), which
-    also covers subnormals. A result above the largest finite value overflows to
-    ``±inf`` (float16, bfloat16, float32, float8_e5m2); float8_e4m3fn has no
-    infinity and saturates to ±448 as torch's own cast does. NaN stays NaN,
-    signed zeros keep their sign. float64 is returned unchanged.
-    """
-    x = np.asarray(x, dtype=np.float64)
-    if dtype == "float64":
-        return x
-    p, emin, largest, has_inf = _format(dtype)
-    _, e = np.frexp(x)
-    q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, emin) - (p - 1))
-    with np.errstate(invalid="ignore", over="ignore"):
-        r = np.rint(x / q) * q
-        over = np.abs(r) > largest
-    return np.where(over, np.copysign(np.inf if has_inf else largest, x), r)
-
-
-def to_dtype(values: np.ndarray, dtype: str) -> torch.Tensor:
-    """float64 values as a CPU tensor of test dtype ``dtype``, rounded once (see :func:`round_to_dtype`)."""
-    return torch.from_numpy(np.ascontiguousarray(round_to_dtype(values, dtype))).to(DTYPES[dtype])

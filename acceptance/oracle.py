@@ -22,6 +22,10 @@ import torch.nn.functional as F
 
 Fn = Callable[..., Any]
 
+#: Decimal digits of the mpmath oracle when a spec gives none, and the fewest it accepts.
+DEFAULT_DPS = 50
+MIN_DPS = 20
+
 
 def float64_inputs(args: tuple) -> tuple:
     """CPU float64 copies of the floating tensors in ``args`` (complex to complex128);
@@ -45,22 +49,6 @@ def _float64_outputs(result: Any) -> Any:
     if isinstance(result, torch.Tensor) and result.is_floating_point():
         return result.detach().cpu().to(torch.float64)
     return result
-
-
-def rounded(oracle: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """The float64 oracle correctly rounded to ``dtype`` (one rounding, ties to even), as a CPU tensor.
-
-    ``None`` when ``dtype`` is float64 or not a floating dtype: there is no
-    rounding error to grant. torch's own float64 -> float16/bfloat16 cast goes
-    through float32 and can round twice, so the rounding is done by
-    :func:`acceptance.inputs.to_dtype`.
-    """
-    from acceptance.inputs import to_dtype
-
-    if not dtype.is_floating_point or dtype == torch.float64:
-        return None
-    name = str(dtype).removeprefix("torch.")
-    return to_dtype(oracle.detach().cpu().to(torch.float64).numpy(), name)
 
 
 def float64_oracle(fn: Fn) -> Fn:
@@ -176,7 +164,7 @@ def _is_special(values: tuple[float, ...]) -> bool:
     return any(v == 0.0 or not math.isfinite(v) for v in values)
 
 
-def mpmath_oracle(name: str, dps: int = 50) -> Callable[..., torch.Tensor]:
+def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tensor]:
     """Element-wise oracle ``fn(*tensors, **params) -> float64 tensor`` through mpmath.
 
     Each element (inputs broadcast together, converted exactly from float64)
@@ -188,10 +176,10 @@ def mpmath_oracle(name: str, dps: int = 50) -> Callable[..., torch.Tensor]:
     ``gelu`` accepts ``approximate='none'|'tanh'``; other functions take no
     parameters. Cost: tens of microseconds per element, so keep cases small.
 
-    Raises ``ValueError`` for an unknown name or ``dps < 20``.
+    Raises ``ValueError`` for an unknown name or ``dps <`` :data:`MIN_DPS`.
     """
-    if not isinstance(dps, int) or dps < 20:
-        raise ValueError(f"mpmath oracle {name!r}: dps must be an integer >= 20, got {dps!r}")
+    if not isinstance(dps, int) or isinstance(dps, bool) or dps < MIN_DPS:
+        raise ValueError(f"mpmath oracle {name!r}: dps must be an integer >= {MIN_DPS}, got {dps!r}")
     if name in _FUNCTIONS:
         formula, special = _FUNCTIONS[name]
     elif callable(getattr(mpmath, name, None)) and not name.startswith("_"):
@@ -233,8 +221,8 @@ def oracle_from_spec(section: dict) -> Callable[..., torch.Tensor]:
     """The oracle a spec's ``oracle:`` mapping selects, e.g. ``{mpmath: exp, dps: 50}``.
 
     Keys: ``mpmath`` (a function name, see :func:`mpmath_oracle`) and
-    optionally ``dps`` (decimal digits, default 50). Raises ``ValueError``
-    naming the offending field of ``oracle``.
+    optionally ``dps`` (decimal digits, default :data:`DEFAULT_DPS`, at least
+    :data:`MIN_DPS`). Raises ``ValueError`` naming the offending field of ``oracle``.
     """
     if not isinstance(section, dict):
         raise ValueError(f"oracle: expected a mapping like {{mpmath: exp, dps: 50}}, got {section!r}")
@@ -244,7 +232,7 @@ def oracle_from_spec(section: dict) -> Callable[..., torch.Tensor]:
     name = section.get("mpmath")
     if not isinstance(name, str) or not name:
         raise ValueError(f"oracle.mpmath: expected a function name such as 'exp', got {name!r}")
-    dps = section.get("dps", 50)
-    if isinstance(dps, bool) or not isinstance(dps, int):
-        raise ValueError(f"oracle.dps: expected an integer >= 20, got {dps!r}")
+    dps = section.get("dps", DEFAULT_DPS)
+    if isinstance(dps, bool) or not isinstance(dps, int) or dps < MIN_DPS:
+        raise ValueError(f"oracle.dps: expected an integer >= {MIN_DPS} (decimal digits), got {dps!r}")
     return mpmath_oracle(name, dps)

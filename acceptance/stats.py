@@ -8,19 +8,11 @@ Inputs are two arrays paired by trial, both measured against the oracle:
 in the units of the error metric (e.g. hybrid error |e-o|/(1+|o|), dimensionless).
 
 **Describing** (:func:`describe`, :func:`paired_ratios`, the tests below) says how
-the two distributions relate. **Gating** (:func:`noninferiority_test`,
-:func:`gate`) decides whether the impl may be merged:
-
-    allowed_i = max(factor * delta_2[i], free)
-
-The impl fails when
-
-1. the sign test gives evidence at level ``alpha`` (Holm-adjusted over a run)
-   that delta_1 exceeds its allowance in more than half of the trials
-   (H0: median(delta_1 - allowed) <= 0 against H1: > 0), or
-2. its worst trial exceeds the baseline's worst with twice the log-tolerance:
-   max(delta_1) > max(worst_factor(factor) * max(delta_2), free), worst_factor = factor**2, or
-3. its error is NaN/inf in a trial where the baseline's is finite.
+the two distributions relate. The statistics of the **non-inferiority gate**
+are here too (:func:`noninferiority_test`, the sign test of delta_1 against
+``allowed_i = max(factor * delta_2[i], free)``; :func:`worst_factor`;
+:func:`holm`), and :func:`acceptance.verdict.dual_delta_gate` decides with
+them.
 
 NaN errors are treated as +inf (a NaN never makes a check pass). Trials where
 both errors are non-finite cannot be compared and are left out of every test.
@@ -35,56 +27,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 from scipy import stats as sps
 
-from acceptance.results import Describe, DualDeltaRecord, StatTest
-
-#: Significance level of every test and of the gate, before Holm correction.
-DEFAULT_ALPHA = 0.05
-
-#: Metrics collected when a spec names none: the worst element (catches a bad
-#: row, a dropped tail) and the mean (catches a small systematic shift), both
-#: in hybrid error |e-o|/(1+|o|), absolute near zero and relative elsewhere.
-DEFAULT_METRICS: tuple[str, ...] = ("max_hyb", "mean_hyb")
-
-#: Categories whose cases get a dual-delta analysis when the spec does not
-#: say: every category with a rounding tolerance. The bit-exact ones
-#: (arithmetic, pure_io) are judged by diff3_2 == 0 alone.
-DEFAULT_CATEGORIES: tuple[str, ...] = ("convolution", "reduction", "activation", "composite", "atomic_add")
-
-#: Non-inferiority factor for a metric not listed in :data:`DEFAULT_FACTORS`.
-DEFAULT_FACTOR = 2.0
-
-#: Non-inferiority factor per metric: impl's error may be this many times the
-#: baseline's. Worst-element metrics 2 (peers: <= 2x on max error); averaged and
-#: norm metrics 1.5 (peers: <= 1.5x on mean error, msprobe's middle RMSE tier);
-#: squared metrics 1.5**2 = 2.25 (the same tolerance on the unsquared error);
-#: NaN/Inf mismatch counts 1 (no more mismatches than the baseline, beyond
-#: those forced by the output dtype, which ``free`` covers).
-DEFAULT_FACTORS: dict[str, float] = {
-    "max_hyb": 2.0,
-    "max_abs": 2.0,
-    "max_rel": 2.0,
-    "max_rel_floor": 2.0,
-    "max_ulp": 2.0,
-    "diff3_1": 2.0,
-    "diff3_2": 2.0,
-    "mean_hyb": 1.5,
-    "mean_abs": 1.5,
-    "mean_ulp": 1.5,
-    "diff1": 1.5,
-    "diff2": 1.5,
-    "rms": 1.5,
-    "normwise_rel": 1.5,
-    "mse": 2.25,
-    "nmse": 2.25,
-    "nan_mismatch": 1.0,
-    "inf_mismatch": 1.0,
-}
-
-
-def default_factor(metric: str) -> float:
-    """The non-inferiority factor for ``metric`` (:data:`DEFAULT_FACTOR` if unlisted)."""
-    return DEFAULT_FACTORS.get(metric, DEFAULT_FACTOR)
-
+from acceptance.records import Describe, DualDeltaRecord, StatTest
+from acceptance.spec.defaults import DEFAULT_ALPHA, default_factor
 
 # ----------------------------------------------------------------------------
 # Descriptive statistics
@@ -335,51 +279,6 @@ def noninferiority_test(
     return StatTest(name="non_inferiority", statistic=float(k), p_value=_sign_p(k, n), alternative="greater", note=note)
 
 
-def gate(
-    delta_impl: Sequence[float],
-    delta_baseline: Sequence[float],
-    *,
-    factor: float,
-    free: float,
-    alpha: float,
-    p_value: float,
-    adjusted: bool = False,
-) -> tuple[bool, list[str]]:
-    """The non-inferiority verdict and its reasons (empty when it passes).
-
-    Fails on any of: (1) ``p_value`` (the :func:`noninferiority_test` p, Holm-
-    adjusted when ``adjusted``) below ``alpha``; (2) over the trials where both
-    errors are finite, max(delta_1) > max(worst_factor(factor) * max(delta_2), free);
-    (3) a trial where delta_1 is NaN/inf and delta_2 is finite.
-    """
-    d1, d2 = _as_errors(delta_impl), _as_errors(delta_baseline)
-    reasons: list[str] = []
-    broken = np.flatnonzero(~np.isfinite(d1) & np.isfinite(d2))
-    if broken.size:
-        reasons.append(
-            f"impl error is NaN/inf in {broken.size} of {d1.size} trials where the baseline's is finite "
-            f"(first: trial {int(broken[0])})"
-        )
-    keep = _comparable(d1, d2)
-    if keep.any():
-        worst_impl, worst_base = float(np.max(d1[keep])), float(np.max(d2[keep]))
-        wf = worst_factor(factor)
-        limit = max(wf * worst_base, free)
-        if worst_impl > limit:
-            trial = int(np.flatnonzero(keep)[np.argmax(d1[keep])])
-            reasons.append(
-                f"worst trial {trial}: impl error {worst_impl:.3g} > {limit:.3g} allowed "
-                f"= max({wf:g} x baseline's worst {worst_base:.3g}, free {free:.3g})"
-            )
-    if p_value < alpha:
-        which = "Holm-adjusted p" if adjusted else "p"
-        reasons.append(
-            f"impl error exceeds max({factor:g} x baseline's, free {free:.3g}) in most trials "
-            f"(sign test {which}={p_value:.2g} < alpha {alpha:g})"
-        )
-    return not reasons, reasons
-
-
 # ----------------------------------------------------------------------------
 # Conclusion in words
 # ----------------------------------------------------------------------------
@@ -490,8 +389,9 @@ def analyze(
     ``factor`` defaults to :func:`default_factor` (metric). ``free`` is the
     error always allowed, in the units of the metric: the output dtype's own
     rounding of the oracle, given as one bound or per trial (reduced by
-    :func:`free_bound` to the largest finite value). The gate uses the raw non-inferiority p-value; over
-    a run, :func:`apply_holm` replaces it with the Holm-adjusted one.
+    :func:`free_bound` to the largest finite value). The record is undecided
+    (``passed`` is ``None``): :func:`apply_holm` adds the Holm-adjusted
+    p-value over a run and :func:`acceptance.verdict.dual_delta_gate` decides.
     Raises ``ValueError`` naming the metric on unpaired arrays or bad parameters.
     """
     d1 = np.asarray(delta_impl, dtype=np.float64).reshape(-1)
@@ -511,7 +411,6 @@ def analyze(
         brown_forsythe_test(d1, d2),
     ]
     gate_test = noninferiority_test(d1, d2, factor=factor, free=free)
-    passed, reasons = gate(d1, d2, factor=factor, free=free, alpha=alpha, p_value=gate_test.p_value)
     return DualDeltaRecord(
         metric=metric,
         output=output,
@@ -527,8 +426,6 @@ def analyze(
         alpha=alpha,
         free=free,
         p_value=gate_test.p_value,
-        passed=passed,
-        reasons=reasons,
     )
 
 
@@ -557,28 +454,11 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
 
 
 def apply_holm(records: Sequence[DualDeltaRecord]) -> list[DualDeltaRecord]:
-    """New records with ``p_adjusted`` (Holm over all records that have a p-value)
-    and ``passed``/``reasons`` recomputed by :func:`gate` from the adjusted p.
+    """New records with ``p_adjusted``: Holm over all records that have a p-value.
 
-    The family is every record given (all cases, metrics and outputs of a run);
-    each record is judged at its own ``alpha``.
+    The family is every record given (all cases, metrics and outputs of a run).
     """
     idx = [i for i, r in enumerate(records) if r.p_value is not None]
     adjusted = dict(zip(idx, holm([records[i].p_value for i in idx]))) if idx else {}
-    out = []
-    for i, rec in enumerate(records):
-        if i not in adjusted:
-            out.append(rec.model_copy())
-            continue
-        p_adj = float(adjusted[i])
-        passed, reasons = gate(
-            rec.delta_impl,
-            rec.delta_baseline,
-            factor=rec.factor,
-            free=rec.free,
-            alpha=rec.alpha,
-            p_value=p_adj,
-            adjusted=True,
-        )
-        out.append(rec.model_copy(update={"p_adjusted": p_adj, "passed": passed, "reasons": reasons}))
-    return out
+    return [rec.model_copy(update={"p_adjusted": float(adjusted[i])}) if i in adjusted else rec.model_copy()
+            for i, rec in enumerate(records)]

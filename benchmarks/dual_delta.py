@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from acceptance import dual_delta, stats
+from acceptance import dual_delta
+from acceptance.spec import defaults
 
 
 def _timed(generate):
@@ -49,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=50)
     args = parser.parse_args()
-    metrics = list(stats.DEFAULT_METRICS)
+    metrics = list(defaults.DEFAULT_METRICS)
     dual_delta(torch.exp, torch.exp, None, lambda g: torch.randn(8, generator=g), metrics, 2)  # compile metrics kernels
     print(f"{args.trials} trials, metrics {metrics}, free='auto' (3 metric passes per trial)")
     print(f"{'case':28s} {'callables ms/trial':>19s} {'overhead ms/trial':>18s} {'overhead/callables':>19s}")

@@ -19,10 +19,9 @@ from acceptance.inputs import (
     draw,
     generate,
     integers,
-    round_to_dtype,
     standard_normal,
-    to_dtype,
 )
+from acceptance.dtypes import round_to, to_tensor
 from acceptance.spec import Choice, Normal, RandInt, Sparse, Specials, Uniform, expand, load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,7 +279,7 @@ def test_round_to_float16_matches_numpy():
     x = special_grid("float16")
     with np.errstate(over="ignore"):
         expected = x.astype(np.float16).astype(np.float64)
-    got = round_to_dtype(x, "float16")
+    got = round_to(x, "float16")
     assert np.array_equal(got, expected, equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(expected))
 
@@ -289,7 +288,7 @@ def test_round_to_float32_matches_numpy():
     x = special_grid("float32")
     with np.errstate(over="ignore"):
         expected = x.astype(np.float32).astype(np.float64)
-    assert np.array_equal(round_to_dtype(x, "float32"), expected, equal_nan=True)
+    assert np.array_equal(round_to(x, "float32"), expected, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
@@ -301,7 +300,7 @@ def test_round_matches_torch_single_rounding_from_float32(dtype):
         x32 = special_grid(dtype).astype(np.float32)
     x = x32.astype(np.float64)
     expected = torch.from_numpy(x32).to(getattr(torch, dtype)).double().numpy()
-    assert np.array_equal(round_to_dtype(x, dtype), expected, equal_nan=True)
+    assert np.array_equal(round_to(x, dtype), expected, equal_nan=True)
 
 
 def test_rounding_is_single_unlike_torch_cast():
@@ -309,15 +308,15 @@ def test_rounding_is_single_unlike_torch_cast():
     Through float32 it first becomes the midpoint, which then ties to even (1.0)."""
     x = np.array([1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40])
     assert torch.from_numpy(x[:1]).to(torch.float16).item() == 1.0
-    assert to_dtype(x[:1], "float16").item() == 1 + 2**-10
-    assert to_dtype(x[1:], "bfloat16").item() == 1 + 2**-7
+    assert to_tensor(x[:1], "float16").item() == 1 + 2**-10
+    assert to_tensor(x[1:], "bfloat16").item() == 1 + 2**-7
 
 
 def test_overflow_and_subnormal_rounding_by_hand():
     half = np.array([65519.99, 65520.0, 2.0**-25, 2.0**-25 * 1.0000001, 3 * 2.0**-26, -1e-10])
-    assert round_to_dtype(half, "float16").tolist() == [65504.0, math.inf, 0.0, 2.0**-24, 2.0**-24, -0.0]
-    assert np.signbit(round_to_dtype(half, "float16")[-1])
+    assert round_to(half, "float16").tolist() == [65504.0, math.inf, 0.0, 2.0**-24, 2.0**-24, -0.0]
+    assert np.signbit(round_to(half, "float16")[-1])
     if hasattr(torch, "float8_e4m3fn"):
-        e4m3 = round_to_dtype(np.array([464.0, 470.0, 1e6, -np.inf, 2.0**-10, 3 * 2.0**-11]), "float8_e4m3fn")
+        e4m3 = round_to(np.array([464.0, 470.0, 1e6, -np.inf, 2.0**-10, 3 * 2.0**-11]), "float8_e4m3fn")
         assert e4m3.tolist() == [448.0, 448.0, 448.0, -448.0, 0.0, 2.0**-9]
-    assert round_to_dtype(np.array([0.1]), "float64")[0] == 0.1
+    assert round_to(np.array([0.1]), "float64")[0] == 0.1

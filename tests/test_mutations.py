@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mutants  # noqa: E402
 from acceptance import DualDeltaResult, dual_delta, stats  # noqa: E402
-from acceptance.results import DualDeltaRecord  # noqa: E402
+from acceptance.records import DualDeltaRecord  # noqa: E402
+from acceptance.spec import defaults  # noqa: E402
 
 BY_NAME = {c.name: c for c in mutants.CASES}
 
@@ -28,7 +29,7 @@ BY_NAME = {c.name: c for c in mutants.CASES}
 @functools.lru_cache(maxsize=None)
 def result(name: str) -> DualDeltaResult:
     case = BY_NAME[name]
-    return dual_delta(case.impl, case.baseline, None, case.inputs, list(stats.DEFAULT_METRICS), case.trials,
+    return dual_delta(case.impl, case.baseline, None, case.inputs, list(defaults.DEFAULT_METRICS), case.trials,
                       dtype=case.dtype, seed=0, impl_device="cpu")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.report.junit import render_junit
-from acceptance.report.text import visible_controls
+from acceptance.wording import visible_controls
 from fixtures.report_results import hostile_results, mixed_results, results_of
 
 XSD = Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "junit-10.xsd"

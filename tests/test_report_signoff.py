@@ -4,7 +4,7 @@ import html
 import re
 
 from acceptance.report.signoff import render_signoff, signoff_lines, thresholds_in_force, waiver_effect
-from acceptance.results import Criterion
+from acceptance.records import Criterion
 from fixtures.report_results import hostile_results, mixed_results, results_of
 
 

@@ -4,17 +4,9 @@ import math
 
 import pytest
 
-from acceptance.report.text import (
-    criterion_text,
-    deciding_criterion,
-    fmt,
-    fmt_value,
-    headline,
-    margin,
-    one_line,
-    visible_controls,
-)
-from acceptance.results import CaseResult, Criterion
+from acceptance.report.text import deciding_criterion, headline, margin
+from acceptance.wording import criterion_text, fmt, fmt_value, one_line, visible_controls
+from acceptance.records import CaseResult, Criterion
 
 
 def case(verdict="fail", criteria=(), reasons=(), **kw):

@@ -177,7 +177,7 @@ def test_list_and_validate():
     ],
 )
 def test_locate_bad_elements(mask, expected):
-    from acceptance.runner import _locate
+    from acceptance.diagnose import locate as _locate
 
     m = torch.zeros(6, 8, dtype=torch.bool)
     mask(m)
@@ -185,7 +185,7 @@ def test_locate_bad_elements(mask, expected):
 
 
 def test_locate_scattered_1d_is_not_a_tail():
-    from acceptance.runner import _locate
+    from acceptance.diagnose import locate as _locate
 
     m = torch.zeros(100, dtype=torch.bool)
     m[[2, 50, 97]] = True
@@ -224,14 +224,17 @@ def test_dual_delta_section_of_a_spec(tmp_path):
     assert tuned.trials == 12
     assert [(d.metric, d.factor, d.alpha, d.trials) for d in tuned.dual_delta] == [
         ("max_abs", 3.0, 0.01, 12), ("rms", 1.5, 0.01, 12)]
-    sources = {c.metric: c.source for c in tuned.criteria if c.metric.startswith("dual_delta")}
-    assert sources == {"dual_delta max_abs": "spec override", "dual_delta rms": "convolution default"}
+    sources = {c.metric: c.source for c in tuned.criteria if c.kind == "dual_delta"}
+    assert sources == {"max_abs": "spec override", "rms": "convolution default"}
     assert not by_op["off"].dual_delta
     assert [d.metric for d in by_op["on_for_arithmetic"].dual_delta] == ["max_hyb", "mean_hyb"]
 
 
 def test_relative_error_buckets_against_numpy():
-    from acceptance.runner import REL_ERROR_BUCKETS, _abs_error, _buckets, _rel_error
+    from acceptance.diagnose import REL_ERROR_BUCKETS
+    from acceptance.diagnose import abs_error as _abs_error
+    from acceptance.diagnose import buckets as _buckets
+    from acceptance.diagnose import rel_error as _rel_error
 
     rng = np.random.default_rng(4)
     b = rng.uniform(-1, 1, 5000)

@@ -9,11 +9,11 @@ import pytest
 import torch
 import yaml
 
+from acceptance.dtypes import TEST_DTYPES as DTYPES
+from acceptance.dtypes import torch_dtype
 from acceptance.metrics import METRICS
 from acceptance.spec import (
     CATEGORIES,
-    DTYPES,
-    THRESHOLD_METRICS,
     Expr,
     SpecError,
     discover,
@@ -127,8 +127,13 @@ def test_defaults_of_optional_fields(tmp_path):
     assert (spec.thresholds, spec.dual_delta, spec.waivers, spec.params) == ({}, None, [], {})
 
 
-def test_threshold_metrics_are_the_metrics_list():
-    assert THRESHOLD_METRICS is METRICS
+@pytest.mark.parametrize("metric", METRICS)
+def test_every_metric_of_the_registry_takes_a_threshold(tmp_path, metric):
+    value = {"diff3": "[1.0e-3, 1.0e-4]", "diff4": "false", "snr_db": "-3.5"}.get(metric, "0.25")
+    text = MINIMAL + f"thresholds:\n  float32: {{{metric}: {value}}}\n"
+    specs, problems = load_specs([write(tmp_path, "op.yaml", text)])
+    assert problems == []
+    assert specs[0].thresholds["float32"][metric] == yaml.safe_load(value)
 
 
 # --------------------------------------------------------------------------- validation messages
@@ -221,7 +226,9 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
         ("cases:", "thresholds: {float12: {diff1: 1}}\ncases:", "thresholds.float12: 'float12' is not one of"),
         ("cases:", "thresholds: {float64: {diff1: 1}}\ncases:", "thresholds.float64: dtype 'float64' is not tested (dtypes: float16, float32)"),
         ("cases:", "oracle: {mpmath: 3}\ncases:", "oracle: mpmath: expected a function name, got integer 3"),
-        ("cases:", "oracle: {mpmath: exp, dps: '50'}\ncases:", "oracle: dps: expected a positive integer (decimal digits), got string '50'"),
+        ("cases:", "oracle: {mpmath: exp, dps: '50'}\ncases:", "oracle: dps: expected an integer >= 20 (decimal digits), got string '50'"),
+            ("cases:", "oracle: {mpmath: exp, dps: 5}\ncases:", "oracle: dps: expected an integer >= 20 (decimal digits), got integer 5"),
+            ("cases:", "oracle: {mpmath: expp}\ncases:", "oracle: mpmath: mpmath oracle: unknown function 'expp'"),
         ("cases:", "oracle: {mpmath: exp, digits: 50}\ncases:", "oracle: unknown key 'digits' in an mpmath oracle (keys: mpmath, dps)"),
         ("cases:", "oracle: 3\ncases:", "oracle: expected module:attr or a mapping {mpmath: <function>, dps: <digits>}, got integer 3"),
         ("cases:", "dual_delta: {alpha: 1.5}\ncases:", "dual_delta.alpha: must be < 1, got number 1.5"),
@@ -626,5 +633,5 @@ def test_every_library_case_runs_on_cpu_in_every_dtype(library):
         assert [tuple(t.shape) for t in inputs] == case.shapes
         out = fn(*inputs, **case.params)
         assert tuple(out.shape) == _expected_shape(case.spec.name, case.symbols, case.params), case.id
-        assert out.dtype == DTYPES[case.dtype], case.id
+        assert out.dtype == torch_dtype(case.dtype), case.id
         assert torch.isfinite(out).all(), case.id

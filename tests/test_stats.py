@@ -11,14 +11,20 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from acceptance import stats
-from acceptance.results import DualDeltaRecord
+from acceptance import stats, verdict
+from acceptance.records import DualDeltaRecord
+from acceptance.spec import defaults
 
 
 def _test(record: DualDeltaRecord, name: str, alternative: str | None = None):
     found = [t for t in record.tests if t.name == name and (alternative is None or t.alternative == alternative)]
     assert len(found) == 1, (name, alternative, record.tests)
     return found[0]
+
+
+def gated(delta_impl, delta_baseline, **kwargs) -> DualDeltaRecord:
+    """The analysis of one metric with the gate's decision on it, as a run records it."""
+    return verdict.dual_delta_gate(stats.analyze(delta_impl, delta_baseline, **kwargs))
 
 
 def _paired(seed: int, shift: float, n: int = 100, spread: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +177,7 @@ def _exchangeable(seed: int, n: int = 100) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("seed", range(5))
 def test_equal_distributions_pass_as_equivalent(seed):
     d1, d2 = _exchangeable(seed)
-    rec = stats.analyze(d1, d2, metric="mean_hyb", factor=1.5)
+    rec = gated(d1, d2, metric="mean_hyb", factor=1.5)
     assert rec.passed and rec.reasons == []
     assert rec.conclusion == "equivalent"
     assert rec.p_value == 1.0
@@ -180,7 +186,7 @@ def test_equal_distributions_pass_as_equivalent(seed):
 def test_equal_distributions_rarely_concluded_different():
     """Each direction of the location claim is a level-alpha test: at most ~2 alpha wrong claims."""
     claims = sum(
-        not stats.analyze(*_exchangeable(1000 + i, n=50), metric="mean_hyb").conclusion.startswith("equivalent")
+        not gated(*_exchangeable(1000 + i, n=50), metric="mean_hyb").conclusion.startswith("equivalent")
         for i in range(300)
     )
     assert claims / 300 <= 0.1
@@ -190,7 +196,7 @@ def test_equal_distributions_rarely_concluded_different():
 def test_harmless_significant_shift_passes(seed):
     """impl 1.2x worse in every trial: clearly significant, within factor 1.5, so it must pass."""
     d1, d2 = _paired(seed, 1.2, spread=0.03)
-    rec = stats.analyze(d1, d2, metric="mean_hyb", factor=1.5)
+    rec = gated(d1, d2, metric="mean_hyb", factor=1.5)
     assert _test(rec, "wilcoxon", "greater").p_value < 1e-10
     assert rec.conclusion.startswith("impl less accurate by 1.2")
     assert rec.passed
@@ -199,7 +205,7 @@ def test_harmless_significant_shift_passes(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_two_fold_shift_fails_factor_1_5(seed):
     d1, d2 = _paired(seed, 2.0)
-    rec = stats.analyze(d1, d2, metric="mean_hyb", factor=1.5)
+    rec = gated(d1, d2, metric="mean_hyb", factor=1.5)
     assert not rec.passed
     assert rec.p_value < 1e-15
     assert any("in most trials" in r for r in rec.reasons)
@@ -209,7 +215,7 @@ def test_two_fold_shift_fails_factor_1_5(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_ten_fold_shift_fails_and_says_about_ten(seed):
     d1, d2 = _paired(seed, 10.0, spread=0.3)
-    rec = stats.analyze(d1, d2, metric="max_hyb")
+    rec = gated(d1, d2, metric="max_hyb")
     assert rec.factor == 2.0 and not rec.passed
     by = float(re.match(r"impl less accurate by (\d+\.?\d*)×", rec.conclusion).group(1))
     assert 8.0 < by < 12.0
@@ -219,7 +225,7 @@ def test_ten_fold_shift_fails_and_says_about_ten(seed):
 @pytest.mark.parametrize("seed", range(5))
 def test_better_impl_passes_as_more_accurate(seed):
     d1, d2 = _paired(seed, 0.5)
-    rec = stats.analyze(d1, d2, metric="max_hyb")
+    rec = gated(d1, d2, metric="max_hyb")
     assert rec.passed and rec.p_value == 1.0
     ratio = float(re.match(r"impl more accurate \((\d+\.?\d*)× baseline", rec.conclusion).group(1))
     assert ratio == pytest.approx(0.5, rel=0.05)
@@ -227,7 +233,7 @@ def test_better_impl_passes_as_more_accurate(seed):
 
 def test_bit_identical_is_identical_and_not_tested():
     d = _paired(0, 1.0)[1]
-    rec = stats.analyze(d, d.copy(), metric="max_hyb")
+    rec = gated(d, d.copy(), metric="max_hyb")
     assert rec.conclusion == "identical" and rec.passed
     assert _test(rec, "wilcoxon", "greater").p_value is None
     assert "100 zero differences dropped" in _test(rec, "wilcoxon", "greater").note
@@ -239,7 +245,7 @@ def test_less_stable_impl_is_reported():
     base = 1e-4 * rng.lognormal(0, 0.1, 100)
     impl = base * rng.lognormal(0, 0.1, 100)
     impl[::2] *= 1.35  # same location range, three times the spread
-    rec = stats.analyze(impl, base, metric="mean_hyb", factor=2.0)
+    rec = gated(impl, base, metric="mean_hyb", factor=2.0)
     std_ratio = np.std(impl, ddof=1) / np.std(base, ddof=1)
     assert f"impl less stable (std {std_ratio:.3g}× baseline" in rec.conclusion
     assert rec.passed
@@ -248,7 +254,7 @@ def test_less_stable_impl_is_reported():
 def test_rare_outlier_fails_the_worst_trial_check():
     d1, d2 = _paired(1, 1.0)
     d1[37] = 50 * d2.max()  # one trial out of 100: invisible to the sign test
-    rec = stats.analyze(d1, d2, metric="max_hyb")
+    rec = gated(d1, d2, metric="max_hyb")
     assert rec.p_value > 0.5 and not rec.passed
     assert rec.reasons == [
         f"worst trial 37: impl error {d1[37]:.3g} > {4 * d2.max():.3g} allowed "
@@ -260,14 +266,14 @@ def test_worst_trial_gets_the_squared_factor():
     assert stats.worst_factor(2.0) == 4.0 and stats.worst_factor(1.5) == 2.25 and stats.worst_factor(0.5) == 0.5
     d1, d2 = _paired(1, 1.0)
     d1[37] = 3.9 * d2.max()  # beyond 2x, inside 4x: scatter of the extreme, not a bug
-    assert stats.analyze(d1, d2, metric="max_hyb").passed
+    assert gated(d1, d2, metric="max_hyb").passed
     d1[37] = 4.1 * d2.max()
-    assert not stats.analyze(d1, d2, metric="max_hyb").passed
+    assert not gated(d1, d2, metric="max_hyb").passed
 
 
 def test_tiny_significant_shift_is_written_as_one_plus():
     d1, d2 = _paired(4, 1.0 + 1e-6, spread=0.0)
-    rec = stats.analyze(d1, d2, metric="mean_hyb")
+    rec = gated(d1, d2, metric="mean_hyb")
     assert rec.conclusion.startswith("impl less accurate by (1 + 1e-06)×") and rec.passed
 
 
@@ -280,25 +286,25 @@ def test_degenerate_spread_gives_no_p_value():
 def test_free_covers_errors_up_to_the_rounding_bound():
     zeros = np.zeros(50)
     below = np.full(50, 3e-4)
-    assert stats.analyze(below, zeros, metric="max_hyb", free=4.9e-4).passed
-    rec = stats.analyze(below, zeros, metric="max_hyb", free=0.0)
+    assert gated(below, zeros, metric="max_hyb", free=4.9e-4).passed
+    rec = gated(below, zeros, metric="max_hyb", free=0.0)
     assert not rec.passed and "than an exact baseline" in rec.conclusion
     # per-trial values reduce to the largest finite one
     per_trial = np.full(50, 1e-4)
     per_trial[3], per_trial[4] = 4.9e-4, np.inf
     assert stats.free_bound(per_trial) == 4.9e-4
-    assert stats.analyze(below, zeros, metric="max_hyb", free=per_trial).free == 4.9e-4
+    assert gated(below, zeros, metric="max_hyb", free=per_trial).free == 4.9e-4
 
 
 def test_nan_impl_error_fails_and_both_nan_is_not_compared():
     d1, d2 = _paired(2, 1.0, n=30)
     d1[4] = np.nan
-    rec = stats.analyze(d1, d2, metric="max_hyb")
+    rec = gated(d1, d2, metric="max_hyb")
     assert not rec.passed
     assert rec.reasons[0].startswith("impl error is NaN/inf in 1 of 30 trials")
     assert rec.impl.n == 29
     d2[4] = np.nan
-    rec = stats.analyze(d1, d2, metric="max_hyb")
+    rec = gated(d1, d2, metric="max_hyb")
     assert rec.passed
     assert "1 of 30 trials left out" in _test(rec, "wilcoxon", "greater").note
 
@@ -306,7 +312,7 @@ def test_nan_impl_error_fails_and_both_nan_is_not_compared():
 def test_record_round_trips_through_json_with_nan():
     d1, d2 = _paired(2, 1.0, n=10)
     d1[0] = np.nan
-    rec = stats.analyze(d1, d2, metric="max_hyb", free=1e-5)
+    rec = gated(d1, d2, metric="max_hyb", free=1e-5)
     back = DualDeltaRecord.model_validate(json.loads(rec.model_dump_json()))
     assert math.isnan(back.delta_impl[0]) and back.delta_impl[1:] == rec.delta_impl[1:]
     assert back == rec.model_copy(update={"delta_impl": back.delta_impl})
@@ -329,10 +335,10 @@ def test_analyze_rejects_bad_input_naming_the_metric(kwargs, message):
 
 
 def test_default_factors_follow_the_peer_rules():
-    assert stats.default_factor("max_hyb") == 2.0 and stats.default_factor("mean_hyb") == 1.5
-    assert stats.DEFAULT_FACTORS["mse"] == pytest.approx(stats.DEFAULT_FACTORS["rms"] ** 2)
-    assert stats.default_factor("my_metric") == stats.DEFAULT_FACTOR
-    assert set(stats.DEFAULT_METRICS) <= set(stats.DEFAULT_FACTORS)
+    assert defaults.default_factor("max_hyb") == 2.0 and defaults.default_factor("mean_hyb") == 1.5
+    assert defaults.DEFAULT_FACTORS["mse"] == pytest.approx(defaults.DEFAULT_FACTORS["rms"] ** 2)
+    assert defaults.default_factor("my_metric") == defaults.DEFAULT_FACTOR
+    assert set(defaults.DEFAULT_METRICS) <= set(defaults.DEFAULT_FACTORS)
 
 
 # ----------------------------------------------------------------------------- Holm
@@ -369,18 +375,18 @@ def test_holm_rejects_invalid_p_values():
         stats.holm([0.1, float("nan")])
 
 
-def test_apply_holm_recomputes_the_gate():
+def test_the_gate_decides_on_the_holm_adjusted_p():
     # baseline worst 10 keeps the worst-trial check quiet; impl over 1.5x in 9 of 10 trials
     d2 = np.array([1.0] * 9 + [10.0])
     d1 = np.array([1.6] * 9 + [2.0])
-    suspect = stats.analyze(d1, d2, metric="mean_hyb", factor=1.5)
+    suspect = gated(d1, d2, metric="mean_hyb", factor=1.5)
     assert suspect.p_value == pytest.approx(11 / 1024) and not suspect.passed
-    fine = [stats.analyze(d2, d2, metric="mean_hyb", factor=1.5) for _ in range(4)]
-    adjusted = stats.apply_holm([suspect] + fine)
+    fine = [gated(d2, d2, metric="mean_hyb", factor=1.5) for _ in range(4)]
+    adjusted = [verdict.dual_delta_gate(r) for r in stats.apply_holm([suspect] + fine)]
     assert adjusted[0].p_adjusted == pytest.approx(5 * 11 / 1024)
     assert adjusted[0].passed and adjusted[0].reasons == []
     assert suspect.p_adjusted is None and not suspect.passed  # inputs untouched
     assert all(r.p_adjusted == 1.0 and r.passed for r in adjusted[1:])
     # alone, the same record still fails, now quoting the adjusted p
-    alone = stats.apply_holm([suspect])[0]
+    alone = verdict.dual_delta_gate(stats.apply_holm([suspect])[0])
     assert not alone.passed and "Holm-adjusted p=0.011" in alone.reasons[-1]

@@ -5,7 +5,9 @@ import math
 import pytest
 
 from acceptance import verdict
-from acceptance.results import Criterion
+from acceptance.records import CaseResult, Criterion, Diff4Counts
+from acceptance.spec import defaults
+from acceptance.wording import criterion_text
 
 
 def _by_metric(ths):
@@ -29,7 +31,7 @@ def _by_metric(ths):
     ],
 )
 def test_category_table(category, dtype, expected):
-    ths = _by_metric(verdict.thresholds_for(category, dtype))
+    ths = _by_metric(defaults.thresholds_for(category, dtype))
     assert set(ths) == {"diff1", "diff2"}
     for metric in ("diff1", "diff2"):
         assert ths[metric].value == pytest.approx(expected, rel=1e-12)
@@ -40,28 +42,28 @@ def test_category_table(category, dtype, expected):
 @pytest.mark.parametrize("category", ["arithmetic", "pure_io"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_bit_exact_categories(category, dtype):
-    ths = verdict.thresholds_for(category, dtype)
+    ths = defaults.thresholds_for(category, dtype)
     assert [(t.metric, t.value, t.comparison) for t in ths] == [("diff3_2", 0.0, "==")]
-    assert not verdict.diff4_enabled(category)
+    assert not defaults.diff4_enabled(category)
 
 
 def test_spec_override_replaces_and_adds():
-    ths = _by_metric(verdict.thresholds_for("convolution", "float16", {"diff1": 1e-2, "max_ulp": 4, "diff4": False}))
+    ths = _by_metric(defaults.thresholds_for("convolution", "float16", {"diff1": 1e-2, "max_ulp": 4, "diff4": False}))
     assert ths["diff1"].value == 1e-2 and ths["diff1"].source == "spec override"
     assert ths["diff2"].value == 3e-3 and "default" in ths["diff2"].source
     assert ths["max_ulp"].value == 4
     assert "diff4" not in ths
-    assert not verdict.diff4_enabled("convolution", {"diff4": False})
-    assert verdict.diff4_enabled("convolution", {"diff1": 1e-2})
+    assert not defaults.diff4_enabled("convolution", {"diff4": False})
+    assert defaults.diff4_enabled("convolution", {"diff1": 1e-2})
 
 
 def test_evaluate_boundaries_and_nan():
-    ths = verdict.thresholds_for("reduction", "float32")
+    ths = defaults.thresholds_for("reduction", "float32")
     worst = [
         {"diff1": 3e-3, "diff2": math.nextafter(3e-3, 1.0), "nan_mismatch": 0.0, "inf_mismatch": 0.0},
         {"diff1": math.nan, "diff2": 0.0, "nan_mismatch": 2.0, "inf_mismatch": 0.0},
     ]
-    crit = {(c.output, c.metric): c for c in verdict.evaluate(worst, ths)}
+    crit = {(c.output, c.metric): c for c in verdict.threshold_criteria(worst, ths)}
     assert crit[(0, "diff1")].passed is True  # equal to the threshold passes
     assert crit[(0, "diff2")].passed is False  # one double above fails
     assert crit[(1, "diff1")].passed is False  # NaN never passes
@@ -70,11 +72,12 @@ def test_evaluate_boundaries_and_nan():
 
 
 def test_evaluate_diff3_pair():
-    ths = verdict.thresholds_for("activation", "float16", {"diff3": [1e-3, 1e-4]})
+    ths = defaults.thresholds_for("activation", "float16", {"diff3": [1e-3, 1e-4]})
     worst = [{"diff1": 0, "diff2": 0, "diff3": (5e-4, 2e-4), "nan_mismatch": 0, "inf_mismatch": 0}]
-    c = next(c for c in verdict.evaluate(worst, ths) if c.metric == "diff3")
+    c = next(c for c in verdict.threshold_criteria(worst, ths) if c.metric == "diff3")
     assert c.passed is False  # m2 = 2e-4 > 1e-4
-    assert "diff3 (5e-4, 2e-4) > (1e-3, 1e-4)" in verdict.describe_failure(c)
+    assert c.threshold == [1e-3, 1e-4]  # the pair itself, not words to parse back
+    assert "diff3 (5e-4, 2e-4) > (1e-3, 1e-4)" in criterion_text(c)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +92,8 @@ def test_evaluate_diff3_pair():
     ],
 )
 def test_diff4_rule(above, below, base_above, base_below, expected):
-    c = verdict.diff4_criterion(0, above, below, base_above, base_below)
+    c = verdict.diff4_criterion(0, Diff4Counts(above=above, below=below, baseline_above=base_above,
+                                               baseline_below=base_below))
     assert c.passed is expected
     n = above + below
     assert c.value == [above / n, below / n, float(n)]
@@ -98,12 +102,55 @@ def test_diff4_rule(above, below, base_above, base_below, expected):
 def test_failure_words():
     c = Criterion(metric="diff1", value=4.1e-3, threshold=3e-3, comparison="<=", passed=False,
                   source="float16 convolution default")
-    assert verdict.describe_failure(c) == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
+    assert criterion_text(c) == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
     c = Criterion(metric="diff3_2", output=1, value=0.5, threshold=0.0, comparison="==", passed=False,
                   source="arithmetic default (bit exact)")
-    assert verdict.describe_failure(c) == "diff3_2 [output 1] 0.5 != 0 (arithmetic default (bit exact))"
-    c = Criterion(metric="nan_mismatch", value=3.0, threshold=0.0, comparison="==", passed=False)
-    assert "NaN placement differs from the baseline at 3 positions" in verdict.describe_failure(c)
+    assert criterion_text(c) == "diff3_2[output 1] 0.5 != 0 (arithmetic default (bit exact))"
+    c = Criterion(kind="placement", metric="nan_mismatch", value=3.0, threshold=0.0, comparison="==", passed=False)
+    assert criterion_text(c) == "NaN placement differs from the baseline at 3 positions"
+    c = Criterion(kind="diff4", metric="diff4", value=[1.0, 0.0, 120.0], comparison="two-sided", passed=False)
+    assert criterion_text(c) == "diff4 one-sided: p1=1, p2=0 over n=120 unequal points"
+
+
+def test_a_score_threshold_holds_from_below():
+    (snr,) = [t for t in defaults.thresholds_for("activation", "float32", {"snr_db": 30.0}) if t.metric == "snr_db"]
+    assert snr.comparison == ">="
+    crit = {c.metric: c for c in verdict.threshold_criteria([{"snr_db": 29.9, "diff1": 0, "diff2": 0}], [snr])}
+    assert crit["snr_db"].passed is False and criterion_text(crit["snr_db"]).startswith("snr_db 29.9 < 30")
+    crit = {c.metric: c for c in verdict.threshold_criteria([{"snr_db": math.inf}], [snr])}
+    assert crit["snr_db"].passed is True
+
+
+def _measured(**fields) -> CaseResult:
+    base = dict(id="op[float32]", operator="op", category="reduction", spec_file="op.yaml", dtype="float32",
+                params={}, trials=3, seed=0)
+    return CaseResult(**(base | fields))
+
+
+def _rules(**fields) -> defaults.Rules:
+    base = dict(category="reduction", dtype="float32", thresholds=tuple(defaults.thresholds_for("reduction", "float32")),
+                diff4=False, dual_delta=None, element_tolerance=3e-3, bit_exact=False)
+    return defaults.Rules(**(base | fields))
+
+
+def test_decide_fails_on_a_threshold_and_says_where():
+    worst = {"diff1": 4e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}
+    case = verdict.decide(_measured(metrics=[worst], bad_fraction=0.25, bad_location="all 4 in row 2 of dim 0"),
+                          _rules())
+    assert case.verdict == "fail"
+    assert case.reasons == ["diff1 4e-3 > 3e-3 (float32 reduction default)",
+                            "0.25 of elements over tolerance; all 4 in row 2 of dim 0"]
+    assert case.tolerance_to_pass == {"diff1": 4e-3}
+
+
+def test_decide_waives_a_failure_and_reports_an_error():
+    worst = {"diff1": 4e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}
+    waived = verdict.decide(_measured(metrics=[worst]), _rules(waiver="known issue #12"))
+    assert waived.verdict == "skip" and waived.reasons[0] == "waived: known issue #12"
+    broken = verdict.decide(_measured(error="impl raised ValueError: boom (k.py:3) in trial 0"), _rules())
+    assert (broken.verdict, broken.reasons, broken.criteria) == ("error", [broken.error], [])
+    passing = verdict.decide(_measured(metrics=[worst | {"diff1": 1e-3}]), _rules())
+    assert passing.verdict == "pass" and passing.reasons == []
 
 
 def test_tolerance_to_pass_is_the_worst_value():

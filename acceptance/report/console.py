@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from acceptance.results import Results, sorted_failures_first
+from acceptance.records import Results, sorted_failures_first
 
 _COLOURS = {"pass": "green", "fail": "red", "error": "magenta", "skip": "yellow"}
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from acceptance.report.text import criterion_text, deciding_criterion, headline, one_line, overall_line, visible_controls
-from acceptance.results import CaseResult, Results, sorted_failures_first
+from acceptance.report.text import deciding_criterion, headline, overall_line
+from acceptance.wording import criterion_text, one_line, visible_controls
+from acceptance.records import CaseResult, Results, sorted_failures_first
 
 CELL_LIMIT = 300
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")

@@ -32,19 +32,9 @@ import jinja2
 from markupsafe import Markup
 
 from acceptance.report import svg
-from acceptance.report.text import (
-    criterion_text,
-    deciding_criterion,
-    fmt,
-    fmt_value,
-    headline,
-    margin,
-    metric_name,
-    overall_line,
-    params_text,
-    visible_controls,
-)
-from acceptance.results import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
+from acceptance.report.text import deciding_criterion, headline, margin, overall_line
+from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
+from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
 
 MAX_PLOTTED_CASES = 40
 OPEN_FAILURES = 20

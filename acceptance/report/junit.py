@@ -23,8 +23,9 @@ from itertools import groupby
 
 from junit_xml import TestCase, TestSuite
 
-from acceptance.report.text import case_details, headline, visible_controls
-from acceptance.results import CaseResult, Results
+from acceptance.report.text import case_details, headline
+from acceptance.wording import visible_controls
+from acceptance.records import CaseResult, Results
 
 
 def _seconds(t: float) -> float:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Optional
+from typing import Any, Optional
 
 from acceptance.report.html import asset, environment, page_context
-from acceptance.report.text import fmt, metric_name, one_line
-from acceptance.results import CaseResult, Results
+from acceptance.wording import fmt_value, metric_name, one_line
+from acceptance.records import CaseResult, Results
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,12 @@ class Threshold:
 
     metric: str
     comparison: str
-    lo: float
-    hi: float
+    lo: Any  # a number, or a pair for diff3
+    hi: Any
     source: str
 
     def text(self) -> str:
-        bound = fmt(self.lo) if self.lo == self.hi else f"{fmt(self.lo)} … {fmt(self.hi)}"
+        bound = fmt_value(self.lo) if self.lo == self.hi else f"{fmt_value(self.lo)} … {fmt_value(self.hi)}"
         return f"{self.metric} {self.comparison} {bound}"
 
 

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from acceptance.report.text import fmt, visible_controls
+from acceptance.wording import fmt, visible_controls
 
 WIDTH, HEIGHT = 290, 262
 LEFT, RIGHT, TOP, BOTTOM = 62, 12, 40, 58

@@ -1,81 +1,17 @@
-"""Wording shared by every reporter: numbers, criteria, the deciding criterion.
+"""What every reporter shows of a case: the deciding criterion, its margin, the headline, the full account.
 
-All functions are pure and take pieces of :mod:`acceptance.results`; each
-reporter (JUnit, HTML, sign-off, GitHub) escapes their output for its own
-format.
+All functions are pure and take pieces of :mod:`acceptance.records`; numbers
+and criterion sentences come from :mod:`acceptance.wording`; each reporter
+(JUnit, HTML, sign-off, GitHub, console) escapes the output for its own format.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
-from acceptance.results import CaseResult, Criterion, MetricValue, Results
-
-# C0 and C1 control characters other than tab, newline and carriage return,
-# lone surrogates (which cannot be encoded as UTF-8) and the two non-characters
-# U+FFFE/U+FFFF: XML 1.0 forbids them and terminals interpret some of them.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
-
-
-def visible_controls(text: str) -> str:
-    r"""Replace control characters with a visible escape (``"\x1b"`` becomes the four characters ``\x1b``).
-
-    Tab, newline and carriage return are kept; callers that need one line use
-    :func:`one_line`.
-    """
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
-
-
-def one_line(text: str, limit: Optional[int] = None) -> str:
-    """Collapse all whitespace runs (newlines included) to one space; cut to ``limit`` characters with an ellipsis."""
-    flat = " ".join(visible_controls(text).split())
-    if limit is not None and len(flat) > limit:
-        return flat[: max(limit - 1, 0)] + "…"
-    return flat
-
-
-def fmt(x: Optional[float]) -> str:
-    """A number for people, the one style of every report and message.
-
-    Integers as integers; otherwise 3 significant digits, plain between 1e-2
-    and 1e4 (``0.0625``, ``33.3``) and a compact exponent elsewhere (``4.1e-3``,
-    ``1.23e5``). ``None`` is an em dash; ``nan``/``inf`` are spelled out.
-    """
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return str(x).lower()
-    if isinstance(x, int):
-        return str(x)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    if 1e-2 <= abs(x) < 1e4:
-        return f"{x:.3g}"
-    mantissa, exponent = f"{x:.2e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-
-
-def fmt_value(value: MetricValue) -> str:
-    """A metric value: a number, or a tuple such as diff3 ``(m1, m2)`` written ``(a, b)``."""
-    if isinstance(value, (list, tuple)):
-        return "(" + ", ".join(fmt(v) for v in value) + ")"
-    return fmt(value)
-
-
-def params_text(params: dict) -> str:
-    """Case symbols as ``M=128, K=4097`` (insertion order)."""
-    return ", ".join(f"{k}={v}" for k, v in params.items())
-
-
-def metric_name(criterion: Criterion) -> str:
-    """The metric, with ``[output i]`` appended for outputs other than the first."""
-    return criterion.metric if criterion.output == 0 else f"{criterion.metric}[output {criterion.output}]"
+from acceptance.records import CaseResult, Criterion, Results
+from acceptance.wording import criterion_text, fmt, one_line, params_text, visible_controls
 
 
 def margin(criterion: Criterion) -> Optional[float]:
@@ -87,21 +23,26 @@ def margin(criterion: Criterion) -> Optional[float]:
     - ``>=``: value / threshold.
     - ``==``: ``inf`` when equal, else 0.
 
-    Tuple values (diff3) use their largest component. ``nan`` anywhere gives
-    ``nan``. ``None`` for criteria not evaluated, without a threshold, or
-    compared statistically (``two-sided``, ``non-inferior``).
+    Pair values (diff3) use their tightest component (against a pair
+    threshold component by component). ``nan`` anywhere gives ``nan``.
+    ``None`` for criteria not evaluated, without a threshold, or compared
+    statistically (``two-sided``, ``non-inferior``).
     """
     if criterion.passed is None or criterion.threshold is None or criterion.value is None:
         return None
     if criterion.comparison not in ("<=", ">=", "=="):
         return None
     values = criterion.value if isinstance(criterion.value, list) else [criterion.value]
-    if not values or any(math.isnan(v) for v in values) or math.isnan(criterion.threshold):
+    thresholds = criterion.threshold if isinstance(criterion.threshold, list) else [criterion.threshold] * len(values)
+    if not values or any(math.isnan(v) for v in values + thresholds):
         return math.nan
-    value, threshold = max(values), criterion.threshold
-    if criterion.comparison == "==":
+    return min(_margin_of(v, t, criterion.comparison) for v, t in zip(values, thresholds))
+
+
+def _margin_of(value: float, threshold: float, comparison: str) -> float:
+    if comparison == "==":
         return math.inf if value == threshold else 0.0
-    top, bottom = (threshold, value) if criterion.comparison == "<=" else (value, threshold)
+    top, bottom = (threshold, value) if comparison == "<=" else (value, threshold)
     if bottom == 0:
         return math.inf if top >= 0 else 0.0
     if math.isinf(bottom):
@@ -130,35 +71,6 @@ def deciding_criterion(case: CaseResult) -> Optional[Criterion]:
     if with_margin:
         return min(with_margin, key=_margin_key)
     return evaluated[0] if evaluated else None
-
-
-_FAILED_OP = {"<=": ">", ">=": "<", "==": "!="}
-
-
-def criterion_text(criterion: Criterion) -> str:
-    """One criterion as a sentence: ``diff1 0.0041 > 0.003 (float16 convolution default)``.
-
-    The operator shown is the comparison when it passed and its negation when
-    it failed; statistical comparisons say ``non-inferior`` / ``inferior``.
-    """
-    name = metric_name(criterion)
-    if criterion.passed is None:
-        text = f"{name} not evaluated" + (f": {criterion.note}" if criterion.note else "")
-        return one_line(text)
-    value = fmt_value(criterion.value)
-    if criterion.comparison in _FAILED_OP:
-        op = criterion.comparison if criterion.passed else _FAILED_OP[criterion.comparison]
-        text = f"{name} {value} {op} {fmt(criterion.threshold)}"
-    elif criterion.comparison == "non-inferior":
-        word = "non-inferior" if criterion.passed else "inferior"
-        text = f"{name} {value} {word} (factor {fmt(criterion.threshold)})"
-    else:
-        text = f"{name} {value} {'passes' if criterion.passed else 'fails'} the two-sided check"
-    if criterion.source:
-        text += f" ({criterion.source})"
-    if criterion.note:
-        text += f"; {criterion.note}"
-    return one_line(text)
 
 
 def headline(case: CaseResult) -> str:

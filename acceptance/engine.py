@@ -1,0 +1,179 @@
+"""The trial engine: inputs → impl on the device | baseline on CPU | oracle in float64, trial after trial.
+
+The one trial loop of the package, shared by the spec runner and the library
+call :func:`acceptance.dual_delta`. Per trial ``t``:
+
+1. ``inputs = make_inputs(t)``: CPU tensors in the test dtype;
+2. impl on copies of the inputs on the impl's device (``repeats`` more runs
+   on the same inputs where run-to-run spread is measured);
+3. baseline on the CPU inputs;
+4. oracle on CPU float64 copies (integer tensors unchanged), when asked;
+5. the outputs are checked: tensors, as many as the baseline's, of the
+   baseline's shapes, impl in the baseline's dtype, the oracle in its shapes.
+
+Anything wrong raises :class:`~acceptance.errors.CaseError` naming the role
+and the trial. :func:`oracle_errors` measures one output of one trial against
+the oracle: delta_1 = err(impl, oracle), delta_2 = err(baseline, oracle) and
+free = err(round(oracle), oracle), the error of the correctly rounded result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from acceptance import dtypes, metrics
+from acceptance.device import synchronize
+from acceptance.errors import CaseError
+from acceptance.oracle import float64_inputs
+from acceptance.records import Timing
+
+Tensors = tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The three callables of a case, each ``fn(*tensors, **params) -> Tensor | tuple[Tensor, ...]``."""
+
+    impl: Callable
+    baseline: Callable
+    oracle: Callable
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's tensors: the inputs (CPU, test dtype) and each role's outputs.
+
+    ``impl`` is on the impl's device; ``baseline`` on the CPU; ``oracle`` CPU
+    float64, or ``None`` when it did not run; ``repeats`` holds further impl
+    runs on the same inputs.
+    """
+
+    index: int
+    inputs: Tensors
+    impl: Tensors
+    baseline: Tensors
+    oracle: Optional[Tensors]
+    repeats: tuple[Tensors, ...] = ()
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float, role: str, trial: int):
+    """Raise :class:`CaseError` in the main thread after ``seconds`` (SIGALRM; a no-op elsewhere)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable or seconds <= 0 or math.isinf(seconds):
+        yield
+        return
+
+    def _alarm(signum, frame):
+        raise CaseError(f"{role} exceeded the case timeout in trial {trial}")
+
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _outputs(value: Any, role: str, trial: int) -> Tensors:
+    outs = value if isinstance(value, (tuple, list)) else (value,)
+    if not outs:
+        raise CaseError(f"{role} returned no output in trial {trial}")
+    for i, out in enumerate(outs):
+        if not isinstance(out, torch.Tensor):
+            raise CaseError(f"{role} returned {type(out).__name__} at output {i} in trial {trial}, expected a Tensor")
+    return tuple(outs)
+
+
+def call(fn: Callable, role: str, trial: int, tensors: Tensors, params: dict) -> Tensors:
+    """``fn(*tensors, **params)`` as a tuple of tensors; any exception becomes a :class:`CaseError`
+    naming the role, the exception, where it was raised and the trial."""
+    try:
+        value = fn(*tensors, **params)
+    except CaseError:
+        raise
+    except Exception as exc:  # the callable under test may raise anything
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise CaseError(f"{role} raised {type(exc).__name__}: {exc} ({Path(frame.filename).name}:{frame.lineno}) "
+                        f"in trial {trial}") from None
+    return _outputs(value, role, trial)
+
+
+def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) -> None:
+    if len(impl) != len(base):
+        raise CaseError(f"impl returned {len(impl)} outputs, the baseline {len(base)} (trial {trial})")
+    for i, (e, b) in enumerate(zip(impl, base)):
+        if tuple(e.shape) != tuple(b.shape):
+            raise CaseError(f"impl output {i} has shape {tuple(e.shape)}, the baseline {tuple(b.shape)} (trial {trial})")
+        if e.dtype != b.dtype:
+            raise CaseError(f"impl output {i} has dtype {e.dtype}, the baseline {b.dtype} (trial {trial})")
+    if oracle is None:
+        return
+    if len(oracle) != len(base):
+        raise CaseError(f"oracle returned {len(oracle)} outputs, the baseline {len(base)} (trial {trial})")
+    for i, (o, b) in enumerate(zip(oracle, base)):
+        if tuple(o.shape) != tuple(b.shape):
+            raise CaseError(f"oracle output {i} has shape {tuple(o.shape)}, the baseline {tuple(b.shape)} "
+                            f"(trial {trial})")
+
+
+def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int, *, device: torch.device,
+               params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
+               timing: Optional[Timing] = None) -> Iterator[Trial]:
+    """Run ``trials`` trials and yield each one's tensors (see the module docstring).
+
+    ``timeout`` is the impl's budget in seconds over all its calls (SIGALRM,
+    main thread only); ``timing`` collects seconds per role.
+    """
+    timing = timing if timing is not None else Timing()
+    for t in range(trials):
+        inputs = tuple(make_inputs(t))
+        on_device = tuple(x.to(device) for x in inputs)
+        runs = []
+        for _ in range(1 + repeats):
+            synchronize(device)
+            t0 = time.perf_counter()
+            with _deadline(timeout - timing.impl, "impl", t):
+                runs.append(call(roles.impl, "impl", t, on_device, params))
+                synchronize(device)
+            timing.impl += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        base = call(roles.baseline, "baseline", t, inputs, params)
+        timing.baseline += time.perf_counter() - t0
+        ref = None
+        if oracle:
+            t0 = time.perf_counter()
+            ref = tuple(o.to(torch.float64) if o.is_floating_point() else o
+                        for o in call(roles.oracle, "oracle", t, float64_inputs(inputs), params))
+            timing.oracle += time.perf_counter() - t0
+        _check(t, runs[0], base, ref)
+        yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]))
+
+
+def oracle_errors(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: list[str]
+                  ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """(delta_1, delta_2, free) for the metric ``names``: err(e, o), err(b, o) and err(round(o), o).
+
+    Errors are in the units of each metric, with ULP counted in the baseline's
+    dtype; round(o) is the oracle correctly rounded once to that dtype (the
+    error any result in the dtype must have; 0 for float64 and integer
+    outputs). err(e, o) is computed on e's device.
+    """
+    o = o.to(torch.float64)
+    rounded = dtypes.rounded(o, b.dtype)
+    d1 = metrics.compute(e, o.to(e.device), dtype=b.dtype, names=names)
+    d2 = metrics.compute(b, o, dtype=b.dtype, names=names)
+    free = metrics.compute(o if rounded is None else rounded, o, dtype=b.dtype, names=names)
+    return ({n: float(d1[n]) for n in names}, {n: float(d2[n]) for n in names}, {n: float(free[n]) for n in names})

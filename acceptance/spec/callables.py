@@ -1,0 +1,88 @@
+"""Callable references: ``module:attr`` (an importable module or a ``.py`` file next to the spec)."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from acceptance import oracle
+from acceptance.errors import SpecError
+
+_FILE_MODULES: dict[Path, ModuleType] = {}
+
+
+def _load_file_module(path: Path) -> ModuleType:
+    """Import a ``.py`` file once, under a unique module name, without touching ``sys.path``."""
+    if path in _FILE_MODULES:
+        return _FILE_MODULES[path]
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    name = f"acceptance_specmod_{digest}_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException as exc:
+        del sys.modules[name]
+        if not isinstance(exc, Exception):
+            raise
+        raise SpecError(f"cannot import {path.name}: {type(exc).__name__}: {exc}") from None
+    _FILE_MODULES[path] = module
+    return module
+
+
+def resolve_callable(ref: str, spec_path: Path) -> Callable:
+    """Resolve ``module:attr`` to a callable.
+
+    ``module`` is an importable dotted name (``torch.nn.functional:gelu``) or a
+    ``.py`` file path relative to the spec file's folder (``kernels.py:my_matmul``);
+    ``attr`` may be dotted (``pkg.mod:Class.method``). Raises :class:`SpecError`.
+    """
+    module_part, sep, attr = ref.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise SpecError(f"{ref!r} is not of the form module:attr (e.g. torch:matmul or kernels.py:my_op)")
+    if module_part.endswith(".py"):
+        path = (Path(spec_path).parent / module_part).resolve()
+        if not path.is_file():
+            raise SpecError(f"{ref!r}: no such file {module_part!r} next to the spec ({path})")
+        obj: Any = _load_file_module(path)
+    else:
+        try:
+            obj = importlib.import_module(module_part)
+        except Exception as exc:
+            raise SpecError(f"{ref!r}: cannot import module {module_part!r}: {type(exc).__name__}: {exc}") from None
+    walked = module_part
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise SpecError(f"{ref!r}: {walked!r} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+        walked = f"{walked}:{part}" if walked == module_part else f"{walked}.{part}"
+    if not callable(obj):
+        raise SpecError(f"{ref!r} is not callable (it is a {type(obj).__name__})")
+    return obj
+
+
+
+def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
+    """(impl, baseline, oracle) of an :class:`~acceptance.spec.model.OperatorSpec`.
+
+    The baseline defaults to the impl callable (run on the CPU), the oracle to
+    the baseline on float64 copies of the inputs; an ``oracle:`` mapping
+    selects an mpmath oracle. Raises :class:`SpecError` or ``ValueError``.
+    """
+    impl = resolve_callable(spec.impl, spec.path)
+    baseline = resolve_callable(spec.baseline, spec.path) if spec.baseline else impl
+    if isinstance(spec.oracle, dict):
+        ref = oracle.oracle_from_spec(spec.oracle)
+    else:
+        ref = resolve_callable(spec.oracle, spec.path) if spec.oracle else oracle.float64_oracle(baseline)
+    return impl, baseline, ref

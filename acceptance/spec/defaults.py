@@ -1,0 +1,225 @@
+"""Thresholds and defaults: what a case is judged by, spec overrides applied over the category defaults.
+
+The default criteria are MLU-OPS's category table:
+
+=============================  ============================  =====================
+category                       float32                       float16
+=============================  ============================  =====================
+convolution                    diff1, diff2 <= 1e-5          diff1, diff2 <= 3e-3
+reduction, activation,
+composite, atomic_add          diff1, diff2 <= 3e-3          diff1, diff2 <= 3e-3
+arithmetic, pure_io            diff3_2 == 0 (bit exact)      diff3_2 == 0
+=============================  ============================  =====================
+
+A dtype the table does not name gets the threshold of the named dtype in its
+``mlu_scale_from`` column (:mod:`acceptance.dtypes`) scaled by the ratio of
+unit roundoffs ``u = 2^-p``: bfloat16 (u = 2^-8) scales float16's (u = 2^-11)
+by 8, giving 2.4e-2; float64 (u = 2^-53) scales float32's (u = 2^-24) by
+2^-29 ≈ 1.86e-9, giving 1.9e-14 (convolution) and 5.6e-12.
+
+Every category also requires NaN/Inf placement to match, and every category
+with a rounding tolerance gates diff4 (MLU-OPS's evaluator rule) unless the
+spec says ``diff4: false``. Dual-delta analysis runs for the rounding
+categories unless the spec switches it off, with the per-metric factors of
+:data:`DEFAULT_FACTORS`.
+
+:func:`rules_for` gathers all of it for one case as a :class:`Rules`, which
+the runner reads to know what to measure and the verdict reads to decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from acceptance import dtypes
+from acceptance.metrics import registry
+from acceptance.spec.model import Case
+
+#: Categories judged bit for bit (diff3_2 == 0); the rest have a rounding tolerance.
+BIT_EXACT_CATEGORIES: tuple[str, ...] = ("arithmetic", "pure_io")
+
+#: MLU-OPS's table: category -> dtype -> diff1/diff2 threshold (the dtypes it names).
+MLU_OPS_TABLE: dict[str, dict[str, float]] = {
+    "convolution": {"float32": 1e-5, "float16": 3e-3},
+    "reduction": {"float32": 3e-3, "float16": 3e-3},
+    "activation": {"float32": 3e-3, "float16": 3e-3},
+    "composite": {"float32": 3e-3, "float16": 3e-3},
+    "atomic_add": {"float32": 3e-3, "float16": 3e-3},
+}
+
+#: diff4 is evaluated only over at least this many unequal points (MLU-OPS's evaluator).
+DIFF4_MIN_POINTS = 100
+
+#: Significance level of every dual-delta test and of its gate, before Holm correction.
+DEFAULT_ALPHA = 0.05
+
+#: Metrics collected when a spec names none: the worst element (catches a bad
+#: row, a dropped tail) and the mean (catches a small systematic shift), both
+#: in hybrid error |e-o|/(1+|o|), absolute near zero and relative elsewhere.
+DEFAULT_METRICS: tuple[str, ...] = ("max_hyb", "mean_hyb")
+
+#: Categories whose cases get a dual-delta analysis when the spec does not
+#: say: every category with a rounding tolerance.
+DEFAULT_CATEGORIES: tuple[str, ...] = ("convolution", "reduction", "activation", "composite", "atomic_add")
+
+#: Non-inferiority factor for a metric not listed in :data:`DEFAULT_FACTORS`.
+DEFAULT_FACTOR = 2.0
+
+#: Non-inferiority factor per metric: impl's error may be this many times the
+#: baseline's. Worst-element metrics 2 (peers: <= 2x on max error); averaged and
+#: norm metrics 1.5 (peers: <= 1.5x on mean error, msprobe's middle RMSE tier);
+#: squared metrics 1.5**2 = 2.25 (the same tolerance on the unsquared error);
+#: NaN/Inf mismatch counts 1 (no more mismatches than the baseline, beyond
+#: those forced by the output dtype, which ``free`` covers).
+DEFAULT_FACTORS: dict[str, float] = {
+    "max_hyb": 2.0,
+    "max_abs": 2.0,
+    "max_rel": 2.0,
+    "max_rel_floor": 2.0,
+    "max_ulp": 2.0,
+    "diff3_1": 2.0,
+    "diff3_2": 2.0,
+    "mean_hyb": 1.5,
+    "mean_abs": 1.5,
+    "mean_ulp": 1.5,
+    "diff1": 1.5,
+    "diff2": 1.5,
+    "rms": 1.5,
+    "normwise_rel": 1.5,
+    "mse": 2.25,
+    "nmse": 2.25,
+    "nan_mismatch": 1.0,
+    "inf_mismatch": 1.0,
+}
+
+
+def default_factor(metric: str) -> float:
+    """The non-inferiority factor for ``metric`` (:data:`DEFAULT_FACTOR` if unlisted)."""
+    return DEFAULT_FACTORS.get(metric, DEFAULT_FACTOR)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One threshold in force: ``metric comparison value``, and where it came from."""
+
+    metric: str
+    value: Union[float, tuple[float, float]]
+    comparison: str
+    source: str
+
+
+@dataclass(frozen=True)
+class DualDeltaSettings:
+    """The dual-delta analysis of a case: metrics, factor per metric (and whether it is the default), alpha, trials."""
+
+    metrics: tuple[str, ...]
+    factors: dict[str, float]
+    default_factors: frozenset[str]
+    alpha: float
+    trials: Optional[int]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Everything a case is judged by.
+
+    ``thresholds``: the fixed criteria per output; ``diff4``: whether the diff4
+    rule applies; ``dual_delta``: the analysis, or ``None`` when off;
+    ``element_tolerance``: the per-element hybrid error above which an element
+    counts as "over tolerance" in diagnostics (0 for bit-exact categories);
+    ``bit_exact``: the category is judged bit for bit; ``waiver``: the reason when the spec waives this case.
+    """
+
+    category: str
+    dtype: str
+    thresholds: tuple[Threshold, ...]
+    diff4: bool
+    dual_delta: Optional[DualDeltaSettings]
+    element_tolerance: float
+    bit_exact: bool
+    waiver: Optional[str] = None
+
+    @property
+    def needs_oracle(self) -> bool:
+        """Whether the oracle must run: for the diff4 rule's guard or the dual-delta analysis."""
+        return self.diff4 or self.dual_delta is not None
+
+
+def category_default(category: str, dtype: str) -> tuple[float, str]:
+    """MLU-OPS's diff1/diff2 threshold of a rounding category for ``dtype``, and its source in words."""
+    row = MLU_OPS_TABLE[category]
+    if dtype in row:
+        return row[dtype], f"{dtype} {category} default"
+    base = dtypes.lookup(dtype).mlu_scale_from or "float32"
+    factor = dtypes.lookup(dtype).unit_roundoff / dtypes.lookup(base).unit_roundoff
+    return row[base] * factor, f"{dtype} {category} default ({base} x u ratio {factor:.3g})"
+
+
+def thresholds_for(category: str, dtype: str, overrides: Optional[dict[str, Any]] = None) -> list[Threshold]:
+    """The thresholds in force for one (category, dtype), spec overrides applied.
+
+    Overrides replace a default of the same metric or add a criterion; their
+    source reads ``"spec override"``. ``diff4`` is handled by :func:`diff4_enabled`.
+    """
+    overrides = dict(overrides or {})
+    overrides.pop("diff4", None)
+    found: dict[str, Threshold] = {}
+    if category in BIT_EXACT_CATEGORIES:
+        found["diff3_2"] = Threshold("diff3_2", 0.0, "==", f"{category} default (bit exact)")
+    else:
+        value, source = category_default(category, dtype)
+        for metric in ("diff1", "diff2"):
+            found[metric] = Threshold(metric, value, "<=", source)
+    for metric, value in overrides.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        comparison = registry.get(metric).comparison
+        if value == 0 and category in BIT_EXACT_CATEGORIES:
+            comparison = "=="
+        found[metric] = Threshold(metric, value, comparison, "spec override")
+    return list(found.values())
+
+
+def diff4_enabled(category: str, overrides: Optional[dict[str, Any]] = None) -> bool:
+    """diff4 applies to the categories with a rounding tolerance unless the spec says ``diff4: false``."""
+    if overrides and overrides.get("diff4") is False:
+        return False
+    return category not in BIT_EXACT_CATEGORIES
+
+
+def dual_delta_settings(category: str, section: Optional[dict]) -> Optional[DualDeltaSettings]:
+    """The dual-delta settings of a spec's ``dual_delta`` section over the defaults, or ``None`` when off."""
+    section = dict(section or {})
+    if not section.get("enabled", category in DEFAULT_CATEGORIES):
+        return None
+    names = tuple(section.get("metrics") or DEFAULT_METRICS)
+    factor = section.get("factor")
+    given = {m: factor.get(m) if isinstance(factor, dict) else factor for m in names}
+    return DualDeltaSettings(
+        metrics=names,
+        factors={m: given[m] or default_factor(m) for m in names},
+        default_factors=frozenset(m for m in names if not given[m]),
+        alpha=float(section.get("alpha", DEFAULT_ALPHA)),
+        trials=section.get("trials"),
+    )
+
+
+def rules_for(case: Case) -> Rules:
+    """The rules a case is judged by: its spec's overrides for its dtype over the category defaults."""
+    spec = case.spec
+    overrides = spec.thresholds.get(case.dtype, {})
+    thresholds = thresholds_for(spec.category, case.dtype, overrides)
+    bit_exact = spec.category in BIT_EXACT_CATEGORIES
+    tolerance = 0.0 if bit_exact else min(
+        (float(t.value) for t in thresholds if t.metric in ("diff1", "diff2")), default=0.0)
+    return Rules(
+        category=spec.category,
+        dtype=case.dtype,
+        thresholds=tuple(thresholds),
+        diff4=diff4_enabled(spec.category, overrides),
+        dual_delta=dual_delta_settings(spec.category, spec.dual_delta),
+        element_tolerance=tolerance,
+        waiver=case.waiver,
+        bit_exact=bit_exact,
+    )

@@ -1,0 +1,91 @@
+"""Expressions of case symbols in shapes and distribution bounds, parsed with :mod:`ast`, never ``eval``."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Union
+
+_BINOPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+}
+_OP_TEXT = {ast.Div: "/", ast.Pow: "**", ast.Mod: "%", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|"}
+
+
+@dataclass(frozen=True)
+class Expr:
+    """An integer expression of case symbols: names, integer literals, ``+ - * //``,
+    unary ``-`` and parentheses. Parsed with :mod:`ast`, never ``eval``."""
+
+    text: str
+    names: tuple[str, ...]
+    tree: ast.expr = field(compare=False, repr=False)
+
+    def evaluate(self, symbols: Mapping[str, int]) -> int:
+        """Value for the given symbols; ``ZeroDivisionError`` on ``// 0``."""
+        return _eval_node(self.tree, symbols)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _eval_node(node: ast.expr, symbols: Mapping[str, int]) -> int:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return symbols[node.id]
+    if isinstance(node, ast.UnaryOp):
+        value = _eval_node(node.operand, symbols)
+        return -value if isinstance(node.op, ast.USub) else value
+    return _BINOPS[type(node.op)](_eval_node(node.left, symbols), _eval_node(node.right, symbols))
+
+
+def _check_node(node: ast.AST, text: str) -> None:
+    if isinstance(node, ast.Constant):
+        if type(node.value) is not int:
+            raise ValueError(f"{text!r}: only integer constants are allowed, not {node.value!r}")
+    elif isinstance(node, ast.Name):
+        pass
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        _check_node(node.operand, text)
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        _check_node(node.left, text)
+        _check_node(node.right, text)
+    elif isinstance(node, ast.BinOp):
+        op = _OP_TEXT.get(type(node.op), type(node.op).__name__)
+        raise ValueError(f"{text!r}: operator {op!r} is not allowed (use + - * // and parentheses)")
+    else:
+        raise ValueError(f"{text!r}: only symbols, integers, + - * // and parentheses are allowed")
+
+
+def parse_expr(text: str) -> Union[int, Expr]:
+    """Parse a shape or bound expression; an expression without symbols is folded to its int.
+
+    Raises ``ValueError`` with a message quoting the text.
+    """
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"{text!r} is not a valid expression") from None
+    _check_node(tree, text)
+    names = tuple(dict.fromkeys(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)))
+    expr = Expr(text.strip(), names, tree)
+    if names:
+        return expr
+    try:
+        return expr.evaluate({})
+    except ZeroDivisionError:
+        raise ValueError(f"{text!r}: division by zero") from None
+
+
+Bound = Union[int, float, Expr]
+Dim = Union[int, Expr]
+
+
+def value_of(bound: Bound, symbols: Mapping[str, int]) -> Union[int, float]:
+    """A literal as is; an :class:`Expr` evaluated with the case symbols."""
+    return bound.evaluate(symbols) if isinstance(bound, Expr) else bound

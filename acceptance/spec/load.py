@@ -1,0 +1,138 @@
+"""Loading specs: discover the files, read the YAML, validate with the schema, check beyond it, build the spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+from pydantic import TypeAdapter, ValidationError
+
+from acceptance.spec.checks import dtype_problems, input_case_problems, waiver_problems
+from acceptance.spec.messages import field_path, sentence
+from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, SpecProblem, Waiver
+from acceptance.spec.schema import SpecModel
+from acceptance.spec.yamlio import read_yaml
+
+
+def discover(paths: list[Path]) -> list[Path]:
+    """Spec files under ``paths``: a file is taken as is; a folder gives its ``*.yaml``/``*.yml``
+    files, recursively, sorted, skipping files and folders whose name starts with ``_`` or ``.``."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += sorted(
+                f
+                for f in p.rglob("*")
+                if f.suffix in (".yaml", ".yml")
+                and f.is_file()
+                and not any(part.startswith(("_", ".")) for part in f.relative_to(p).parts)
+            )
+        else:
+            found.append(p)
+    return list(dict.fromkeys(found))
+
+
+def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[CaseSpec]) -> OperatorSpec:
+    return OperatorSpec(
+        path=path,
+        name=model.name,
+        category=model.category,
+        description=model.description,
+        impl=model.impl,
+        baseline=model.baseline,
+        oracle=model.oracle,
+        dtypes=list(model.dtypes),
+        inputs=inputs,
+        params=dict(model.params),
+        cases=cases,
+        trials=model.trials,
+        seed=model.seed,
+        thresholds={dt: t.model_dump(exclude_none=True) for dt, t in model.thresholds.items()},
+        timeout=model.timeout,
+        atomic_runs=model.atomic_runs,
+        dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
+        waivers=[Waiver(w.match, w.reason) for w in model.waivers],
+    )
+
+
+def _valid_part(data: dict, name: str, failed: set) -> Any:
+    """One top-level field of a spec that failed validation elsewhere, validated on its own
+    (``None`` when it is the field that failed)."""
+    if name in failed:
+        return None
+    info = SpecModel.model_fields[name]
+    if name not in data:
+        return info.get_default(call_default_factory=True)
+    annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return TypeAdapter(annotation).validate_python(data[name], strict=True)
+
+
+def load_spec(path: Path) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
+    """Load and validate one spec file: the spec, or ``None`` and all its problems.
+
+    The schema is checked first; inputs and cases, and dtypes and thresholds,
+    are checked further whenever they are valid themselves, so one pass reports
+    as much as can be known.
+    """
+    path = Path(path)
+    data, problem = read_yaml(path)
+    if problem:
+        return None, [problem]
+    try:
+        return _validate(path, data)
+    except RecursionError:
+        return None, [SpecProblem(str(path), "", "a YAML alias refers to itself; the spec must be a finite tree")]
+
+
+def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
+    model: Optional[SpecModel] = None
+    try:
+        model = SpecModel.model_validate(data, context={"spec_path": path})
+        parts = [model.inputs, model.cases, model.dtypes, model.thresholds]
+        found: list[tuple[str, str]] = []
+    except ValidationError as exc:
+        errors = exc.errors()
+        found = [(field_path(e["loc"]), sentence(e, SpecModel)) for e in errors]
+        failed = {e["loc"][0] for e in errors if e["loc"]}
+        parts = [_valid_part(data, name, failed) for name in ("inputs", "cases", "dtypes", "thresholds")]
+    inputs_model, cases_model, dtypes, thresholds = parts
+    inputs = cases = None
+    if inputs_model is not None and cases_model is not None:
+        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype) for i in inputs_model]
+        cases = [CaseSpec(dict(c.model_extra or {}), dict(c.params), k) for k, c in enumerate(cases_model)]
+        found += input_case_problems(inputs, cases)
+    if dtypes is not None and thresholds is not None:
+        found += dtype_problems(dtypes, thresholds)
+    if not found:
+        spec = _build(path, model, inputs, cases)
+        found = waiver_problems(spec)
+        if not found:
+            return spec, []
+    return None, [SpecProblem(str(path), f, m) for f, m in found]
+
+
+def load_specs(paths: list[Path]) -> tuple[list[OperatorSpec], list[SpecProblem]]:
+    """Load every spec file under ``paths`` (see :func:`discover`).
+
+    Returns the valid specs and every problem found in every file (a file with
+    a problem gives no spec); operator names must be unique across files.
+    """
+    problems: list[SpecProblem] = []
+    for p in map(Path, paths):
+        if p.is_dir() and not discover([p]):
+            problems.append(SpecProblem(str(p), "", "no spec files (*.yaml, *.yml) in this folder"))
+    specs: list[OperatorSpec] = []
+    first: dict[str, Path] = {}
+    for path in discover(paths):
+        spec, found = load_spec(path)
+        problems += found
+        if spec is None:
+            continue
+        if spec.name in first:
+            problems.append(
+                SpecProblem(str(path), "name", f"operator {spec.name!r} is already defined in {first[spec.name]}")
+            )
+            continue
+        first[spec.name] = path
+        specs.append(spec)
+    return specs, problems

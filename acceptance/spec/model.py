@@ -1,0 +1,184 @@
+"""The validated spec as plain frozen dataclasses: distributions, inputs, cases, waivers, the spec, a case to run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from acceptance.spec.expr import Bound, Dim, value_of
+
+#: Operator categories; each has its default criteria (:mod:`acceptance.spec.defaults`).
+CATEGORIES: tuple[str, ...] = (
+    "convolution",
+    "reduction",
+    "activation",
+    "arithmetic",
+    "pure_io",
+    "composite",
+    "atomic_add",
+)
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in one spec file. ``field`` is a path such as ``inputs[1].shape[0]``
+    (a line/column for YAML syntax errors; empty for whole-file problems)."""
+
+    file: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.field}: {self.message}" if self.field else f"{self.file}: {self.message}"
+
+
+# --------------------------------------------------------------------------- distributions
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """``uniform: [lo, hi]``: real numbers, uniform on [lo, hi)."""
+
+    lo: Bound
+    hi: Bound
+
+
+@dataclass(frozen=True)
+class Normal:
+    """``normal: [mean, std]``: Gaussian."""
+
+    mean: Bound
+    std: Bound
+
+
+@dataclass(frozen=True)
+class RandInt:
+    """``randint: [lo, hi]``: integers, uniform on lo <= k < hi (``hi`` exclusive, as torch)."""
+
+    lo: Dim
+    hi: Dim
+
+
+@dataclass(frozen=True)
+class Choice:
+    """``choice: [v, ...]``: each element one of the values, equally likely (inf/nan allowed)."""
+
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """``sparse: {density: d, of: <dist>}``: each element drawn from ``of`` with
+    probability ``d``, else exactly 0."""
+
+    density: float
+    of: "Dist"
+
+
+@dataclass(frozen=True)
+class Specials:
+    """``specials: {fraction: f, values: [...], of: <dist>}``: each element replaced,
+    with probability ``f``, by one of ``values`` (equally likely); else drawn from ``of``."""
+
+    fraction: float
+    values: tuple[float, ...]
+    of: "Dist"
+
+
+Dist = Union[Uniform, Normal, RandInt, Choice, Sparse, Specials]
+
+
+def dist_bounds(dist: Dist, path: str) -> list[tuple[str, Bound]]:
+    """Every bound of ``dist`` with its field path, e.g. ``('inputs[0].dist.uniform[1]', 1.0)``."""
+    if isinstance(dist, (Uniform, Normal, RandInt)):
+        key = {Uniform: "uniform", Normal: "normal", RandInt: "randint"}[type(dist)]
+        a, b = (dist.lo, dist.hi) if not isinstance(dist, Normal) else (dist.mean, dist.std)
+        return [(f"{path}.{key}[0]", a), (f"{path}.{key}[1]", b)]
+    if isinstance(dist, Sparse):
+        return dist_bounds(dist.of, f"{path}.sparse.of")
+    if isinstance(dist, Specials):
+        return dist_bounds(dist.of, f"{path}.specials.of")
+    return []
+
+
+# --------------------------------------------------------------------------- validated spec
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input tensor. ``dtype`` is ``None`` for a float input (it takes the test dtype)
+    or a fixed integer/bool dtype name from :data:`INPUT_DTYPES`."""
+
+    name: str
+    shape: tuple[Dim, ...]
+    dist: Dist
+    dtype: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One entry of ``cases``: symbol values, per-case keyword arguments, position."""
+
+    symbols: dict[str, int]
+    params: dict[str, Any]
+    index: int
+
+
+@dataclass(frozen=True)
+class Waiver:
+    """A failure the spec accepts: case ids matching ``match`` get verdict skip, with ``reason``."""
+
+    match: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """A validated spec file. ``impl``/``baseline`` are ``module:attr`` references
+    (resolve with :func:`resolve_callable`); ``oracle`` is a reference, a mapping
+    ``{'mpmath': name, 'dps': digits}``, or ``None``. ``thresholds`` maps a dtype name
+    to ``{metric: value}`` as written; ``dual_delta`` holds only the keys written."""
+
+    path: Path
+    name: str
+    category: str
+    description: str
+    impl: str
+    baseline: Optional[str]
+    oracle: Union[str, dict, None]
+    dtypes: list[str]
+    inputs: list[InputSpec]
+    params: dict[str, Any]
+    cases: list[CaseSpec]
+    trials: int
+    seed: int
+    thresholds: dict[str, dict[str, Union[float, list, bool]]]
+    timeout: float
+    atomic_runs: int
+    dual_delta: Optional[dict]
+    waivers: list[Waiver] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One (operator, dtype, case) to run. ``params`` = spec params with the case's
+    params merged over them. ``waiver`` is the reason when the spec waives this case."""
+
+    spec: OperatorSpec
+    dtype: str
+    symbols: dict[str, int]
+    params: dict[str, Any]
+    index: int
+    id: str
+    waiver: Optional[str] = None
+
+    @property
+    def case_params(self) -> dict[str, Any]:
+        """The case's own ``params`` (without the spec's), as written in the case."""
+        return self.spec.cases[self.index].params
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Shape of every input, in input order."""
+        return [tuple(int(value_of(d, self.symbols)) for d in inp.shape) for inp in self.spec.inputs]

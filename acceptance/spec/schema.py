@@ -1,0 +1,313 @@
+"""The spec schema: pydantic models of a spec file and the validators of its fields.
+
+Validation is strict (no coercion: ``"20"`` is not an integer) and every
+mapping forbids unknown keys; a validator's message is the sentence the user
+reads (:mod:`acceptance.spec.messages` turns the rest into sentences).
+Callables are resolved while validating, so a spec that validates can run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, ClassVar, Optional, Union
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, model_validator
+
+from acceptance import oracle
+from acceptance.dtypes import INPUT_DTYPES, TEST_DTYPES
+from acceptance.errors import SpecError
+from acceptance.metrics import registry
+from acceptance.spec.callables import resolve_callable
+from acceptance.spec.expr import Bound, Dim, parse_expr
+from acceptance.spec.messages import describe, fail, is_number, one_of
+from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _check_name(v: str) -> str:
+    if not _NAME_RE.match(v):
+        raise fail(f"{v!r}: an operator name may contain only letters, digits, '_', '.', '-'")
+    return v
+
+
+def _check_category(v: str) -> str:
+    if v not in CATEGORIES:
+        raise fail(one_of(v, CATEGORIES))
+    return v
+
+
+def _check_dtype(v: str) -> str:
+    if v not in TEST_DTYPES:
+        raise fail(one_of(v, TEST_DTYPES))
+    return v
+
+
+def _check_input_dtype(v: str) -> str:
+    if v not in INPUT_DTYPES:
+        raise fail(
+            one_of(v, INPUT_DTYPES) + "; leave dtype out for a float input (it takes the test dtype)"
+        )
+    return v
+
+
+def _check_callable(v: str, info: ValidationInfo) -> str:
+    spec_path = (info.context or {}).get("spec_path")
+    if spec_path is not None:
+        try:
+            resolve_callable(v, spec_path)
+        except SpecError as exc:
+            raise fail(str(exc)) from None
+    return v
+
+
+def _real_bound(v: Any) -> Bound:
+    if is_number(v):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return parse_expr(v)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    raise fail(f"expected a number or an expression of case symbols, got {describe(v)}")
+
+
+def _int_bound(v: Any) -> Dim:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, str):
+        try:
+            return parse_expr(v)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    raise fail(f"expected an integer or an expression of case symbols, got {describe(v)}")
+
+
+def _dim(v: Any) -> Dim:
+    d = _int_bound(v)
+    if isinstance(d, int) and d < 0:
+        raise fail(f"a dimension must be >= 0, got {d}")
+    return d
+
+
+_SPECIAL_STRINGS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _special_value(v: Any) -> float:
+    if is_number(v):
+        return v if isinstance(v, int) else float(v)
+    if isinstance(v, str) and v.lower() in _SPECIAL_STRINGS:
+        return _SPECIAL_STRINGS[v.lower()]
+    raise fail(f"expected a number (.inf, -.inf, .nan allowed), got {describe(v)}")
+
+
+def _non_negative(v: float) -> float:
+    if math.isnan(v) or v < 0:
+        raise fail(f"a threshold must be a number >= 0, got {v!r}")
+    return v
+
+
+def _finite(v: float) -> float:
+    if not math.isfinite(v):
+        raise fail(f"a threshold must be a finite number, got {v!r}")
+    return v
+
+
+def _json_like(v: Any, where: str = "") -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, list):
+        return [_json_like(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if isinstance(v, dict):
+        for k in v:
+            if not isinstance(k, str):
+                raise fail(f"{where or 'key'} {k!r}: keys must be strings")
+        return {k: _json_like(x, f"{where}.{k}" if where else k) for k, x in v.items()}
+    at = f"{where}: " if where else ""
+    raise fail(f"{at}{describe(v)} is not a plain value (use numbers, strings, booleans, null, lists, mappings)")
+
+
+def _params(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise fail(f"expected a mapping of keyword arguments, got {describe(v)}")
+    return _json_like(v)
+
+
+RealBound = Annotated[Any, BeforeValidator(_real_bound)]
+IntBound = Annotated[Any, BeforeValidator(_int_bound)]
+DimValue = Annotated[Any, BeforeValidator(_dim)]
+SpecialValue = Annotated[Any, BeforeValidator(_special_value)]
+Params = Annotated[Any, BeforeValidator(_params)]
+DtypeName = Annotated[str, AfterValidator(_check_dtype)]
+CallableRef = Annotated[str, AfterValidator(_check_callable)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+NonNegFloat = Annotated[float, AfterValidator(_non_negative)]
+FiniteFloat = Annotated[float, AfterValidator(_finite)]
+
+
+def _pair(item: Any) -> Any:
+    return Annotated[list[item], Field(min_length=2, max_length=2)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    #: what an unknown key of this mapping is called in messages
+    noun: ClassVar[str] = "field"
+
+
+class _DistModel(_Model):
+    noun: ClassVar[str] = "distribution"
+    uniform: Optional[_pair(RealBound)] = None
+    normal: Optional[_pair(RealBound)] = None
+    randint: Optional[_pair(IntBound)] = None
+    choice: Optional[Annotated[list[SpecialValue], Field(min_length=1)]] = None
+    sparse: Optional[_SparseModel] = None
+    specials: Optional[_SpecialsModel] = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "_DistModel":
+        given = [k for k in type(self).model_fields if getattr(self, k) is not None]
+        if len(given) != 1:
+            names = ", ".join(type(self).model_fields)
+            got = f" (got {', '.join(given)})" if given else ""
+            raise fail(f"give exactly one distribution: {names}{got}")
+        return self
+
+    def to_dist(self) -> Dist:
+        if self.uniform is not None:
+            return Uniform(*self.uniform)
+        if self.normal is not None:
+            return Normal(*self.normal)
+        if self.randint is not None:
+            return RandInt(*self.randint)
+        if self.choice is not None:
+            return Choice(tuple(self.choice))
+        if self.sparse is not None:
+            return Sparse(self.sparse.density, self.sparse.of.to_dist())
+        return Specials(self.specials.fraction, tuple(self.specials.values), self.specials.of.to_dist())
+
+
+class _SparseModel(_Model):
+    density: Fraction
+    of: _DistModel
+
+
+class _SpecialsModel(_Model):
+    fraction: Fraction
+    values: Annotated[list[SpecialValue], Field(min_length=1)]
+    of: _DistModel
+
+
+_DistModel.model_rebuild()
+
+
+class _InputModel(_Model):
+    name: Annotated[str, Field(min_length=1)]
+    shape: list[DimValue]
+    dist: _DistModel
+    dtype: Optional[Annotated[str, AfterValidator(_check_input_dtype)]] = None
+
+
+class _CaseModel(_Model):
+    """Case symbols (any other key, an integer) plus optional per-case ``params``."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    __pydantic_extra__: dict[str, int]
+    params: Params = {}
+
+
+class _MetricModel(_Model):
+    noun: ClassVar[str] = "metric"
+
+
+def _threshold_type(metric: str) -> Any:
+    """The YAML value a threshold on ``metric`` takes, from the metric's kind: a pair [m1, m2], a flag
+    (diff4: ``false`` switches its rule off), or one number >= 0 (a score such as SNR may be negative)."""
+    kind = registry.get(metric).kind
+    if kind == "pair":
+        return Optional[_pair(NonNegFloat)]
+    if kind == "direction":
+        return Optional[bool]
+    if kind == "score":
+        return Optional[FiniteFloat]
+    return Optional[NonNegFloat]
+
+
+_ThresholdSet = create_model(
+    "_ThresholdSet", __base__=_MetricModel, **{m: (_threshold_type(m), None) for m in registry.METRICS}
+)
+
+
+def _scalar_metric(v: str) -> str:
+    if v in registry.BY_NAME and v not in registry.SCALAR_ERRORS:
+        raise fail(f"{v!r} is not a scalar metric; dual-delta compares one error per trial")
+    if v not in registry.SCALAR_ERRORS:
+        raise fail(one_of(v, registry.SCALAR_ERRORS))
+    return v
+
+
+def _factor(v: Any) -> Union[float, dict[str, float]]:
+    def positive(x: Any, where: str) -> float:
+        if not is_number(x) or not x > 0:
+            raise fail(f"{where}expected a number > 0, got {describe(x)}")
+        return float(x)
+
+    if isinstance(v, dict):
+        return {_scalar_metric(str(k)): positive(x, f"{k}: ") for k, x in v.items()}
+    return positive(v, "")
+
+
+def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
+    if isinstance(v, str):
+        return _check_callable(v, info)
+    if isinstance(v, dict):
+        unknown = [k for k in v if k not in ("mpmath", "dps")]
+        if unknown:
+            raise fail(f"unknown key {unknown[0]!r} in an mpmath oracle (keys: mpmath, dps)")
+        name, dps = v.get("mpmath"), v.get("dps", oracle.DEFAULT_DPS)
+        if not isinstance(name, str) or not name:
+            raise fail(f"mpmath: expected a function name, got {describe(name)}")
+        if not isinstance(dps, int) or isinstance(dps, bool) or dps < oracle.MIN_DPS:
+            raise fail(f"dps: expected an integer >= {oracle.MIN_DPS} (decimal digits), got {describe(dps)}")
+        try:
+            oracle.mpmath_oracle(name, dps)
+        except ValueError as exc:
+            raise fail(f"mpmath: {exc}") from None
+        return {"mpmath": name, "dps": dps}
+    raise fail(f"expected module:attr or a mapping {{mpmath: <function>, dps: <digits>}}, got {describe(v)}")
+
+
+class _DualDeltaModel(_Model):
+    enabled: Optional[bool] = None
+    metrics: Optional[Annotated[list[Annotated[str, AfterValidator(_scalar_metric)]], Field(min_length=1)]] = None
+    factor: Optional[Annotated[Any, BeforeValidator(_factor)]] = None
+    alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None
+    trials: Optional[Annotated[int, Field(ge=5)]] = None
+
+
+class _WaiverModel(_Model):
+    match: Annotated[str, Field(min_length=1)]
+    reason: Annotated[str, Field(min_length=1)]
+
+
+class SpecModel(_Model):
+    """A whole spec file."""
+
+    name: Annotated[str, AfterValidator(_check_name)]
+    category: Annotated[str, AfterValidator(_check_category)]
+    description: str = ""
+    impl: CallableRef
+    baseline: Optional[CallableRef] = None
+    oracle: Optional[Annotated[Any, AfterValidator(_oracle)]] = None
+    dtypes: Annotated[list[DtypeName], Field(min_length=1)]
+    inputs: Annotated[list[_InputModel], Field(min_length=1)]
+    params: Params = {}
+    cases: Annotated[list[_CaseModel], Field(min_length=1)] = [_CaseModel()]
+    trials: Annotated[int, Field(ge=1)] = 10
+    seed: Annotated[int, Field(ge=0)] = 0
+    thresholds: dict[DtypeName, _ThresholdSet] = {}
+    timeout: Annotated[float, Field(gt=0)] = 60.0
+    atomic_runs: Annotated[int, Field(ge=2)] = 2
+    dual_delta: Optional[_DualDeltaModel] = None
+    waivers: list[_WaiverModel] = []

@@ -1,0 +1,121 @@
+"""Wording shared by the verdict and every reporter: numbers, criteria and reasons in one style.
+
+Pure functions on pieces of :mod:`acceptance.records`. The verdict writes its
+reasons with them and every reporter (console, JUnit, HTML, sign-off, GitHub)
+shows criteria with them, so a sentence exists once; each reporter escapes the
+result for its own format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+from acceptance.records import Criterion, MetricValue
+
+# C0 and C1 control characters other than tab, newline and carriage return,
+# lone surrogates (which cannot be encoded as UTF-8) and the two non-characters
+# U+FFFE/U+FFFF: XML 1.0 forbids them and terminals interpret some of them.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def visible_controls(text: str) -> str:
+    r"""Replace control characters with a visible escape (``"\x1b"`` becomes the four characters ``\x1b``).
+
+    Tab, newline and carriage return are kept; callers that need one line use
+    :func:`one_line`.
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+
+
+def one_line(text: str, limit: Optional[int] = None) -> str:
+    """Collapse all whitespace runs (newlines included) to one space; cut to ``limit`` characters with an ellipsis."""
+    flat = " ".join(visible_controls(text).split())
+    if limit is not None and len(flat) > limit:
+        return flat[: max(limit - 1, 0)] + "…"
+    return flat
+
+
+def fmt(x: Optional[float]) -> str:
+    """A number for people, the one style of every report and message.
+
+    Integers as integers; otherwise 3 significant digits, plain between 1e-2
+    and 1e4 (``0.0625``, ``33.3``) and a compact exponent elsewhere (``4.1e-3``,
+    ``1.23e5``). ``None`` is an em dash; ``nan``/``inf`` are spelled out.
+    """
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, int):
+        return str(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    if 1e-2 <= abs(x) < 1e4:
+        return f"{x:.3g}"
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def fmt_value(value: MetricValue) -> str:
+    """A metric value: a number, or a tuple such as diff3 ``(m1, m2)`` written ``(a, b)``."""
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(fmt(v) for v in value) + ")"
+    return fmt(value)
+
+
+def params_text(params: dict) -> str:
+    """Case symbols as ``M=128, K=4097`` (insertion order)."""
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+def metric_name(criterion: Criterion) -> str:
+    """The metric as reports name it: ``dual-delta max_hyb`` for a dual-delta gate, with ``[output i]``
+    appended for outputs other than the first."""
+    name = f"dual-delta {criterion.metric}" if criterion.kind == "dual_delta" else criterion.metric
+    return name if criterion.output == 0 else f"{name}[output {criterion.output}]"
+
+
+_FAILED_OP = {"<=": ">", ">=": "<", "==": "!="}
+
+
+def criterion_text(criterion: Criterion) -> str:
+    """One criterion as a sentence, e.g. ``diff1 4.1e-3 > 3e-3 (float16 convolution default)``.
+
+    The operator shown is the comparison when it passed and its negation when
+    it failed; a dual-delta gate says ``non-inferior`` / ``inferior``. A
+    failed diff4 rule and a failed NaN/Inf placement are said in words
+    (``diff4 one-sided: p1=1, p2=0 over n=120 unequal points``, ``NaN
+    placement differs from the baseline at 3 positions``). The verdict's
+    reasons are these sentences.
+    """
+    name = metric_name(criterion)
+    where = f"[output {criterion.output}]" if criterion.output else ""
+    if criterion.passed is None:
+        return one_line(f"{name} not evaluated" + (f": {criterion.note}" if criterion.note else ""))
+    if criterion.passed is False and criterion.kind == "placement":
+        kind = "NaN" if criterion.metric == "nan_mismatch" else "Inf"
+        return one_line(f"{kind} placement{where} differs from the baseline at {fmt(criterion.value)} positions")
+    if criterion.passed is False and criterion.kind == "diff4":
+        p1, p2, n = criterion.value
+        text = f"diff4{where} one-sided: p1={fmt(p1)}, p2={fmt(p2)} over n={fmt(n)} unequal points"
+        return one_line(text + (f" ({criterion.source})" if criterion.source else ""))
+    value = fmt_value(criterion.value)
+    if criterion.kind == "dual_delta":
+        word = "non-inferior" if criterion.passed else "inferior"
+        text = f"{name} median ratio {value} {word} (factor {fmt(criterion.threshold)})"
+    elif criterion.comparison in _FAILED_OP:
+        op = criterion.comparison if criterion.passed else _FAILED_OP[criterion.comparison]
+        text = f"{name} {value} {op} {fmt_value(criterion.threshold)}"
+    else:
+        text = f"{name} {value} {'passes' if criterion.passed else 'fails'} the two-sided check"
+    if criterion.source:
+        text += f" ({criterion.source})"
+    if criterion.note:
+        text += f"; {criterion.note}"
+    return one_line(text)
