@@ -80,7 +80,7 @@ def main() -> None:
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]]) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
-    from acceptance import dtypes, runner, spec
+    from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
 
     unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
@@ -112,7 +112,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
             case_results = runner.decide_all(measured)
     env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
-    res = Results(environment=env, summary=results_mod.summarize(case_results), cases=case_results)
+    res = Results(environment=env, summary=verdict.summarize(case_results), cases=case_results)
     try:
         written = write_reports(res, out_dir)
     except OSError as exc:

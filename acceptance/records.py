@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, model_validator
 
 SCHEMA_VERSION = 2
 
@@ -48,138 +48,188 @@ MetricValue = Union[JFloat, list[JFloat], None]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class Environment(_Model):
     """Where and when the run happened (provenance for sign-off)."""
 
     acceptance: str
+    """Version of acceptance."""
     python: str
+    """Python version."""
     torch: str
+    """torch version."""
     numpy: str
+    """numpy version."""
     platform: str
+    """Operating system and machine."""
     host: str
-    device: str = Field(description="device string the impl ran on, e.g. 'cpu', 'cuda:0'")
-    device_name: str = Field(description="human name, e.g. 'NVIDIA H100 80GB HBM3' or the CPU model")
+    """Host name."""
+    device: str
+    """Device string the impl ran on, e.g. 'cpu', 'cuda:0'."""
+    device_name: str
+    """Human name, e.g. 'NVIDIA H100 80GB HBM3' or the CPU model."""
     cuda_version: Optional[str] = None
+    """CUDA version when the impl ran on a CUDA device."""
     git_commit: Optional[str] = None
+    """Commit of the working directory, when it is a git checkout."""
     command_line: str = ""
-    start_time: str = Field(description="ISO 8601, UTC")
-    end_time: str = Field(description="ISO 8601, UTC")
+    """The command as typed, rebuilt from its parsed options."""
+    start_time: str
+    """Start, ISO 8601, UTC."""
+    end_time: str
+    """End, ISO 8601, UTC."""
 
 
 CriterionKind = Literal["threshold", "placement", "diff4", "dual_delta"]
 
 
 class Criterion(_Model):
-    """One metric compared with one threshold, as the verdict evaluated it.
-
-    ``kind``: ``threshold`` (a fixed threshold on a worst-over-trials metric),
-    ``placement`` (NaN/Inf positions must match), ``diff4`` (MLU-OPS's
-    direction rule) or ``dual_delta`` (the non-inferiority gate of one
-    dual-delta record; ``value`` is the median paired ratio delta_1/delta_2
-    and ``threshold`` the factor). ``threshold`` is a pair ``[m1, m2]`` for
-    diff3. ``passed`` is ``None`` when the criterion was not evaluated
-    (``note`` says why, e.g. diff4 with fewer than 100 unequal points).
-    ``source`` says where the threshold came from: ``"float16 convolution
-    default"``, ``"spec override"``, ...
-    """
+    """One metric compared with one threshold, as the verdict evaluated it."""
 
     kind: CriterionKind = "threshold"
+    """'threshold': a fixed threshold on a worst-over-trials metric; 'placement': NaN/Inf positions must match;
+    'diff4': MLU-OPS's direction rule; 'dual_delta': the non-inferiority gate of one dual-delta record."""
     metric: str
+    """The metric (for 'dual_delta', the metric of the record)."""
     output: int = 0
+    """Output index of the operator."""
     value: MetricValue = None
+    """The worst value over trials (diff3: [m1, m2]; diff4: [p1, p2, n]; dual_delta: the median paired ratio
+    delta_1/delta_2)."""
     threshold: Union[JFloat, list[JFloat], None] = None
+    """The threshold ([m1, m2] for diff3; the factor for dual_delta)."""
     comparison: Literal["<=", "==", ">=", "two-sided", "non-inferior"] = "<="
+    """How value is held against threshold."""
     passed: Optional[bool] = None
+    """null when not evaluated (note says why, e.g. diff4 with fewer than 100 unequal points)."""
     source: str = ""
+    """Where the threshold came from: 'float16 convolution default', 'spec override', ..."""
     note: Optional[str] = None
+    """More words: why not evaluated, or a dual-delta conclusion."""
 
 
 class WorstElement(_Model):
     """The element with the largest absolute error over all trials."""
 
     output: int = 0
+    """Output index."""
     trial: int
+    """Trial it occurred in."""
     index: list[int]
+    """Its index in the output."""
     evaluated: JFloat
+    """The impl's value."""
     baseline: JFloat
+    """The baseline's value."""
     abs_error: JFloat
+    """|evaluated - baseline|."""
     rel_error: JFloat
+    """|evaluated - baseline| / |baseline|."""
 
 
 class Describe(_Model):
-    """Descriptive statistics of one error distribution (one value per trial)."""
+    """Descriptive statistics of one error distribution (one value per trial), over the finite values."""
 
     n: int
+    """Finite values (below the trials when some errors were NaN or inf)."""
     mean: JFloat
+    """Mean."""
     median: JFloat
+    """Median."""
     std: JFloat
+    """Sample standard deviation (ddof 1)."""
     p50: JFloat
+    """50th percentile (linear interpolation)."""
     p90: JFloat
+    """90th percentile."""
     p99: JFloat
+    """99th percentile."""
     max: JFloat
+    """Largest."""
     min: JFloat
+    """Smallest."""
 
 
 class StatTest(_Model):
     """One hypothesis test, as scipy reports it."""
 
-    name: str = Field(description="ks | wilcoxon | sign | t | shapiro | brown_forsythe | ...")
+    name: str
+    """ks | wilcoxon | sign | t | shapiro | brown_forsythe | non_inferiority."""
     statistic: Optional[JFloat] = None
+    """The test statistic (null when not run)."""
     p_value: Optional[JFloat] = None
+    """Its p-value (null when not run)."""
     alternative: str = "two-sided"
+    """two-sided | greater | less."""
     note: Optional[str] = None
+    """Why it was not run, or what was left out."""
 
 
 class DualDeltaRecord(_Model):
-    """Dual-delta analysis of one error metric for one output.
-
-    ``delta_impl`` is delta_1 = err(impl, oracle) and ``delta_baseline`` is
-    delta_2 = err(baseline, oracle), one value per trial, paired by trial.
-    """
+    """Dual-delta analysis of one error metric for one output, paired by trial."""
 
     metric: str
+    """The error metric (a scalar error of the metric registry)."""
     output: int = 0
+    """Output index."""
     trials: int
+    """Trials analysed."""
     delta_impl: list[JFloat]
+    """delta_1 = err(impl, oracle), one per trial."""
     delta_baseline: list[JFloat]
+    """delta_2 = err(baseline, oracle), one per trial."""
     impl: Describe
+    """Statistics of delta_1."""
     baseline: Describe
-    ratio: Optional[Describe] = Field(None, description="paired delta_1/delta_2 where delta_2 > 0")
+    """Statistics of delta_2."""
+    ratio: Optional[Describe] = None
+    """Statistics of the paired delta_1/delta_2 where delta_2 > 0."""
     tests: list[StatTest] = []
+    """KS, Wilcoxon (both ways), sign, Shapiro-Wilk, paired t, Brown-Forsythe, and the non-inferiority sign test."""
     conclusion: str
-    factor: JFloat = Field(description="non-inferiority factor in force")
+    """How the two distributions relate, in words."""
+    factor: JFloat
+    """Non-inferiority factor in force."""
     alpha: JFloat
-    free: JFloat = Field(0.0, description="error always allowed: the output dtype's own rounding of the oracle")
-    p_value: Optional[JFloat] = Field(None, description="p-value of the non-inferiority test")
-    p_adjusted: Optional[JFloat] = Field(None, description="after Holm correction over the run")
-    passed: Optional[bool] = Field(None, description="the gate's decision (acceptance.verdict); None until decided")
+    """Level of the tests and of the gate."""
+    free: JFloat = 0.0
+    """Error always allowed: the output dtype's own rounding of the oracle."""
+    p_value: Optional[JFloat] = None
+    """p-value of the non-inferiority sign test."""
+    p_adjusted: Optional[JFloat] = None
+    """The same after Holm correction over the run."""
+    passed: Optional[bool] = None
+    """The gate's decision (null until decided)."""
     reasons: list[str] = []
+    """Why the gate failed (empty on a pass)."""
 
 
 class Timing(_Model):
     """Wall-clock seconds spent per role, summed over trials."""
 
     total: JFloat = 0.0
+    """The whole case, harness included."""
     impl: JFloat = 0.0
+    """Inside the impl."""
     baseline: JFloat = 0.0
+    """Inside the baseline."""
     oracle: JFloat = 0.0
+    """Inside the oracle."""
 
 
 class Diff4Counts(_Model):
-    """Counts behind MLU-OPS's diff4 rule for one output, summed over trials.
-
-    ``above``/``below``: positions with impl > baseline / impl < baseline;
-    ``baseline_above``/``baseline_below``: baseline against the oracle, same
-    sense (both 0 when the oracle did not run).
-    """
+    """Counts behind MLU-OPS's diff4 rule for one output, summed over trials."""
 
     above: int = 0
+    """Positions with impl > baseline."""
     below: int = 0
+    """Positions with impl < baseline."""
     baseline_above: int = 0
+    """Positions with baseline > oracle (0 when the oracle did not run)."""
     baseline_below: int = 0
+    """Positions with baseline < oracle."""
 
 
 class CaseResult(_Model):
@@ -192,54 +242,84 @@ class CaseResult(_Model):
     ``results.json`` holds decided cases only.
     """
 
-    id: str = Field(description="stable unique id, e.g. 'matmul[float16-M=128-N=128-K=128]'")
+    id: str
+    """Stable unique id, e.g. 'matmul[float16-M=128-N=128-K=128]'."""
     operator: str
+    """Operator name."""
     category: str
+    """Operator category."""
     spec_file: str
+    """Path of the spec file."""
     dtype: str
-    params: dict[str, Any] = Field(description="the case symbols, e.g. {'M': 128, 'K': 4097}")
+    """Test dtype."""
+    params: dict[str, Any]
+    """The case symbols, e.g. {'M': 128, 'K': 4097}, and the case's own params under 'params'."""
     trials: int
+    """Trials run."""
     seed: int
+    """Spec seed (inputs depend on it, the case id and the trial)."""
     verdict: Optional[Verdict] = None
-    reasons: list[str] = Field([], description="why, in words; non-empty unless pass")
+    """pass | fail | error | skip (null only before the decision)."""
+    reasons: list[str] = []
+    """Why, in words; non-empty unless pass."""
     criteria: list[Criterion] = []
-    metrics: list[dict[str, MetricValue]] = Field(
-        [], description="per output: worst-over-trials metrics.compute(impl, baseline)"
-    )
+    """Every criterion evaluated."""
+    metrics: list[dict[str, MetricValue]] = []
+    """Per output: the worst-over-trials metrics of impl against baseline."""
     worst: Optional[WorstElement] = None
-    bad_fraction: Optional[JFloat] = Field(None, description="fraction of elements over tolerance, worst trial")
-    bad_location: Optional[str] = Field(None, description="where the elements over tolerance sit, in words")
-    tolerance_to_pass: dict[str, JFloat] = Field({}, description="per failing metric: the smallest threshold that would pass")
-    rel_error_buckets: dict[str, int] = Field(
-        {}, description="counts of |e-b|/|b| over all trials: '=0', '<1e-6', '1e-6..1e-5', ..., '>1'"
-    )
-    atomic_spread: Optional[JFloat] = Field(None, description="max |run_i - run_j| of impl on the same inputs")
-    diff4_counts: list[Diff4Counts] = Field([], description="per output: the counts behind the diff4 rule")
+    """The element with the largest |impl - baseline|."""
+    bad_fraction: Optional[JFloat] = None
+    """Fraction of elements over tolerance, worst trial."""
+    bad_location: Optional[str] = None
+    """Where the elements over tolerance sit, in words."""
+    tolerance_to_pass: dict[str, JFloat] = {}
+    """Per failing metric: the smallest threshold that would pass."""
+    rel_error_buckets: dict[str, int] = {}
+    """Counts of |e-b|/|b| over all trials: '=0', '<1e-6', '1e-6..1e-5', ..., '>1'."""
+    atomic_spread: Optional[JFloat] = None
+    """max |run_i - run_j| of impl on the same inputs (atomic_add)."""
+    diff4_counts: list[Diff4Counts] = []
+    """Per output: the counts behind the diff4 rule."""
     dual_delta: list[DualDeltaRecord] = []
+    """Dual-delta analyses, one per (output, metric)."""
     timing: Timing = Timing()
-    waiver: Optional[str] = Field(
-        None, description="the spec's waiver in force for this case; a waived failure has verdict 'skip'"
-    )
-    error: Optional[str] = Field(None, description="message when verdict is 'error'")
+    """Seconds per role."""
+    waiver: Optional[str] = None
+    """The spec's waiver in force for this case; a waived failure has verdict 'skip'."""
+    error: Optional[str] = None
+    """Message when the run of the case broke (verdict 'error')."""
 
 
 class Summary(_Model):
+    """Counts per verdict and the outcome of the run."""
+
     total: int
+    """Cases."""
     passed: int
+    """Cases that passed."""
     failed: int
+    """Cases that failed."""
     errors: int
+    """Cases whose run broke."""
     skipped: int
+    """Cases skipped (waived failures included)."""
     verdict: Literal["pass", "fail"]
+    """fail on any fail or error."""
     exit_code: int
+    """The exit code of the run."""
 
 
 class Results(_Model):
     """A run: provenance, counts, and every decided case."""
 
     schema_version: int = SCHEMA_VERSION
+    """Bumped on any incompatible change."""
     environment: Environment
+    """Where and when."""
     summary: Summary
+    """Counts."""
     cases: list[CaseResult]
+    """Every case, in run order."""
 
     @model_validator(mode="after")
     def _decided(self) -> "Results":

@@ -20,24 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.errors import ResultsError
-from acceptance.records import SCHEMA_VERSION, VERDICT_ORDER, CaseResult, Results, Summary
-
-
-def summarize(cases: list[CaseResult]) -> Summary:
-    """Counts per verdict; the run fails (exit 1) on any fail or error."""
-    counts = {v: 0 for v in VERDICT_ORDER}
-    for case in cases:
-        counts[case.verdict] += 1
-    bad = counts["fail"] + counts["error"]
-    return Summary(
-        total=len(cases),
-        passed=counts["pass"],
-        failed=counts["fail"],
-        errors=counts["error"],
-        skipped=counts["skip"],
-        verdict="fail" if bad else "pass",
-        exit_code=1 if bad else 0,
-    )
+from acceptance.records import SCHEMA_VERSION, CaseResult, Results
+from acceptance.verdict import summarize
 
 
 def dumps(results: Results) -> str:

@@ -38,7 +38,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from acceptance.metrics import diff4_value
-from acceptance.records import CaseResult, Criterion, Diff4Counts, DualDeltaRecord
+from acceptance.errors import EXIT_FAIL, EXIT_OK
+from acceptance.records import VERDICT_ORDER, CaseResult, Criterion, Diff4Counts, DualDeltaRecord, Summary
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, Threshold
 from acceptance.stats import worst_factor
 from acceptance.wording import criterion_text, fmt
@@ -181,3 +182,20 @@ def decide(case: CaseResult, rules: Rules) -> CaseResult:
         verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
     return case.model_copy(update={"verdict": verdict, "reasons": reasons, "criteria": criteria,
                                    "dual_delta": records, "tolerance_to_pass": tolerance_to_pass(criteria)})
+
+
+def summarize(cases: list[CaseResult]) -> Summary:
+    """The run's verdict: counts per verdict; the run fails (exit code 1) on any fail or error."""
+    counts = {v: 0 for v in VERDICT_ORDER}
+    for case in cases:
+        counts[case.verdict] += 1
+    bad = counts["fail"] + counts["error"]
+    return Summary(
+        total=len(cases),
+        passed=counts["pass"],
+        failed=counts["fail"],
+        errors=counts["error"],
+        skipped=counts["skip"],
+        verdict="fail" if bad else "pass",
+        exit_code=EXIT_FAIL if bad else EXIT_OK,
+    )

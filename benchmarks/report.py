@@ -21,6 +21,7 @@ from acceptance.report.github import annotations, render_summary
 from acceptance.report.html import MAX_PLOTTED_CASES, render_html
 from acceptance.report.junit import render_junit
 from acceptance.report.signoff import render_signoff
+from acceptance.verdict import summarize
 
 BUCKETS = ["=0", "<1e-6", "1e-6..1e-5", "1e-5..1e-4", "1e-4..1e-3", "1e-3..1e-2", "1e-2..1e-1", "1e-1..1", ">1"]
 OPERATORS = [("matmul", "composite"), ("conv2d", "convolution"), ("softmax", "activation"), ("sum", "reduction"),
@@ -73,7 +74,7 @@ def synthetic_results(n: int, trials: int, seed: int = 0) -> rs.Results:
         ))
     env = rs.Environment(acceptance="0.1.0", python="3.11", torch="2.13.0", numpy="2.4", platform="linux", host="bench",
                          device="cpu", device_name="cpu", start_time="2026-01-01T00:00:00Z", end_time="2026-01-01T01:00:00Z")
-    return rs.Results(environment=env, summary=rs.summarize(cases), cases=cases)
+    return rs.Results(environment=env, summary=summarize(cases), cases=cases)
 
 
 def timed(fn, *args, **kwargs):

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 import acceptance
 from acceptance import results as results_mod
 from acceptance.cli import main
+from acceptance.verdict import summarize
 
 
 def invoke(*args):
@@ -65,7 +66,7 @@ def test_report_rerenders_and_merges_shards(tmp_path):
     res = results_mod.load(fixture)
     half = len(res.cases) // 2
     for i, cases in enumerate((res.cases[:half], res.cases[half:])):
-        part = res.model_copy(update={"cases": cases, "summary": results_mod.summarize(cases)})
+        part = res.model_copy(update={"cases": cases, "summary": summarize(cases)})
         results_mod.write(part, tmp_path / f"shard{i}.json")
     r = invoke("report", tmp_path / "shard0.json", tmp_path / "shard1.json", "--merged", tmp_path / "all.json",
                "--html", tmp_path / "r.html", "--junit", tmp_path / "j.xml", "--signoff", tmp_path / "s.html",

@@ -9,15 +9,13 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from acceptance import dtypes
+
 ArrayLike = Union[np.ndarray, torch.Tensor]
 
-TORCH_NUMERIC = {
-    torch.float64, torch.float32, torch.float16, torch.bfloat16,
-    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
-    torch.uint16, torch.uint32, torch.uint64,
-    torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz,
-}
-FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
+#: Every torch dtype of the dtype table (this torch build's), and its 8-bit float formats.
+TORCH_NUMERIC = frozenset(row.torch for row in dtypes.TABLE.values() if row.torch is not None)
+FP8 = tuple(row.torch for row in dtypes.TABLE.values() if row.is_float and row.bits == 8 and row.torch is not None)
 
 
 def operand(x: Any, role: str) -> ArrayLike:
