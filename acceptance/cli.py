@@ -77,8 +77,10 @@ def main() -> None:
 @click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
 @click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _parse_shard(value),
               help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.")
+@click.option("--strict", is_flag=True,
+              help="Fail vacuous cases too: nothing compared, or a constant answer where the oracle varies.")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
-        dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]]) -> None:
+        dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -106,10 +108,10 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     interrupted = False
     with _progress(len(cases), f"{len(cases)} cases on {dev}") as advance:
         try:
-            case_results = runner.run(cases, dev, trials=trials, on_case=advance, measured=measured)
+            case_results = runner.run(cases, dev, trials=trials, on_case=advance, measured=measured, strict=strict)
         except KeyboardInterrupt:
             interrupted = True
-            case_results = runner.decide_all(measured)
+            case_results = runner.decide_all(measured, strict=strict)
     env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
     res = Results(environment=env, summary=verdict.summarize(case_results), cases=case_results)

@@ -17,7 +17,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from acceptance.records import WorstElement
+from acceptance import dtypes
+from acceptance.records import Bias, WorstElement
 
 #: Relative-error buckets, as rocMLIR prints them: label -> upper bound (exclusive).
 REL_ERROR_BUCKETS: tuple[tuple[str, float], ...] = (
@@ -74,18 +75,112 @@ def locate(bad: torch.Tensor) -> Optional[str]:
     return None
 
 
+def spacing(o: torch.Tensor, dtype: str) -> torch.Tensor:
+    """The spacing (one ulp) of ``dtype`` at each float64 value: 2^(max(floor(log2|o|), emin) - p + 1); 1 for
+    integer dtypes; the smallest subnormal at 0."""
+    row = dtypes.lookup(dtype)
+    if not row.is_float:
+        return torch.ones_like(o, dtype=torch.float64)
+    _, exponent = torch.frexp(o.to(torch.float64).abs())  # |o| = m·2^exponent, 0.5 <= m < 1
+    return torch.ldexp(torch.ones_like(o, dtype=torch.float64),
+                       torch.clamp(exponent.to(torch.int64) - 1, min=row.emin) - (row.precision - 1))
+
+
+def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
+    """``x`` as float64 with every value below ``dtype``'s smallest normal in magnitude set to 0: a flush to
+    zero (what GPUs do to subnormals) then costs nothing in a ULP comparison."""
+    x64 = x.to(torch.float64)
+    return torch.where(x64.abs() < dtypes.lookup(dtype).smallest_normal, torch.zeros_like(x64), x64)
+
+
+def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) -> int:
+    """Elements of ``e`` whose bits equal neither ``b``'s nor ``r``'s (the oracle rounded once to the dtype).
+
+    The sign of zero counts; any NaN equals any NaN (payloads are not compared).
+    """
+    b = b.to(e.device)
+    if e.is_floating_point():
+        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[e.element_size()]
+        same = e.view(width) == b.view(width)
+        if r is not None:
+            same |= e.view(width) == r.to(e.device).view(width)
+        same |= torch.isnan(e) & torch.isnan(b)
+    else:
+        same = e == b
+        if r is not None:
+            same |= e == r.to(device=e.device, dtype=e.dtype)
+    return int((~same).sum())
+
+
+#: Signed errors enter the bias test clipped to +-BIAS_CLIP ulp, so a few near-zero outputs whose ulp is tiny
+#: cannot outweigh everything else.
+BIAS_CLIP = 16.0
+
+
+@dataclass
+class BiasSums:
+    """Running sums of the signed error against the oracle, in ulp of the dtype at the oracle's value (see
+    :class:`~acceptance.records.Bias`)."""
+
+    n: int = 0
+    flushed: int = 0
+    impl_value: float = 0.0
+    impl_magnitude: float = 0.0
+    baseline_value: float = 0.0
+    baseline_magnitude: float = 0.0
+
+    def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
+        if not e.is_floating_point() or e.numel() == 0:
+            return
+        o64 = o.to(device=e.device, dtype=torch.float64)
+        e64, b64 = e.to(torch.float64), b.to(device=e.device, dtype=torch.float64)
+        normal = dtypes.lookup(dtype).smallest_normal
+        flush = (e64.abs() < normal) & (o64.abs() < normal)
+        keep = torch.isfinite(e64) & torch.isfinite(b64) & torch.isfinite(o64) & ~flush
+        u = spacing(o64, dtype)
+        sign = torch.sign(o64)
+        se = ((e64 - o64) / u).clamp(-BIAS_CLIP, BIAS_CLIP)[keep]
+        sb = ((b64 - o64) / u).clamp(-BIAS_CLIP, BIAS_CLIP)[keep]
+        self.n += int(keep.sum())
+        self.flushed += int(flush.sum())
+        self.impl_value += float(se.sum())
+        self.impl_magnitude += float((se * sign[keep]).sum())
+        self.baseline_value += float(sb.sum())
+        self.baseline_magnitude += float((sb * sign[keep]).sum())
+
+    def record(self) -> Bias:
+        n = max(self.n, 1)
+        return Bias(n=self.n, flushed=self.flushed, impl_value=self.impl_value / n,
+                    impl_magnitude=self.impl_magnitude / n, baseline_value=self.baseline_value / n,
+                    baseline_magnitude=self.baseline_magnitude / n)
+
+
+def constant(t: torch.Tensor) -> bool:
+    """Whether every element of ``t`` is the same finite value (an empty tensor is not constant)."""
+    if t.numel() == 0:
+        return False
+    flat = t.reshape(-1)
+    return bool(torch.isfinite(flat).all()) and bool((flat == flat[0]).all())
+
 
 @dataclass
 class Diagnosis:
     """Diagnostics of one output accumulated over trials: the worst element, the buckets summed, and the
-    trial with the largest fraction of elements over tolerance (and where they sit)."""
+    trial with the largest fraction of elements over tolerance (and where they sit).
 
+    The worst element is the one furthest from the oracle in hybrid error |e - o| / (1 + |o|) when the
+    oracle ran, else the one with the largest |e - b|.
+    """
+
+    dtype: str
     worst: Optional[WorstElement] = None
+    score: float = -1.0
     buckets: dict[str, int] = field(default_factory=dict)
     bad_fraction: float = 0.0
     bad_where: Optional[str] = None
 
-    def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, tol: float) -> None:
+    def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor],
+            tol: float) -> None:
         """Fold in one trial of output ``out``; ``tol`` is the element tolerance on the hybrid error."""
         if e.numel() == 0:
             return
@@ -94,13 +189,21 @@ class Diagnosis:
         rel = rel_error(err, b_dev)
         for k, v in buckets(rel).items():
             self.buckets[k] = self.buckets.get(k, 0) + v
-        flat = int(torch.argmax(err))
-        worst = float(err.reshape(-1)[flat])
-        if self.worst is None or worst > self.worst.abs_error:
+        o_dev = o.to(device=err.device, dtype=torch.float64) if o is not None else None
+        score = abs_error(e, o_dev) / (1.0 + o_dev.abs()) if o_dev is not None else err
+        flat = int(torch.argmax(score))
+        worst = float(score.reshape(-1)[flat])
+        if worst > self.score:
+            self.score = worst
             index = [int(i) for i in np.unravel_index(flat, tuple(e.shape))] if e.dim() else []
+            value = float(e.reshape(-1)[flat])
+            oracle = float(o_dev.reshape(-1)[flat]) if o_dev is not None else None
             self.worst = WorstElement(
-                output=out, trial=trial, index=index, evaluated=float(e.reshape(-1)[flat]),
-                baseline=float(b.reshape(-1)[flat]), abs_error=worst, rel_error=float(rel.reshape(-1)[flat]),
+                output=out, trial=trial, index=index, evaluated=value, baseline=float(b.reshape(-1)[flat]),
+                abs_error=float(err.reshape(-1)[flat]), rel_error=float(rel.reshape(-1)[flat]), oracle=oracle,
+                oracle_error=abs(value - oracle) if oracle is not None else None,
+                ulp=abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype))
+                if oracle is not None and math.isfinite(oracle) else None,
             )
         bad = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
         fraction = float(bad.sum()) / bad.numel()

@@ -50,10 +50,23 @@ def categories_table() -> str:
         row = [f"`{category}`"]
         for dtype in dtypes.TEST_DTYPES:
             ths = defaults.thresholds_for(category, dtype)
-            row.append(", ".join(f"{t.metric} {t.comparison} {fmt(t.value)}" for t in ths))
+            row.append(", ".join(f"{t.metric} {t.comparison} {fmt(t.value)}" for t in ths)
+                       or "bits of the baseline or of the rounded oracle")
         row.append("yes" if category in defaults.DEFAULT_CATEGORIES else "no")
         rows.append(row)
     return _table(["category", *dtypes.TEST_DTYPES, "dual-delta by default"], rows)
+
+
+def floors_table() -> str:
+    """The accuracy floors per category and test dtype (max / mean ulp against the oracle)."""
+    rows = []
+    for category in CATEGORIES:
+        cells = []
+        for dtype in dtypes.TEST_DTYPES:
+            floor_max, floor_mean = defaults.floors_for(category, dtype)
+            cells.append("—" if floor_max is None and floor_mean is None else f"{fmt(floor_max)} / {fmt(floor_mean)}")
+        rows.append([f"`{category}`", *cells])
+    return _table(["category", *dtypes.TEST_DTYPES], rows)
 
 
 def dtypes_table() -> str:
@@ -132,6 +145,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "metrics": metrics_table,
     "categories": categories_table,
     "dtypes": dtypes_table,
+    "floors": floors_table,
     "factors": factors_table,
     "exit-codes": exit_codes_table,
     "case-fields": lambda: _fields_table(CaseResult),

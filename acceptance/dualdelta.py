@@ -28,8 +28,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from acceptance import dtypes, metrics, stats, verdict
-from acceptance.engine import Roles, oracle_errors, run_trials
+from acceptance import metrics, stats, verdict
+from acceptance.engine import Roles, against_oracle, run_trials
 from acceptance.errors import CaseError
 from acceptance.oracle import float64_oracle
 from acceptance.records import DualDeltaRecord, Timing
@@ -262,11 +262,10 @@ def dual_delta(
             row1, row2, rowf = [], [], []
             for e, b, o in zip(trial.impl, trial.baseline, trial.oracle):
                 e = e.detach().cpu()
-                by_name = oracle_errors(e, b, o, named) if named else ({}, {}, {})
-                rounded = dtypes.rounded(o, b.dtype)
-                for row, x, known in ((row1, e, by_name[0]), (row2, b, by_name[1]), (rowf, rounded, by_name[2])):
-                    row.append([known[fn] if isinstance(fn, str) else
-                                (0.0 if x is None else _number(name, fn(x, o))) for name, fn in errors])
+                eo, bo, free_error, rounded = against_oracle(e, b, o, named)
+                for row, x, known in ((row1, e, eo), (row2, b, bo), (rowf, rounded, free_error)):
+                    row.append([float(known[fn]) if isinstance(fn, str) else _number(name, fn(x, o))
+                                for name, fn in errors])
             d1.append(row1)
             d2.append(row2)
             fr.append(rowf)

@@ -12,9 +12,9 @@ call :func:`acceptance.dual_delta`. Per trial ``t``:
    baseline's shapes, impl in the baseline's dtype, the oracle in its shapes.
 
 Anything wrong raises :class:`~acceptance.errors.CaseError` naming the role
-and the trial. :func:`oracle_errors` measures one output of one trial against
-the oracle: delta_1 = err(impl, oracle), delta_2 = err(baseline, oracle) and
-free = err(round(oracle), oracle), the error of the correctly rounded result.
+and the trial. :func:`against_oracle` measures one output of one trial against
+the oracle: err(impl, oracle), err(baseline, oracle) and free =
+err(round(oracle), oracle), the error of the correctly rounded result.
 """
 
 from __future__ import annotations
@@ -162,18 +162,20 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
         yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]))
 
 
-def oracle_errors(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: list[str]
-                  ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """(delta_1, delta_2, free) for the metric ``names``: err(e, o), err(b, o) and err(round(o), o).
+def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], torch.Tensor]:
+    """One output of one trial against the float64 oracle ``o``: (err(e, o), err(b, o), err(round(o), o), round(o)).
 
-    Errors are in the units of each metric, with ULP counted in the baseline's
-    dtype; round(o) is the oracle correctly rounded once to that dtype (the
-    error any result in the dtype must have; 0 for float64 and integer
-    outputs). err(e, o) is computed on e's device.
+    Errors are the metrics ``names`` (all when ``None``) with ULP counted in
+    the baseline's dtype; round(o) is the oracle correctly rounded once to
+    that dtype (``o`` itself for float64 and integer outputs), and err(round(o), o)
+    the error any result in the dtype must have ("free"). err(e, o) is
+    computed on e's device.
     """
     o = o.to(torch.float64)
     rounded = dtypes.rounded(o, b.dtype)
-    d1 = metrics.compute(e, o.to(e.device), dtype=b.dtype, names=names)
-    d2 = metrics.compute(b, o, dtype=b.dtype, names=names)
-    free = metrics.compute(o if rounded is None else rounded, o, dtype=b.dtype, names=names)
-    return ({n: float(d1[n]) for n in names}, {n: float(d2[n]) for n in names}, {n: float(free[n]) for n in names})
+    rounded = o if rounded is None else rounded
+    eo = metrics.compute(e, o.to(e.device), dtype=b.dtype, names=names)
+    bo = metrics.compute(b, o, dtype=b.dtype, names=names)
+    free = metrics.compute(rounded, o, dtype=b.dtype, names=names)
+    return eo, bo, free, rounded

@@ -82,7 +82,7 @@ class Environment(_Model):
     """End, ISO 8601, UTC."""
 
 
-CriterionKind = Literal["threshold", "placement", "diff4", "dual_delta"]
+CriterionKind = Literal["threshold", "placement", "bits", "ulp", "diff4", "dual_delta"]
 
 
 class Criterion(_Model):
@@ -90,7 +90,9 @@ class Criterion(_Model):
 
     kind: CriterionKind = "threshold"
     """'threshold': a fixed threshold on a worst-over-trials metric; 'placement': NaN/Inf positions must match;
-    'diff4': MLU-OPS's direction rule; 'dual_delta': the non-inferiority gate of one dual-delta record."""
+    'bits': bit-exact categories, elements matching neither the baseline's nor the rounded oracle's bits;
+    'ulp': ULP error against the oracle, scaled by the baseline's; 'diff4': the material-bias rule;
+    'dual_delta': the non-inferiority gate of one dual-delta record."""
     metric: str
     """The metric (for 'dual_delta', the metric of the record)."""
     output: int = 0
@@ -107,11 +109,15 @@ class Criterion(_Model):
     source: str = ""
     """Where the threshold came from: 'float16 convolution default', 'spec override', ..."""
     note: Optional[str] = None
-    """More words: why not evaluated, or a dual-delta conclusion."""
+    """More words: why not evaluated, what the other side measured, or a dual-delta conclusion."""
+    against: Literal["baseline", "oracle"] = "baseline"
+    """What the value was measured against: the baseline, or the oracle (rounded once to the dtype for fixed
+    thresholds) when the impl is at least as close to it as the baseline."""
 
 
 class WorstElement(_Model):
-    """The element with the largest absolute error over all trials."""
+    """The element furthest from the oracle over all trials (hybrid error |e - o| / (1 + |o|)); the largest
+    |e - b| when no oracle ran."""
 
     output: int = 0
     """Output index."""
@@ -123,10 +129,16 @@ class WorstElement(_Model):
     """The impl's value."""
     baseline: JFloat
     """The baseline's value."""
+    oracle: Optional[JFloat] = None
+    """The oracle's value (float64), when the oracle ran."""
     abs_error: JFloat
     """|evaluated - baseline|."""
     rel_error: JFloat
     """|evaluated - baseline| / |baseline|."""
+    oracle_error: Optional[JFloat] = None
+    """|evaluated - oracle|."""
+    ulp: Optional[JFloat] = None
+    """|evaluated - oracle| in units in the last place of the dtype at the oracle's value."""
 
 
 class Describe(_Model):
@@ -200,10 +212,18 @@ class DualDeltaRecord(_Model):
     """p-value of the non-inferiority sign test."""
     p_adjusted: Optional[JFloat] = None
     """The same after Holm correction over the run."""
+    p_worst: Optional[JFloat] = None
+    """p-value of the worst-trial test (the impl's worst trial against n draws of factor x the baseline's error)."""
+    p_worst_adjusted: Optional[JFloat] = None
+    """The same after Holm correction over the run."""
     passed: Optional[bool] = None
     """The gate's decision (null until decided)."""
     reasons: list[str] = []
     """Why the gate failed (empty on a pass)."""
+    floor: Optional[JFloat] = None
+    """Accuracy floor, ulp against the oracle: a trial whose impl error is within it counts as within allowance."""
+    impl_ulp: list[JFloat] = []
+    """Per trial: the impl's ULP error against the oracle the floor is compared with (max or mean, as the metric)."""
 
 
 class Timing(_Model):
@@ -217,6 +237,50 @@ class Timing(_Model):
     """Inside the baseline."""
     oracle: JFloat = 0.0
     """Inside the oracle."""
+
+
+class UlpStats(_Model):
+    """ULP error against the oracle for one output, worst over trials, with flush to zero forgiven: a value below
+    the dtype's smallest normal counts as 0 on both sides."""
+
+    impl_max: JFloat = 0.0
+    """Largest impl error, ulp."""
+    impl_mean: JFloat = 0.0
+    """Largest per-trial mean impl error, ulp."""
+    baseline_max: JFloat = 0.0
+    """Largest baseline error, ulp."""
+    baseline_mean: JFloat = 0.0
+    """Largest per-trial mean baseline error, ulp."""
+
+
+class Bias(_Model):
+    """Signed error against the oracle for one output over all trials, in ulp of the dtype at the oracle's
+    value, each element clipped to +-BIAS_CLIP ulp; elements where impl and oracle are both below the smallest
+    normal are left out (a flush, counted)."""
+
+    n: int = 0
+    """Elements averaged."""
+    flushed: int = 0
+    """Elements left out as a flush to zero."""
+    impl_value: JFloat = 0.0
+    """Mean of (e - o)/ulp: an additive shift."""
+    impl_magnitude: JFloat = 0.0
+    """Mean of sign(o)(e - o)/ulp: a shift of magnitude (a scale error)."""
+    baseline_value: JFloat = 0.0
+    """The same for the baseline."""
+    baseline_magnitude: JFloat = 0.0
+    """The same for the baseline."""
+
+
+class Advisory(_Model):
+    """What a well-known gate would have said about the case, computed from the same trials; it never decides."""
+
+    name: str
+    """The gate, e.g. 'torch.testing.assert_close'."""
+    passed: bool
+    """Its verdict."""
+    detail: str
+    """Its numbers, in words."""
 
 
 class Diff4Counts(_Model):
@@ -266,6 +330,23 @@ class CaseResult(_Model):
     """Every criterion evaluated."""
     metrics: list[dict[str, MetricValue]] = []
     """Per output: the worst-over-trials metrics of impl against baseline."""
+    impl_oracle: list[dict[str, MetricValue]] = []
+    """Per output: the worst-over-trials metrics of impl against the oracle rounded once to the dtype."""
+    baseline_oracle: list[dict[str, MetricValue]] = []
+    """Per output: the worst-over-trials metrics of the baseline against the oracle rounded once to the dtype."""
+    ulp: list[UlpStats] = []
+    """Per output: ULP error against the oracle (flush forgiven), impl and baseline."""
+    bias: list[Bias] = []
+    """Per output: the signed error against the oracle (the diff4 rule's material-bias test)."""
+    bit_mismatches: list[int] = []
+    """Per output, bit-exact categories: elements whose bits match neither the baseline nor the rounded oracle."""
+    compared: Optional[int] = None
+    """Elements compared numerically over all outputs and trials (0: nothing was compared)."""
+    vacuous: Optional[str] = None
+    """Why the case says nothing, when it does not (no finite element compared, or a constant answer where the
+    oracle varies); --strict fails it."""
+    advisory: list[Advisory] = []
+    """What peers' gates would have said (never deciding)."""
     worst: Optional[WorstElement] = None
     """The element with the largest |impl - baseline|."""
     bad_fraction: Optional[JFloat] = None

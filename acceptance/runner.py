@@ -32,11 +32,12 @@ import torch
 import acceptance
 from acceptance import engine, metrics, stats, verdict
 from acceptance.device import device_name
-from acceptance.diagnose import Diagnosis, abs_error
+from acceptance.diagnose import BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flushed
 from acceptance.errors import CaseError
 from acceptance.inputs import generate
 from acceptance.metrics import registry
-from acceptance.records import CaseResult, Diff4Counts, Environment, Timing
+from acceptance.peers import Peers
+from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
 from acceptance.spec import Case, Rules, resolve_roles, rules_for
 
 
@@ -83,35 +84,75 @@ def _worse(metric: str, a: float, b: float) -> float:
     return min(a, b) if known is not None and known.kind == "score" else max(a, b)
 
 
+def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
+    """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere)."""
+    for name, value in m.items():
+        if name in ("diff4", "above", "below"):
+            continue
+        old = worst.get(name)
+        if isinstance(value, tuple):
+            value = [float(v) for v in value]
+            worst[name] = value if old is None else [_worse(name, a, b) for a, b in zip(old, value)]
+        else:
+            value = float(value)
+            worst[name] = value if old is None else _worse(name, old, value)
+
+
 @dataclass
 class _Output:
     """What one output of one case accumulates over trials."""
 
+    dtype: str
     worst: dict[str, Any] = field(default_factory=dict)
+    impl_oracle: dict[str, Any] = field(default_factory=dict)
+    baseline_oracle: dict[str, Any] = field(default_factory=dict)
+    ulp: UlpStats = field(default_factory=UlpStats)
+    impl_ulp: dict[str, list[float]] = field(default_factory=lambda: {"max": [], "mean": []})
     diff4: Diff4Counts = field(default_factory=Diff4Counts)
-    diagnosis: Diagnosis = field(default_factory=Diagnosis)
+    bias: BiasSums = field(default_factory=BiasSums)
+    bits: int = 0
     delta_impl: dict[str, list[float]] = field(default_factory=dict)
     delta_baseline: dict[str, list[float]] = field(default_factory=dict)
     free: dict[str, list[float]] = field(default_factory=dict)
+    constant: bool = True
+    oracle_constant: bool = True
 
-    def add_metrics(self, m: dict[str, Any]) -> None:
-        """Fold in one trial's metrics of impl against baseline: worst values, diff4 counts summed."""
-        self.diff4.above += m.pop("above")
-        self.diff4.below += m.pop("below")
-        m.pop("diff4", None)
-        for name, value in m.items():
-            old = self.worst.get(name)
-            if isinstance(value, tuple):
-                value = [float(v) for v in value]
-                self.worst[name] = value if old is None else [_worse(name, a, b) for a, b in zip(old, value)]
-            else:
-                value = float(value)
-                self.worst[name] = value if old is None else _worse(name, old, value)
+    def __post_init__(self) -> None:
+        self.diagnosis = Diagnosis(self.dtype)
 
-    def add_deltas(self, d1: dict[str, float], d2: dict[str, float], free: dict[str, float]) -> None:
-        for target, values in ((self.delta_impl, d1), (self.delta_baseline, d2), (self.free, free)):
-            for name, value in values.items():
-                target.setdefault(name, []).append(value)
+    def add(self, t: engine.Trial, out: int, rules: Rules, dd_metrics: tuple[str, ...], peers: Peers) -> None:
+        """Fold in one trial of this output: impl against baseline, and both against the oracle."""
+        e, b, o = t.impl[out], t.baseline[out], t.oracle[out]
+        eb = metrics.compute(e, b, dtype=self.dtype)
+        self.diff4.above += eb["above"]
+        self.diff4.below += eb["below"]
+        _fold(self.worst, eb)
+        eo, bo, free, rounded = engine.against_oracle(e, b, o)
+        self.diff4.baseline_above += bo["above"]
+        self.diff4.baseline_below += bo["below"]
+        _fold(self.impl_oracle, metrics.compute(e, rounded.to(e.device), dtype=self.dtype))
+        _fold(self.baseline_oracle, metrics.compute(b, rounded, dtype=self.dtype))
+        for name in dd_metrics:
+            self.delta_impl.setdefault(name, []).append(float(eo[name]))
+            self.delta_baseline.setdefault(name, []).append(float(bo[name]))
+            self.free.setdefault(name, []).append(float(free[name]))
+        if rules.ulp_check or rules.floor_max is not None or rules.floor_mean is not None:
+            fo = flushed(o, self.dtype)
+            ue = metrics.compute(flushed(e, self.dtype), fo.to(e.device), dtype=self.dtype, names=["max_ulp", "mean_ulp"])
+            ub = metrics.compute(flushed(b, self.dtype), fo, dtype=self.dtype, names=["max_ulp", "mean_ulp"])
+            self.impl_ulp["max"].append(ue["max_ulp"])
+            self.impl_ulp["mean"].append(ue["mean_ulp"])
+            self.ulp = UlpStats(impl_max=max(self.ulp.impl_max, ue["max_ulp"]),
+                                impl_mean=max(self.ulp.impl_mean, ue["mean_ulp"]),
+                                baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
+                                baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]))
+        self.bias.add(e, b, o, self.dtype)
+        if rules.bit_exact:
+            self.bits += bit_mismatches(e, b, rounded)
+        self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance)
+        peers.add(t.index, out, e, b, eo, bo)
+        self.constant &= constant(e)
+        self.oracle_constant &= constant(o)
 
     def metrics_record(self) -> dict[str, Any]:
         """The worst metrics, with diff4 from the counts summed over trials."""
@@ -135,6 +176,21 @@ def trials_of(case: Case, rules: Rules, trials: Optional[int] = None) -> int:
     return trials or (rules.dual_delta and rules.dual_delta.trials) or case.spec.trials
 
 
+def _vacuous(outputs: list[_Output]) -> Optional[str]:
+    """Why a case would pass without having shown anything, or ``None``."""
+    compared = sum(int(acc.worst.get("n", 0)) for acc in outputs)
+    if not outputs or compared == 0:
+        return "no finite element was compared (every output empty or non-finite on both sides)"
+    trivial = [k for k, acc in enumerate(outputs) if acc.constant and not acc.oracle_constant]
+    if trivial:
+        return f"output {trivial[0]} of the impl is constant in every trial while the oracle's varies"
+    return None
+
+
+def _floor_of(metric: str, rules: Rules) -> Optional[float]:
+    return rules.floor_max if registry.get(metric).worst_case else rules.floor_mean
+
+
 def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None) -> CaseResult:
     """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
     for a broken impl: the result then carries ``error``."""
@@ -143,8 +199,10 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     timing = Timing()
     started = time.perf_counter()
     dd = rules.dual_delta
+    dd_metrics = dd.metrics if dd else ()
     atomic = case.spec.category == "atomic_add"
     outputs: list[_Output] = []
+    peers = Peers(case.dtype)
     spread = 0.0 if atomic else None
     try:
         roles = engine.Roles(*resolve_roles(case.spec))
@@ -152,26 +210,15 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         return CaseResult(**identity, error=f"cannot resolve callables: {exc}")
     try:
         for t in engine.run_trials(roles, lambda k: generate(case, k), n_trials, device=device, params=case.params,
-                                   oracle=rules.needs_oracle, repeats=max(case.spec.atomic_runs, 2) - 1 if atomic else 0,
+                                   oracle=True, repeats=max(case.spec.atomic_runs, 2) - 1 if atomic else 0,
                                    timeout=case.spec.timeout, timing=timing):
             if not outputs:
-                outputs = [_Output() for _ in t.impl]
+                outputs = [_Output(case.dtype) for _ in t.impl]
             for again in t.repeats:
                 for a, e in zip(again, t.impl):
                     spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
-            for out, (e, b) in enumerate(zip(t.impl, t.baseline)):
-                acc = outputs[out]
-                acc.add_metrics(metrics.compute(e, b, dtype=case.dtype))
-                acc.diagnosis.add(t.index, out, e, b, rules.element_tolerance)
-                if t.oracle is None:
-                    continue
-                o = t.oracle[out]
-                if rules.diff4:
-                    against = metrics.compute(b, o.to(torch.float64), dtype=case.dtype, names=[])
-                    acc.diff4.baseline_above += against["above"]
-                    acc.diff4.baseline_below += against["below"]
-                if dd:
-                    acc.add_deltas(*engine.oracle_errors(e, b, o, list(dd.metrics)))
+            for out, acc in enumerate(outputs):
+                acc.add(t, out, rules, dd_metrics, peers)
     except CaseError as exc:
         timing.total = time.perf_counter() - started
         return CaseResult(**identity, error=str(exc), timing=timing)
@@ -180,13 +227,15 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         return CaseResult(**identity, error=f"{type(exc).__name__}: {exc}", timing=timing)
 
     records = []
-    if dd:
-        records = [stats.analyze(np.asarray(acc.delta_impl[name]), np.asarray(acc.delta_baseline[name]),
-                                 metric=name, output=out, factor=dd.factors[name], alpha=dd.alpha,
-                                 free=np.asarray(acc.free[name]))
-                   for out, acc in enumerate(outputs) for name in dd.metrics]
+    for out, acc in enumerate(outputs):
+        for name in dd_metrics:
+            floor = _floor_of(name, rules)
+            impl_ulp = acc.impl_ulp["max" if registry.get(name).worst_case else "mean"] if floor is not None else []
+            records.append(stats.analyze(np.asarray(acc.delta_impl[name]), np.asarray(acc.delta_baseline[name]),
+                                         metric=name, output=out, factor=dd.factors[name], alpha=dd.alpha,
+                                         free=np.asarray(acc.free[name]), floor=floor, impl_ulp=impl_ulp))
     diagnoses = [acc.diagnosis for acc in outputs]
-    worst = max((d.worst for d in diagnoses if d.worst), key=lambda w: w.abs_error, default=None)
+    worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
     bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
     buckets: dict[str, int] = {}
     for d in diagnoses:
@@ -194,7 +243,12 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
             buckets[k] = buckets.get(k, 0) + v
     timing.total = time.perf_counter() - started
     return CaseResult(
-        **identity, metrics=[acc.metrics_record() for acc in outputs], worst=worst,
+        **identity, metrics=[acc.metrics_record() for acc in outputs], worst=worst.worst if worst else None,
+        impl_oracle=[acc.impl_oracle for acc in outputs], baseline_oracle=[acc.baseline_oracle for acc in outputs],
+        ulp=[acc.ulp for acc in outputs] if rules.ulp_check else [], bias=[acc.bias.record() for acc in outputs],
+        bit_mismatches=[acc.bits for acc in outputs] if rules.bit_exact else [],
+        compared=sum(int(acc.worst.get("n", 0)) for acc in outputs), vacuous=_vacuous(outputs),
+        advisory=peers.advisories(n_trials),
         bad_fraction=bad.bad_fraction if bad else None, bad_location=bad.bad_where if bad else None,
         rel_error_buckets=buckets, atomic_spread=spread, diff4_counts=[acc.diff4 for acc in outputs],
         dual_delta=records, timing=timing,
@@ -204,20 +258,20 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
 # ----------------------------------------------------------------------------- the run
 
 
-def decide_all(measured: list[tuple[CaseResult, Rules]]) -> list[CaseResult]:
+def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False) -> list[CaseResult]:
     """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.verdict.decide`)."""
     adjusted = iter(stats.apply_holm([rec for case, _ in measured for rec in case.dual_delta]))
     out = []
     for case, rules in measured:
         if case.dual_delta:
             case = case.model_copy(update={"dual_delta": [next(adjusted) for _ in case.dual_delta]})
-        out.append(verdict.decide(case, rules))
+        out.append(verdict.decide(case, rules, strict=strict))
     return out
 
 
 def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
         on_case: Optional[Callable[[Case, CaseResult], None]] = None,
-        measured: Optional[list[tuple[CaseResult, Rules]]] = None) -> list[CaseResult]:
+        measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
@@ -230,7 +284,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
         measured.append((result, rules))
         if on_case:
             on_case(case, result)
-    return decide_all(measured)
+    return decide_all(measured, strict=strict)
 
 
 def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:

@@ -15,13 +15,14 @@ criteria, verdict and reasons:
    only when every unequal point lies on one side, skipped when the
    baseline's own diff4 against the oracle is one-sided.
 3. **Dual-delta non-inferiority** (:func:`dual_delta_gate`), per record, with
-   ``allowed_i = max(factor * delta_2[i], free)``. The impl fails when
-   (a) the sign test gives evidence at level ``alpha`` (Holm-adjusted over
-   the run) that delta_1 exceeds its allowance in more than half of the
-   trials; (b) its worst trial exceeds the baseline's worst with twice the
-   log-tolerance: max(delta_1) > max(worst_factor(factor) * max(delta_2),
-   free); or (c) its error is NaN/inf in a trial where the baseline's is
-   finite.
+   ``allowed_i = max(factor * delta_2[i], free)`` and trials within the
+   accuracy floor counted as within allowance. The impl fails when (a) the
+   sign test gives evidence at level ``alpha`` (Holm-adjusted over the run)
+   that delta_1 exceeds its allowance in more than half of the trials; (b)
+   the worst-trial test (:func:`acceptance.stats.worst_trial_test`, Holm-
+   adjusted) finds its worst trial beyond what n draws of factor x the
+   baseline's error reach; or (c) its error is NaN/inf in a trial where the
+   baseline's is finite.
 
 A case fails when any criterion fails; a waived failure becomes ``skip``; a
 case whose run broke is ``error``. Reasons list every failed criterion (in
@@ -33,16 +34,15 @@ tolerance (and where they sit) and the worst element.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Optional
 
 import numpy as np
 
 from acceptance.metrics import diff4_value
 from acceptance.errors import EXIT_FAIL, EXIT_OK
-from acceptance.records import VERDICT_ORDER, CaseResult, Criterion, Diff4Counts, DualDeltaRecord, Summary
-from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, Threshold
-from acceptance.stats import worst_factor
-from acceptance.wording import criterion_text, fmt
+from acceptance.records import VERDICT_ORDER, Bias, CaseResult, Criterion, Diff4Counts, DualDeltaRecord, Summary
+from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
+from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
 
 
 def _holds(value: Any, threshold: Any, comparison: str) -> bool:
@@ -58,40 +58,116 @@ def _holds(value: Any, threshold: Any, comparison: str) -> bool:
     return value <= threshold
 
 
-def threshold_criteria(worst: list[dict[str, Any]], thresholds: Iterable[Threshold]) -> list[Criterion]:
-    """Each output's worst-over-trials metrics against every threshold, after its NaN/Inf placement checks."""
-    thresholds = list(thresholds)
+def _as_close(impl: Any, base: Any, comparison: str) -> bool:
+    """Whether the impl's value against the oracle is at least as good as the baseline's (NaN never is)."""
+    if isinstance(impl, (list, tuple)):
+        return isinstance(base, (list, tuple)) and all(_as_close(a, b, comparison) for a, b in zip(impl, base))
+    if impl is None or base is None or math.isnan(impl):
+        return False
+    return impl >= base if comparison == ">=" else impl <= base
+
+
+def _criterion(kind: str, metric: str, out: int, threshold: Any, comparison: str, source: str,
+               against_baseline: Any, impl_oracle: Optional[dict], baseline_oracle: Optional[dict],
+               dtype: str) -> Criterion:
+    """One fixed criterion, oracle-aware: it holds on impl vs baseline, or, when the impl is at least as close
+    to the oracle (rounded once to the dtype) as the baseline is, on impl vs that oracle."""
+    value = list(against_baseline) if isinstance(against_baseline, tuple) else against_baseline
+    shown = list(threshold) if isinstance(threshold, tuple) else threshold
+    crit = dict(kind=kind, metric=metric, output=out, threshold=shown, comparison=comparison, source=source)
+    if _holds(value, threshold, comparison):
+        return Criterion(**crit, value=value, passed=True)
+    io = impl_oracle.get(metric) if impl_oracle else None
+    bo = baseline_oracle.get(metric) if baseline_oracle else None
+    io = list(io) if isinstance(io, tuple) else io
+    if io is not None and bo is not None and _as_close(io, bo, comparison) and _holds(io, threshold, comparison):
+        return Criterion(**crit, value=io, passed=True, against="oracle",
+                         note=f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
+                              f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})")
+    note = None
+    if io is not None and bo is not None:
+        note = (f"against the oracle rounded to {dtype}: impl {fmt_value(io)}, baseline {fmt_value(bo)}"
+                + ("" if _as_close(io, bo, comparison) else " (the impl is the further one)"))
+    return Criterion(**crit, value=value, passed=False, note=note)
+
+
+def threshold_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+    """Each output's NaN/Inf placement and fixed thresholds, decided oracle-aware (see :func:`_criterion`)."""
     criteria: list[Criterion] = []
-    for out, metrics in enumerate(worst):
+    for out, worst in enumerate(case.metrics):
+        io = case.impl_oracle[out] if out < len(case.impl_oracle) else None
+        bo = case.baseline_oracle[out] if out < len(case.baseline_oracle) else None
         for name in ("nan_mismatch", "inf_mismatch"):
-            value = float(metrics.get(name, 0))
-            criteria.append(Criterion(kind="placement", metric=name, output=out, value=value, threshold=0.0,
-                                      comparison="==", passed=value == 0,
-                                      source="NaN/Inf placement must match the baseline"))
-        for th in thresholds:
-            value = metrics.get(th.metric)
-            if isinstance(value, tuple):
-                value = list(value)
-            threshold = list(th.value) if isinstance(th.value, tuple) else th.value
-            criteria.append(Criterion(metric=th.metric, output=out, value=value, threshold=threshold,
-                                      comparison=th.comparison, passed=_holds(value, th.value, th.comparison),
-                                      source=th.source))
+            criteria.append(_criterion("placement", name, out, 0.0, "==", "NaN/Inf placement must match the baseline",
+                                       float(worst.get(name, 0)), io, bo, rules.dtype))
+        for th in rules.thresholds:
+            criteria.append(_criterion("threshold", th.metric, out, th.value, th.comparison, th.source,
+                                       worst.get(th.metric), io, bo, rules.dtype))
     return criteria
 
 
-def diff4_criterion(out: int, counts: Diff4Counts) -> Criterion:
-    """MLU-OPS's diff4 rule over the counts of one output summed across trials."""
+def bits_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+    """Bit-exact categories: every element's bits equal the baseline's or the oracle's rounded once to the dtype
+    (a fused multiply-add is the correctly rounded result, not a bug); the sign of zero counts, NaNs are equal."""
+    return [Criterion(kind="bits", metric="bit_mismatch", output=out, value=float(count), threshold=0.0,
+                      comparison="==", passed=count == 0,
+                      source=f"{rules.category} default (bit exact: the baseline's or the rounded oracle's bits)")
+            for out, count in enumerate(case.bit_mismatches)]
+
+
+def ulp_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+    """ULP error against the oracle (flush to zero forgiven), scaled by the baseline's own, above the floor:
+
+        max:  impl_max  <= max(f_max · baseline_max,   floor_max,  0.5)
+        mean: impl_mean <= max(f_mean · baseline_mean, floor_mean, 0.25)
+
+    with the dual-delta factors of max_ulp and mean_ulp (2 and 1.5); 0.5 and 0.25 ulp are the max and mean
+    error of the correctly rounded result.
+    """
+    criteria = []
+    for out, u in enumerate(case.ulp):
+        for which, impl, base, floor, free in (("max", u.impl_max, u.baseline_max, rules.floor_max, 0.5),
+                                               ("mean", u.impl_mean, u.baseline_mean, rules.floor_mean, 0.25)):
+            factor = default_factor(f"{which}_ulp")
+            allowed = max(factor * base, floor or 0.0, free)
+            why = f"max({fmt(factor)} x baseline's {fmt(base)}, floor {fmt(floor)}, correctly rounded {fmt(free)})"
+            criteria.append(Criterion(kind="ulp", metric=f"{which}_ulp", output=out, value=impl, threshold=allowed,
+                                      comparison="<=", passed=_holds(impl, allowed, "<="), against="oracle",
+                                      source=f"{rules.category} {rules.dtype} ULP rule", note=f"allowed = {why}"))
+    return criteria
+
+
+def diff4_criterion(out: int, counts: Diff4Counts, bias: Optional[Bias], bias_floor: float) -> Criterion:
+    """The diff4 rule as a material-bias test.
+
+    MLU-OPS's counts (p1, p2, n) of impl against baseline are the value; the case fails only when the impl's
+    mean signed error against the oracle (additive or of magnitude, in ulp) exceeds the baseline's by more
+    than ``bias_floor`` ulp. Elements where impl and oracle are both below the smallest normal count as a
+    flush, not a bias.
+    """
     p1, p2, n = diff4_value(counts.above, counts.below)
     crit = dict(kind="diff4", metric="diff4", output=out, value=[p1, p2, float(n)], comparison="two-sided",
-                source="MLU-OPS diff4 rule (n >= 100, one-sided fails)")
-    if n < DIFF4_MIN_POINTS:
-        return Criterion(**crit, passed=None, note=f"not evaluated: n = {n} unequal points < {DIFF4_MIN_POINTS}")
-    base_n = counts.baseline_above + counts.baseline_below
-    if base_n >= DIFF4_MIN_POINTS and (counts.baseline_above == 0 or counts.baseline_below == 0):
-        return Criterion(**crit, passed=None, note="skipped: the baseline's own diff4 against the oracle is one-sided")
-    one_sided = counts.above == 0 or counts.below == 0
-    return Criterion(**crit, passed=not one_sided,
-                     note="every unequal point lies on one side (systematic bias)" if one_sided else None)
+                source=f"diff4 material-bias rule (floor {fmt(bias_floor)} ulp)")
+    if bias is None or bias.n < DIFF4_MIN_POINTS:
+        got = 0 if bias is None else bias.n
+        return Criterion(**crit, passed=None, note=f"not evaluated: {got} elements compared with the oracle "
+                                                   f"< {DIFF4_MIN_POINTS}")
+    shifts = {"additive": (bias.impl_value, bias.baseline_value),
+              "magnitude": (bias.impl_magnitude, bias.baseline_magnitude)}
+    material = [k for k, (i, b) in shifts.items() if abs(i) > abs(b) + bias_floor]
+    one_sided = n >= DIFF4_MIN_POINTS and (counts.above == 0 or counts.below == 0)
+    words = [f"mean shift against the oracle: impl {fmt(bias.impl_value)} ulp additive, "
+             f"{fmt(bias.impl_magnitude)} of magnitude; baseline {fmt(bias.baseline_value)}, "
+             f"{fmt(bias.baseline_magnitude)}"]
+    if one_sided:
+        words.append("every unequal point lies on one side of the baseline")
+    if bias.flushed:
+        words.append(f"{bias.flushed} elements below the smallest normal on both sides left out as a flush")
+    if material:
+        words.insert(0, f"material {' and '.join(material)} bias")
+    elif one_sided:
+        words.insert(0, "one-sided but immaterial")
+    return Criterion(**crit, passed=not material, note="; ".join(words))
 
 
 def _errors(x: list[float]) -> np.ndarray:
@@ -111,15 +187,12 @@ def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
     if broken.size:
         reasons.append(f"impl error is NaN/inf in {broken.size} of {d1.size} trials where the baseline's is finite "
                        f"(first: trial {int(broken[0])})")
-    keep = np.isfinite(d1) & np.isfinite(d2)
-    if keep.any():
-        worst_impl, worst_base = float(np.max(d1[keep])), float(np.max(d2[keep]))
-        wf = worst_factor(rec.factor)
-        limit = max(wf * worst_base, rec.free)
-        if worst_impl > limit:
-            trial = int(np.flatnonzero(keep)[np.argmax(d1[keep])])
-            reasons.append(f"worst trial {trial}: impl error {worst_impl:.3g} > {limit:.3g} allowed "
-                           f"= max({wf:g} x baseline's worst {worst_base:.3g}, free {rec.free:.3g})")
+    worst_adjusted = rec.p_worst_adjusted is not None
+    p_worst = rec.p_worst_adjusted if worst_adjusted else rec.p_worst
+    if p_worst is not None and p_worst < rec.alpha:
+        test = next(t for t in rec.tests if t.name == "worst_trial")
+        which = "Holm-adjusted p" if worst_adjusted else "p"
+        reasons.append(f"worst {test.note} ({which}={p_worst:.2g} < alpha {rec.alpha:g})")
     adjusted = rec.p_adjusted is not None
     p = rec.p_adjusted if adjusted else rec.p_value
     if p is not None and p < rec.alpha:
@@ -153,20 +226,21 @@ def _where(case: CaseResult) -> list[str]:
         where = f"; {case.bad_location}" if case.bad_location else ""
         lines.append(f"{fmt(case.bad_fraction)} of elements over tolerance{where}")
     if case.worst is not None:
-        w = case.worst
-        out = f" of output {w.output}" if w.output else ""
-        lines.append(f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {fmt(w.evaluated)}, "
-                     f"baseline {fmt(w.baseline)}, |e-b| = {fmt(w.abs_error)}")
+        lines.append(worst_element_text(case.worst))
     return lines
 
 
-def decide(case: CaseResult, rules: Rules) -> CaseResult:
-    """The case with its criteria, verdict and reasons (see the module docstring)."""
+def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResult:
+    """The case with its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
+    (nothing compared, or a constant answer where the oracle varies) fails."""
     if case.error is not None:
         return case.model_copy(update={"verdict": "error", "reasons": [case.error], "criteria": []})
-    criteria = threshold_criteria(case.metrics, rules.thresholds)
+    criteria = threshold_criteria(case, rules) + bits_criteria(case, rules)
+    if rules.ulp_check:
+        criteria += ulp_criteria(case, rules)
     if rules.diff4:
-        criteria += [diff4_criterion(out, counts) for out, counts in enumerate(case.diff4_counts)]
+        criteria += [diff4_criterion(out, counts, case.bias[out] if out < len(case.bias) else None,
+                                     rules.bias_floor) for out, counts in enumerate(case.diff4_counts)]
     reasons = [criterion_text(c) for c in criteria if c.passed is False]
     records = [dual_delta_gate(rec) for rec in case.dual_delta]
     defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
@@ -175,6 +249,8 @@ def decide(case: CaseResult, rules: Rules) -> CaseResult:
         criteria.append(dual_delta_criterion(rec, source))
         where = f" [output {rec.output}]" if rec.output else ""
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
+    if strict and case.vacuous:
+        reasons.append(f"vacuous (--strict): {case.vacuous}")
     verdict = "fail" if reasons else "pass"
     if reasons:
         reasons += _where(case)

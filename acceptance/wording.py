@@ -12,7 +12,7 @@ import math
 import re
 from typing import Optional
 
-from acceptance.records import Criterion, MetricValue
+from acceptance.records import Criterion, MetricValue, WorstElement
 
 # C0 and C1 control characters other than tab, newline and carriage return,
 # lone surrogates (which cannot be encoded as UTF-8) and the two non-characters
@@ -57,7 +57,7 @@ def fmt(x: Optional[float]) -> str:
     if x.is_integer() and abs(x) < 1e15:
         return str(int(x))
     if 1e-2 <= abs(x) < 1e4:
-        return f"{x:.3g}"
+        return f"{float(f'{x:.3g}'):g}"  # 3 significant digits, never an exponent (6190, not 6.19e+03)
     mantissa, exponent = f"{x:.2e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
@@ -103,7 +103,7 @@ def criterion_text(criterion: Criterion) -> str:
         return one_line(f"{kind} placement{where} differs from the baseline at {fmt(criterion.value)} positions")
     if criterion.passed is False and criterion.kind == "diff4":
         p1, p2, n = criterion.value
-        text = f"diff4{where} one-sided: p1={fmt(p1)}, p2={fmt(p2)} over n={fmt(n)} unequal points"
+        text = f"diff4{where} ({fmt(p1)}, {fmt(p2)}, n={fmt(n)}): {criterion.note or 'failed'}"
         return one_line(text + (f" ({criterion.source})" if criterion.source else ""))
     value = fmt_value(criterion.value)
     if criterion.kind == "dual_delta":
@@ -119,3 +119,19 @@ def criterion_text(criterion: Criterion) -> str:
     if criterion.note:
         text += f"; {criterion.note}"
     return one_line(text)
+
+
+def full(x: Optional[float]) -> str:
+    """A value at full precision (the shortest repr that round-trips)."""
+    return "—" if x is None else repr(float(x))
+
+
+def worst_element_text(w: WorstElement) -> str:
+    """The worst element in words, values at full precision: index, trial, impl, baseline, oracle, ULP distance."""
+    out = f" of output {w.output}" if w.output else ""
+    text = f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, baseline {full(w.baseline)}"
+    if w.oracle is not None:
+        text += f", oracle {full(w.oracle)}; |e-o| = {fmt(w.oracle_error)}" + (f" = {fmt(w.ulp)} ulp" if w.ulp is not None else "")
+    else:
+        text += f", |e-b| = {fmt(w.abs_error)}"
+    return text

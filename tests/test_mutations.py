@@ -75,12 +75,12 @@ def test_legitimate_variant_passes_the_gate(name):
         # the worst trial well inside the worst-trial allowance
         over = next(t for t in r.tests if t.name == "non_inferiority").statistic
         assert over <= 0.2 * r.trials
-        assert max(r.delta_impl) <= 0.6 * max(stats.worst_factor(r.factor) * max(r.delta_baseline), r.free)
+        assert r.p_worst_adjusted > 0.5
 
 
-def test_wrong_row_is_caught_by_the_worst_element():
+def test_wrong_row_is_caught_in_every_trial_by_the_worst_element_metric():
     rec = result("one wrong row").analysis["max_hyb"]
-    assert any(reason.startswith("worst trial") for reason in rec.reasons)
+    assert not rec.passed and "sign test" in rec.reasons[-1]
     # the damage is confined to one row of 64: the mean error moves far less than the max
     mean = result("one wrong row").analysis["mean_hyb"]
     ratio = stats.mean_ratio

@@ -66,7 +66,7 @@ def test_failure_error_skip_elements_and_messages(mixed):
     assert "FAIL diff1 4.1e-3 > 3e-3 (float16 convolution default)" in body
     assert "pass diff2 2.5e-3 <= 3e-3" in body
     assert "diff4 not evaluated: fewer than 100 unequal points (40)" in body
-    assert "worst element: output 0, trial 3, index [0, 2, 30, 17]" in body
+    assert "worst element at (0, 2, 30, 17) (trial 3): impl " in body
     assert "where they sit: last row of every image (index 30 of H): a dropped tail" in body
     dual = tc["softmax[bfloat16-N=64-D=1000]"].find("failure").text
     assert "dual-delta max_abs (output 0, 60 trials): FAIL - impl is inferior" in dual

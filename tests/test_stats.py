@@ -256,19 +256,40 @@ def test_rare_outlier_fails_the_worst_trial_check():
     d1[37] = 50 * d2.max()  # one trial out of 100: invisible to the sign test
     rec = gated(d1, d2, metric="max_hyb")
     assert rec.p_value > 0.5 and not rec.passed
-    assert rec.reasons == [
-        f"worst trial 37: impl error {d1[37]:.3g} > {4 * d2.max():.3g} allowed "
-        f"= max(4 x baseline's worst {d2.max():.3g}, free 0)"
-    ]
+    assert rec.reasons[0].startswith("worst trial 37: impl error")
 
 
-def test_worst_trial_gets_the_squared_factor():
-    assert stats.worst_factor(2.0) == 4.0 and stats.worst_factor(1.5) == 2.25 and stats.worst_factor(0.5) == 0.5
-    d1, d2 = _paired(1, 1.0)
-    d1[37] = 3.9 * d2.max()  # beyond 2x, inside 4x: scatter of the extreme, not a bug
-    assert gated(d1, d2, metric="max_hyb").passed
-    d1[37] = 4.1 * d2.max()
-    assert not gated(d1, d2, metric="max_hyb").passed
+def test_worst_trial_statistic_by_hand():
+    """r_i = ln(d1/f) - ln(d2); centre max(median r, 0); scale MAD/ln 3; p = n / (1 + e^T)."""
+    d2 = np.ones(9)
+    ratios = np.array([1.0, 1.2, 0.8, 1.1, 0.9, 1.05, 0.95, 1.0, 30.0])  # d1/d2 per trial
+    d1 = ratios * d2
+    r = np.log(ratios / 2.0)
+    centre = max(np.median(r), 0.0)  # the median ratio is below the factor: centred at the boundary
+    scale = max(np.median(np.abs(r - np.median(r))) / math.log(3), 0.1)
+    t = (r.max() - centre) / scale
+    test = stats.worst_trial_test(d1, d2, factor=2.0)
+    assert test.statistic == pytest.approx(t, rel=1e-12)
+    assert test.p_value == pytest.approx(min(1.0, 9 / (1 + math.exp(t))), rel=1e-9)
+    # impl identical to the baseline: the worst trial is no outlier at all
+    same = stats.worst_trial_test(d2 * np.linspace(1, 3, 9), d2 * np.linspace(1, 3, 9), factor=2.0)
+    assert same.p_value == 1.0
+    # trials within the accuracy floor are left out
+    assert stats.worst_trial_test(d1, d2, factor=2.0, within=[True] * 9).p_value is None
+
+
+def test_worst_trial_false_alarm_rate_on_equal_distributions():
+    """Impl and baseline errors drawn alike (worst-element-like Gumbel log errors, a shared per-trial part):
+    the test rejects at level 0.05 in at most ~10 % of runs and at 1e-3 in well under 1 %."""
+    rng = np.random.default_rng(7)
+    p = []
+    for _ in range(400):
+        shared = rng.normal(0, 0.4, 30)
+        d1 = np.exp(shared + rng.gumbel(0, 0.3, 30))
+        d2 = np.exp(shared + rng.gumbel(0, 0.3, 30))
+        p.append(stats.worst_trial_test(d1, d2, factor=1.0).p_value)
+    p = np.array(p)
+    assert np.mean(p < 0.05) <= 0.12 and np.mean(p < 1e-3) <= 0.01
 
 
 def test_tiny_significant_shift_is_written_as_one_plus():
@@ -382,11 +403,17 @@ def test_the_gate_decides_on_the_holm_adjusted_p():
     suspect = gated(d1, d2, metric="mean_hyb", factor=1.5)
     assert suspect.p_value == pytest.approx(11 / 1024) and not suspect.passed
     fine = [gated(d2, d2, metric="mean_hyb", factor=1.5) for _ in range(4)]
-    adjusted = [verdict.dual_delta_gate(r) for r in stats.apply_holm([suspect] + fine)]
-    assert adjusted[0].p_adjusted == pytest.approx(5 * 11 / 1024)
+    records = [suspect] + fine
+    adjusted = [verdict.dual_delta_gate(r) for r in stats.apply_holm(records)]
+    # the family is both tests of every record: the sign test's p and the worst-trial test's p
+    family = [r.p_value for r in records] + [r.p_worst for r in records]
+    expected = _holm_by_definition(family)
+    assert [r.p_adjusted for r in adjusted] == pytest.approx(expected[:5], rel=1e-12)
+    assert [r.p_worst_adjusted for r in adjusted] == pytest.approx(expected[5:], rel=1e-12)
+    assert adjusted[0].p_adjusted == pytest.approx(10 * 11 / 1024)
     assert adjusted[0].passed and adjusted[0].reasons == []
     assert suspect.p_adjusted is None and not suspect.passed  # inputs untouched
     assert all(r.p_adjusted == 1.0 and r.passed for r in adjusted[1:])
-    # alone, the same record still fails, now quoting the adjusted p
+    # alone, the same record still fails: 2 p-values in its family, the sign test's adjusted to 2 x 11/1024
     alone = verdict.dual_delta_gate(stats.apply_holm([suspect])[0])
-    assert not alone.passed and "Holm-adjusted p=0.011" in alone.reasons[-1]
+    assert not alone.passed and "Holm-adjusted p=0.021" in alone.reasons[-1]

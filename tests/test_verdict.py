@@ -5,7 +5,7 @@ import math
 import pytest
 
 from acceptance import verdict
-from acceptance.records import CaseResult, Criterion, Diff4Counts
+from acceptance.records import Bias, CaseResult, Criterion, Diff4Counts, UlpStats
 from acceptance.spec import defaults
 from acceptance.wording import criterion_text
 
@@ -41,10 +41,15 @@ def test_category_table(category, dtype, expected):
 
 @pytest.mark.parametrize("category", ["arithmetic", "pure_io"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-def test_bit_exact_categories(category, dtype):
-    ths = defaults.thresholds_for(category, dtype)
-    assert [(t.metric, t.value, t.comparison) for t in ths] == [("diff3_2", 0.0, "==")]
+def test_bit_exact_categories_are_judged_on_bits(category, dtype):
+    assert defaults.thresholds_for(category, dtype) == []  # no metric threshold: the bits criterion decides
     assert not defaults.diff4_enabled(category)
+    rules = _rules(category=category, dtype=dtype, thresholds=(), bit_exact=True)
+    case = verdict.decide(_measured(category=category, dtype=dtype, metrics=[{"nan_mismatch": 0, "inf_mismatch": 0}],
+                                    bit_mismatches=[3]), rules)
+    assert case.verdict == "fail" and case.reasons[0].startswith("bit_mismatch 3 != 0")
+    assert verdict.decide(_measured(category=category, dtype=dtype, metrics=[{"nan_mismatch": 0, "inf_mismatch": 0}],
+                                    bit_mismatches=[0]), rules).verdict == "pass"
 
 
 def test_spec_override_replaces_and_adds():
@@ -58,12 +63,11 @@ def test_spec_override_replaces_and_adds():
 
 
 def test_evaluate_boundaries_and_nan():
-    ths = defaults.thresholds_for("reduction", "float32")
     worst = [
         {"diff1": 3e-3, "diff2": math.nextafter(3e-3, 1.0), "nan_mismatch": 0.0, "inf_mismatch": 0.0},
         {"diff1": math.nan, "diff2": 0.0, "nan_mismatch": 2.0, "inf_mismatch": 0.0},
     ]
-    crit = {(c.output, c.metric): c for c in verdict.threshold_criteria(worst, ths)}
+    crit = {(c.output, c.metric): c for c in verdict.threshold_criteria(_measured(metrics=worst), _rules())}
     assert crit[(0, "diff1")].passed is True  # equal to the threshold passes
     assert crit[(0, "diff2")].passed is False  # one double above fails
     assert crit[(1, "diff1")].passed is False  # NaN never passes
@@ -72,31 +76,64 @@ def test_evaluate_boundaries_and_nan():
 
 
 def test_evaluate_diff3_pair():
-    ths = defaults.thresholds_for("activation", "float16", {"diff3": [1e-3, 1e-4]})
+    rules = _rules(thresholds=tuple(defaults.thresholds_for("activation", "float16", {"diff3": [1e-3, 1e-4]})))
     worst = [{"diff1": 0, "diff2": 0, "diff3": (5e-4, 2e-4), "nan_mismatch": 0, "inf_mismatch": 0}]
-    c = next(c for c in verdict.threshold_criteria(worst, ths) if c.metric == "diff3")
+    c = next(c for c in verdict.threshold_criteria(_measured(metrics=worst), rules) if c.metric == "diff3")
     assert c.passed is False  # m2 = 2e-4 > 1e-4
     assert c.threshold == [1e-3, 1e-4]  # the pair itself, not words to parse back
     assert "diff3 (5e-4, 2e-4) > (1e-3, 1e-4)" in criterion_text(c)
 
 
+def test_a_more_accurate_impl_never_fails_because_of_the_baseline():
+    """The baseline is 4e-3 from the oracle; the impl 1e-4 from it and 4.1e-3 from the baseline."""
+    worst = [{"diff1": 4.1e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}]
+    closer = _measured(metrics=worst, impl_oracle=[{"diff1": 1e-4, "diff2": 1e-4, "nan_mismatch": 0, "inf_mismatch": 0}],
+                       baseline_oracle=[{"diff1": 4e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}])
+    case = verdict.decide(closer, _rules())
+    assert case.verdict == "pass"
+    d1 = next(c for c in case.criteria if c.metric == "diff1")
+    assert (d1.against, d1.value) == ("oracle", 1e-4) and "the baseline is further from the oracle" in d1.note
+    # closer to the oracle than a bad baseline, but itself outside the tolerance: still a bug
+    worse = closer.model_copy(update={"impl_oracle": [{"diff1": 3.5e-3, "diff2": 1e-4, "nan_mismatch": 0,
+                                                       "inf_mismatch": 0}]})
+    assert verdict.decide(worse, _rules()).verdict == "fail"
+    # further from the oracle than the baseline: decided on the baseline
+    further = closer.model_copy(update={"impl_oracle": [{"diff1": 2e-3, "diff2": 1e-4, "nan_mismatch": 0,
+                                                         "inf_mismatch": 0}],
+                                        "baseline_oracle": [{"diff1": 1e-3, "diff2": 1e-3, "nan_mismatch": 0,
+                                                             "inf_mismatch": 0}]})
+    failed = verdict.decide(further, _rules())
+    assert failed.verdict == "fail" and "(the impl is the further one)" in failed.reasons[0]
+
+
 @pytest.mark.parametrize(
-    "above,below,base_above,base_below,expected",
+    "impl_shift,baseline_shift,floor,passed",
     [
-        (60, 39, 50, 50, None),  # n = 99 < 100: not evaluated
-        (100, 0, 50, 50, False),  # every unequal point above: systematic bias
-        (0, 250, 50, 50, False),
-        (100, 0, 300, 0, None),  # the baseline itself is one-sided against the oracle: skipped
-        (51, 49, 50, 50, True),
-        (1, 99, 50, 50, True),  # lopsided but not one-sided: MLU-OPS passes it
+        ((0.52, 0.6), (0.01, 0.04), 1.0, True),  # x*(1/n): a shift below one ulp is immaterial
+        ((0.0, 840.0 / 52.5), (0.0, 0.05), 1.0, False),  # a 1e-4 relative scale error (clipped at 16 ulp)
+        ((3.0, 0.1), (0.0, 0.0), 1.0, False),  # an additive shift of 3 ulp
+        ((1.9, 1.9), (1.2, 1.2), 1.0, True),  # no more biased than the baseline, by less than the floor
     ],
 )
-def test_diff4_rule(above, below, base_above, base_below, expected):
-    c = verdict.diff4_criterion(0, Diff4Counts(above=above, below=below, baseline_above=base_above,
-                                               baseline_below=base_below))
-    assert c.passed is expected
-    n = above + below
-    assert c.value == [above / n, below / n, float(n)]
+def test_diff4_is_a_material_bias_test(impl_shift, baseline_shift, floor, passed):
+    bias = Bias(n=1000, flushed=7, impl_value=impl_shift[0], impl_magnitude=impl_shift[1],
+                baseline_value=baseline_shift[0], baseline_magnitude=baseline_shift[1])
+    c = verdict.diff4_criterion(0, Diff4Counts(above=500, below=0, baseline_above=250, baseline_below=250), bias, floor)
+    assert c.passed is passed
+    assert c.value == [1.0, 0.0, 500.0]  # MLU-OPS's counting is kept as the value
+    assert "7 elements below the smallest normal" in c.note
+    assert verdict.diff4_criterion(0, Diff4Counts(), Bias(n=99), floor).passed is None  # too few to say
+
+
+def test_ulp_rule_scales_with_the_baseline_above_the_floor():
+    ulp = UlpStats(impl_max=4.8, impl_mean=0.4, baseline_max=0.5, baseline_mean=0.25)
+    rules = _rules(category="activation", dtype="float16", floor_max=1.0, floor_mean=None, ulp_check=True)
+    crit = {c.metric: c for c in verdict.ulp_criteria(_measured(ulp=[ulp]), rules)}
+    assert crit["max_ulp"].threshold == 1.0 and crit["max_ulp"].passed is False  # max(2 x 0.5, 1, 0.5)
+    assert crit["mean_ulp"].threshold == 0.375 and crit["mean_ulp"].passed is False  # max(1.5 x 0.25, -, 0.25)
+    fine = UlpStats(impl_max=2.2, impl_mean=0.47, baseline_max=0.54, baseline_mean=0.25)
+    rules32 = _rules(category="activation", dtype="float32", floor_max=4.0, floor_mean=1.0, ulp_check=True)
+    assert all(c.passed for c in verdict.ulp_criteria(_measured(ulp=[fine]), rules32))
 
 
 def test_failure_words():
@@ -108,16 +145,18 @@ def test_failure_words():
     assert criterion_text(c) == "diff3_2[output 1] 0.5 != 0 (arithmetic default (bit exact))"
     c = Criterion(kind="placement", metric="nan_mismatch", value=3.0, threshold=0.0, comparison="==", passed=False)
     assert criterion_text(c) == "NaN placement differs from the baseline at 3 positions"
-    c = Criterion(kind="diff4", metric="diff4", value=[1.0, 0.0, 120.0], comparison="two-sided", passed=False)
-    assert criterion_text(c) == "diff4 one-sided: p1=1, p2=0 over n=120 unequal points"
+    c = Criterion(kind="diff4", metric="diff4", value=[1.0, 0.0, 120.0], comparison="two-sided", passed=False,
+                  note="material magnitude bias")
+    assert criterion_text(c) == "diff4 (1, 0, n=120): material magnitude bias"
 
 
 def test_a_score_threshold_holds_from_below():
     (snr,) = [t for t in defaults.thresholds_for("activation", "float32", {"snr_db": 30.0}) if t.metric == "snr_db"]
     assert snr.comparison == ">="
-    crit = {c.metric: c for c in verdict.threshold_criteria([{"snr_db": 29.9, "diff1": 0, "diff2": 0}], [snr])}
+    rules = _rules(thresholds=(snr,))
+    crit = {c.metric: c for c in verdict.threshold_criteria(_measured(metrics=[{"snr_db": 29.9}]), rules)}
     assert crit["snr_db"].passed is False and criterion_text(crit["snr_db"]).startswith("snr_db 29.9 < 30")
-    crit = {c.metric: c for c in verdict.threshold_criteria([{"snr_db": math.inf}], [snr])}
+    crit = {c.metric: c for c in verdict.threshold_criteria(_measured(metrics=[{"snr_db": math.inf}]), rules)}
     assert crit["snr_db"].passed is True
 
 

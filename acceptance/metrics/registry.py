@@ -67,7 +67,8 @@ class Metric:
       - ``pair``: two errors (diff3's (m1, m2)); ``(inf, inf)`` on a mismatch;
       - ``direction``: diff4's (p1, p2, n), gated by its own rule;
       - ``count``: a count of positions, lower is better.
-    ``formula`` and ``units`` are what the docs table shows; ``value`` computes it.
+    ``formula`` and ``units`` are what the docs table shows; ``value`` computes it. ``worst_case``: the
+    metric is a maximum over elements (an accuracy floor in max ulp applies to it), not an average.
     """
 
     name: str
@@ -76,6 +77,7 @@ class Metric:
     units: str
     source: str
     value: Callable[[Reduced], Any]
+    worst_case: bool = False
 
     @property
     def comparison(self) -> str:
@@ -134,22 +136,22 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("diff2", "error", "sqrt(Σ(e−b)² / Σb²)", "ratio", _MLU, lambda r: math.sqrt(ratio(r.sum_sq, r.sum_b2))),
     Metric("diff3", "pair", "(max |e−b|/|b| over |b| > th, max |e−b| over |b| ≤ th)", "(ratio, data)", _MLU,
            lambda r: (r.max_rel_th, r.max_abs_th)),
-    Metric("diff3_1", "error", "max |e−b| / |b|", "ratio", _MLU, lambda r: r.max_rel),
-    Metric("diff3_2", "error", "max |e−b|", "data", _MLU, lambda r: r.max_abs),
+    Metric("diff3_1", "error", "max |e−b| / |b|", "ratio", _MLU, lambda r: r.max_rel, worst_case=True),
+    Metric("diff3_2", "error", "max |e−b|", "data", _MLU, lambda r: r.max_abs, worst_case=True),
     Metric("diff4", "direction", "(p1, p2, n): fractions of the n unequal points with e > b, e < b", "fractions",
            _MLU, lambda r: diff4_value(r.above, r.below)),
     Metric("mse", "error", "Σ(e−b)² / n", "data²", "common", lambda r: mean(r.sum_sq, r.n)),
     Metric("nmse", "error", "Σ(e−b)² / Σb²", "ratio", "common (GGML kernels)", lambda r: ratio(r.sum_sq, r.sum_b2)),
     Metric("rms", "error", "sqrt(Σ(e−b)²) / (sqrt(n) · max(max|e|, max|b|))", "ratio", "MIOpen",
            lambda r: ratio(math.sqrt(r.sum_sq), math.sqrt(r.n) * max(r.max_e, r.max_b))),
-    Metric("max_abs", "error", "max |e−b|", "data", "common", lambda r: r.max_abs),
+    Metric("max_abs", "error", "max |e−b|", "data", "common", lambda r: r.max_abs, worst_case=True),
     Metric("mean_abs", "error", "Σ|e−b| / n", "data", "common", lambda r: mean(r.sum_abs, r.n)),
-    Metric("max_rel", "error", "max |e−b| / |b|", "ratio", "common", lambda r: r.max_rel),
+    Metric("max_rel", "error", "max |e−b| / |b|", "ratio", "common", lambda r: r.max_rel, worst_case=True),
     Metric("max_rel_floor", "error", f"max |e−b| / |b| over |b| > {REL_FLOOR:g}", "ratio", "common",
-           lambda r: r.max_rel_floor),
-    Metric("max_ulp", "error", "max |e−b| / spacing(min(|e|, |b|))", "ulp", "maxEpsilonDiff", lambda r: r.max_ulp),
+           lambda r: r.max_rel_floor, worst_case=True),
+    Metric("max_ulp", "error", "max |e−b| / spacing(min(|e|, |b|))", "ulp", "maxEpsilonDiff", lambda r: r.max_ulp, worst_case=True),
     Metric("mean_ulp", "error", "Σ ulp_err / n", "ulp", "common", lambda r: mean(r.sum_ulp, r.n)),
-    Metric("max_hyb", "error", "max |e−b| / (1+|b|)", "ratio", "hybrid error", lambda r: r.max_hyb),
+    Metric("max_hyb", "error", "max |e−b| / (1+|b|)", "ratio", "hybrid error", lambda r: r.max_hyb, worst_case=True),
     Metric("mean_hyb", "error", "Σ |e−b|/(1+|b|) / n", "ratio", "hybrid error", lambda r: mean(r.sum_hyb, r.n)),
     Metric("normwise_rel", "error", "‖e−b‖₂ / ‖b‖₂ (equal to diff2)", "ratio", "norm-wise",
            lambda r: ratio(math.sqrt(r.sum_sq), math.sqrt(r.sum_b2))),

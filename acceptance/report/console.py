@@ -6,6 +6,9 @@ from collections import defaultdict
 
 from acceptance.records import Results, sorted_failures_first
 
+#: Reasons shown per case; the rest are counted, and are in the HTML report and results.json.
+MAX_REASONS = 8
+
 _COLOURS = {"pass": "green", "fail": "red", "error": "magenta", "skip": "yellow"}
 
 
@@ -16,8 +19,15 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     for case in shown:
         head = f"{case.verdict.upper():5} {case.id}"
         lines.append((head, _COLOURS[case.verdict]))
-        for reason in case.reasons[:4]:
+        for reason in case.reasons[:MAX_REASONS]:
             lines.append((f"      {reason}"[: width * 2], None))
+        if len(case.reasons) > MAX_REASONS:
+            lines.append((f"      ... and {len(case.reasons) - MAX_REASONS} more reasons (report.html, results.json)", None))
+    vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
+    for case in vacuous[:MAX_REASONS]:
+        lines.append((f"NOTE  {case.id} passed vacuously: {case.vacuous}", "yellow"))
+    if len(vacuous) > MAX_REASONS:
+        lines.append((f"NOTE  ... and {len(vacuous) - MAX_REASONS} more vacuous passes (--strict fails them)", "yellow"))
     per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     categories: dict[str, str] = {}
     for case in results.cases:

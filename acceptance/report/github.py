@@ -66,6 +66,10 @@ def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_
     ]
     if artifact_url:
         head += ["", f"Full reports (HTML, JUnit XML, results.json): [artifact](<{artifact_url.replace('>', '%3E')}>)"]
+    vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
+    if vacuous:
+        head += ["", f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
+                 f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: {md_escape(vacuous[0].vacuous)}"]
     bad = [c for c in sorted_failures_first(results.cases) if c.verdict in ("fail", "error")]
     if not bad:
         return "\n".join(head) + "\n"

@@ -34,6 +34,7 @@ from markupsafe import Markup
 from acceptance.report import svg
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
 from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
+from acceptance.wording import full as full_precision
 from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
 
 MAX_PLOTTED_CASES = 40
@@ -147,10 +148,10 @@ def _criterion_row(c) -> dict[str, Any]:
         "metric": metric_name(c),
         "value": fmt_value(c.value),
         "comparison": c.comparison,
-        "threshold": fmt(c.threshold),
+        "threshold": fmt_value(c.threshold),
         "margin": _margin_text(m),
         "result": {True: "pass", False: "fail", None: "not evaluated"}[c.passed],
-        "source": c.source,
+        "source": c.source + (" — measured against the oracle" if c.against == "oracle" else ""),
         "note": c.note,
         "text": criterion_text(c),
     }
@@ -189,6 +190,8 @@ def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> dict[str, An
             ("free error (output rounding)", fmt(d.free)),
             ("p-value", fmt(d.p_value)),
             ("Holm-adjusted p", fmt(d.p_adjusted)),
+            ("worst-trial p (Holm)", fmt(d.p_worst_adjusted if d.p_worst_adjusted is not None else d.p_worst)),
+            ("accuracy floor (ulp)", fmt(d.floor)),
         ],
         "stats": stats,
         "describe": [(name, [fmt(getattr(x, s)) for s in stats]) for name, x in describe],
@@ -233,14 +236,19 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
             ("output", str(w.output)),
             ("trial", str(w.trial)),
             ("index", str(w.index)),
-            ("evaluated", fmt(w.evaluated)),
-            ("baseline", fmt(w.baseline)),
-            ("abs error", fmt(w.abs_error)),
-            ("rel error", fmt(w.rel_error)),
+            ("impl", full_precision(w.evaluated)),
+            ("baseline", full_precision(w.baseline)),
+            ("oracle", full_precision(w.oracle)),
+            ("|e-o|", fmt(w.oracle_error)),
+            ("ulp", fmt(w.ulp)),
+            ("|e-b|", fmt(w.abs_error)),
         ],
         "facts": [
             (label, value)
             for label, value in [
+                ("vacuous", case.vacuous),
+                ("peers (advisory, never deciding)",
+                 " · ".join(f"{a.name}: {'pass' if a.passed else 'fail'} ({a.detail})" for a in case.advisory) or None),
                 ("fraction of elements over tolerance (worst trial)", fmt(case.bad_fraction) if case.bad_fraction is not None else None),
                 ("where they sit", case.bad_location),
                 ("impl run-to-run spread", fmt(case.atomic_spread) if case.atomic_spread is not None else None),

@@ -11,7 +11,7 @@ import math
 from typing import Optional
 
 from acceptance.records import CaseResult, Criterion, Results
-from acceptance.wording import criterion_text, fmt, one_line, params_text, visible_controls
+from acceptance.wording import criterion_text, fmt, one_line, params_text, visible_controls, worst_element_text
 
 
 def margin(criterion: Criterion) -> Optional[float]:
@@ -91,6 +91,8 @@ def headline(case: CaseResult) -> str:
         candidates += reasons
     else:
         candidates = reasons if case.verdict == "fail" else []
+        if case.verdict == "pass" and case.vacuous:
+            candidates.append(f"vacuous pass: {one_line(case.vacuous)}")
         if deciding is not None:
             candidates.append(criterion_text(deciding))
         candidates += reasons
@@ -116,12 +118,12 @@ def case_details(case: CaseResult) -> str:
         for c in case.criteria:
             mark = {True: "pass", False: "FAIL", None: "n/a "}[c.passed]
             lines.append(f"  {mark} {criterion_text(c)}")
+    if case.vacuous:
+        lines.append(f"vacuous: {case.vacuous}")
     if case.worst is not None:
-        w = case.worst
-        lines.append(
-            f"worst element: output {w.output}, trial {w.trial}, index {w.index}: evaluated {fmt(w.evaluated)},"
-            f" baseline {fmt(w.baseline)}, abs error {fmt(w.abs_error)}, rel error {fmt(w.rel_error)}"
-        )
+        lines.append(worst_element_text(case.worst))
+    for a in case.advisory:
+        lines.append(f"advisory {a.name}: {'pass' if a.passed else 'fail'} ({a.detail})")
     if case.bad_fraction is not None:
         lines.append(f"fraction of elements over tolerance (worst trial): {fmt(case.bad_fraction)}")
     if case.bad_location:

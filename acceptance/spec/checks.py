@@ -140,12 +140,13 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
     return list(dict.fromkeys(out))
 
 
-def dtype_problems(dtypes: list[str], thresholds: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Duplicate test dtypes and thresholds for a dtype that is not tested."""
+def dtype_problems(dtypes: list[str], per_dtype: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """Duplicate test dtypes, and per-dtype sections (``thresholds``, ``floors``) for a dtype that is not tested."""
     out = [(f"dtypes[{k}]", f"duplicate dtype {dt!r}") for k, dt in enumerate(dtypes) if dt in dtypes[:k]]
     out += [
-        (f"thresholds.{dt}", f"dtype {dt!r} is not tested (dtypes: {', '.join(dtypes)})")
-        for dt in thresholds
+        (f"{section}.{dt}", f"dtype {dt!r} is not tested (dtypes: {', '.join(dtypes)})")
+        for section, entries in per_dtype.items()
+        for dt in entries
         if dt not in dtypes
     ]
     return out

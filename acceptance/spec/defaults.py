@@ -94,6 +94,35 @@ DEFAULT_FACTORS: dict[str, float] = {
 }
 
 
+#: Accuracy floors, ulp against the oracle: (max, mean) per category and dtype. An impl whose error in a trial
+#: is within the floor never has that error counted against it (dual-delta, the diff4 bias test, the ULP
+#: criterion); ``None`` means no floor beyond the dtype's own rounding. Sources (docs/verdicts.md, "Floors"):
+#: CUDA's maximum-ulp table for single precision (expf, sinf, tanhf, erff 2 ulp; tanf, erfcf 4), SLEEF's
+#: u35 class and Intel VM LA (4 ulp) give float32 elementwise math 4 ulp max, 1 ulp (faithful) mean; CUDA
+#: double and glibc give 1-2 ulp for float64; 16-bit and fp8 results computed in float32 and rounded once
+#: are within 0.5 ulp, so 1 ulp (faithful) admits native approximations. Categories that accumulate have no
+#: floor: nobody documents one and their error grows with the accumulation length.
+FLOORS: dict[str, dict[str, tuple[Optional[float], Optional[float]]]] = {
+    "activation": {
+        "float32": (4.0, 1.0),
+        "float64": (2.0, 1.0),
+        "float16": (1.0, None),
+        "bfloat16": (1.0, None),
+        "float8_e4m3fn": (1.0, None),
+        "float8_e5m2": (1.0, None),
+    },
+}
+
+#: Categories judged also by ULP against the oracle (scaled by the baseline's own ULP error, above the floor):
+#: elementwise math, where relative error near zero matters and the hybrid error is blind to it.
+ULP_CATEGORIES: tuple[str, ...] = ("activation",)
+
+#: The diff4 rule's material-bias floor, ulp: one extra correctly rounded step (multiplying by a rounded
+#: reciprocal 1/n, say) shifts results by at most 1 ulp, by ~0.72 ulp on average over mantissas; a bias is
+#: material beyond that (or beyond the category's mean floor, when that is larger).
+BIAS_FLOOR_ULP = 1.0
+
+
 def default_factor(metric: str) -> float:
     """The non-inferiority factor for ``metric`` (:data:`DEFAULT_FACTOR` if unlisted)."""
     return DEFAULT_FACTORS.get(metric, DEFAULT_FACTOR)
@@ -128,7 +157,9 @@ class Rules:
     rule applies; ``dual_delta``: the analysis, or ``None`` when off;
     ``element_tolerance``: the per-element hybrid error above which an element
     counts as "over tolerance" in diagnostics (0 for bit-exact categories);
-    ``bit_exact``: the category is judged bit for bit; ``waiver``: the reason when the spec waives this case.
+    ``bit_exact``: the category is judged bit for bit; ``floor_max``/``floor_mean``: the accuracy floor in
+    ulp against the oracle (``None``: none); ``ulp_check``: the ULP criterion applies; ``bias_floor``: the
+    diff4 rule's material-bias floor in ulp; ``waiver``: the reason when the spec waives this case.
     """
 
     category: str
@@ -138,12 +169,11 @@ class Rules:
     dual_delta: Optional[DualDeltaSettings]
     element_tolerance: float
     bit_exact: bool
+    floor_max: Optional[float] = None
+    floor_mean: Optional[float] = None
+    ulp_check: bool = False
+    bias_floor: float = BIAS_FLOOR_ULP
     waiver: Optional[str] = None
-
-    @property
-    def needs_oracle(self) -> bool:
-        """Whether the oracle must run: for the diff4 rule's guard or the dual-delta analysis."""
-        return self.diff4 or self.dual_delta is not None
 
 
 def category_default(category: str, dtype: str) -> tuple[float, str]:
@@ -165,9 +195,7 @@ def thresholds_for(category: str, dtype: str, overrides: Optional[dict[str, Any]
     overrides = dict(overrides or {})
     overrides.pop("diff4", None)
     found: dict[str, Threshold] = {}
-    if category in BIT_EXACT_CATEGORIES:
-        found["diff3_2"] = Threshold("diff3_2", 0.0, "==", f"{category} default (bit exact)")
-    else:
+    if category not in BIT_EXACT_CATEGORIES:  # bit-exact categories are judged on bits (acceptance.verdict)
         value, source = category_default(category, dtype)
         for metric in ("diff1", "diff2"):
             found[metric] = Threshold(metric, value, "<=", source)
@@ -205,14 +233,24 @@ def dual_delta_settings(category: str, section: Optional[dict]) -> Optional[Dual
     )
 
 
+def floors_for(category: str, dtype: str, overrides: Optional[dict[str, float]] = None
+               ) -> tuple[Optional[float], Optional[float]]:
+    """The accuracy floor (max, mean), ulp against the oracle, of a (category, dtype), spec overrides applied."""
+    floor_max, floor_mean = FLOORS.get(category, {}).get(dtype, (None, None))
+    overrides = overrides or {}
+    return overrides.get("max_ulp", floor_max), overrides.get("mean_ulp", floor_mean)
+
+
 def rules_for(case: Case) -> Rules:
     """The rules a case is judged by: its spec's overrides for its dtype over the category defaults."""
     spec = case.spec
     overrides = spec.thresholds.get(case.dtype, {})
     thresholds = thresholds_for(spec.category, case.dtype, overrides)
-    bit_exact = spec.category in BIT_EXACT_CATEGORIES
+    # a bit-exact category is judged on bits unless its spec gives thresholds for the dtype (a tolerance asked for)
+    bit_exact = spec.category in BIT_EXACT_CATEGORIES and not {k for k in overrides if k != "diff4"}
     tolerance = 0.0 if bit_exact else min(
         (float(t.value) for t in thresholds if t.metric in ("diff1", "diff2")), default=0.0)
+    floor_max, floor_mean = floors_for(spec.category, case.dtype, spec.floors.get(case.dtype))
     return Rules(
         category=spec.category,
         dtype=case.dtype,
@@ -220,6 +258,10 @@ def rules_for(case: Case) -> Rules:
         diff4=diff4_enabled(spec.category, overrides),
         dual_delta=dual_delta_settings(spec.category, spec.dual_delta),
         element_tolerance=tolerance,
-        waiver=case.waiver,
         bit_exact=bit_exact,
+        floor_max=floor_max,
+        floor_mean=floor_mean,
+        ulp_check=spec.category in ULP_CATEGORIES,
+        bias_floor=max(BIAS_FLOOR_ULP, floor_mean or 0.0),
+        waiver=case.waiver,
     )

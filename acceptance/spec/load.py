@@ -48,6 +48,7 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         trials=model.trials,
         seed=model.seed,
         thresholds={dt: t.model_dump(exclude_none=True) for dt, t in model.thresholds.items()},
+        floors={dt: f.model_dump(exclude_none=True) for dt, f in model.floors.items()},
         timeout=model.timeout,
         atomic_runs=model.atomic_runs,
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
@@ -88,21 +89,22 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     model: Optional[SpecModel] = None
     try:
         model = SpecModel.model_validate(data, context={"spec_path": path})
-        parts = [model.inputs, model.cases, model.dtypes, model.thresholds]
+        parts = [model.inputs, model.cases, model.dtypes, {"thresholds": model.thresholds, "floors": model.floors}]
         found: list[tuple[str, str]] = []
     except ValidationError as exc:
         errors = exc.errors()
         found = [(field_path(e["loc"]), sentence(e, SpecModel)) for e in errors]
         failed = {e["loc"][0] for e in errors if e["loc"]}
-        parts = [_valid_part(data, name, failed) for name in ("inputs", "cases", "dtypes", "thresholds")]
-    inputs_model, cases_model, dtypes, thresholds = parts
+        parts = [_valid_part(data, name, failed) for name in ("inputs", "cases", "dtypes")]
+        parts.append({name: _valid_part(data, name, failed) for name in ("thresholds", "floors")})
+    inputs_model, cases_model, dtypes, per_dtype = parts
     inputs = cases = None
     if inputs_model is not None and cases_model is not None:
         inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype) for i in inputs_model]
         cases = [CaseSpec(dict(c.model_extra or {}), dict(c.params), k) for k, c in enumerate(cases_model)]
         found += input_case_problems(inputs, cases)
-    if dtypes is not None and thresholds is not None:
-        found += dtype_problems(dtypes, thresholds)
+    if dtypes is not None:
+        found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
         found = waiver_problems(spec)

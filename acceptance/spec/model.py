@@ -137,7 +137,8 @@ class Waiver:
 class OperatorSpec:
     """A validated spec file. ``impl``/``baseline`` are ``module:attr`` references
     (resolve with :func:`resolve_callable`); ``oracle`` is a reference, a mapping
-    ``{'mpmath': name, 'dps': digits}``, or ``None``. ``thresholds`` maps a dtype name
+    ``{'mpmath': name, 'dps': digits}``, or ``None``. ``floors`` maps a dtype name to
+    ``{max_ulp, mean_ulp}`` accuracy-floor overrides. ``thresholds`` maps a dtype name
     to ``{metric: value}`` as written; ``dual_delta`` holds only the keys written."""
 
     path: Path
@@ -154,6 +155,7 @@ class OperatorSpec:
     trials: int
     seed: int
     thresholds: dict[str, dict[str, Union[float, list, bool]]]
+    floors: dict[str, dict[str, float]]
     timeout: float
     atomic_runs: int
     dual_delta: Optional[dict]

@@ -286,6 +286,13 @@ class _DualDeltaModel(_Model):
     trials: Optional[Annotated[int, Field(ge=5)]] = None
 
 
+class _FloorModel(_Model):
+    """An accuracy floor in ulp against the oracle: errors within it never count against the impl."""
+
+    max_ulp: Optional[NonNegFloat] = None
+    mean_ulp: Optional[NonNegFloat] = None
+
+
 class _WaiverModel(_Model):
     match: Annotated[str, Field(min_length=1)]
     reason: Annotated[str, Field(min_length=1)]
@@ -307,6 +314,7 @@ class SpecModel(_Model):
     trials: Annotated[int, Field(ge=1)] = 10
     seed: Annotated[int, Field(ge=0)] = 0
     thresholds: dict[DtypeName, _ThresholdSet] = {}
+    floors: dict[DtypeName, _FloorModel] = {}
     timeout: Annotated[float, Field(gt=0)] = 60.0
     atomic_runs: Annotated[int, Field(ge=2)] = 2
     dual_delta: Optional[_DualDeltaModel] = None
