@@ -1,9 +1,10 @@
 """ULP error of shipping math libraries against an MPFR-grade oracle, and of known bugs.
 
-Part 1 (libraries). For float32 and float16 inputs, each function is evaluated
-by numpy, scipy.special and torch on the CPU, and by the oracle
-``acceptance.oracle.mpmath_oracle(name, dps=30)`` (mpmath at 30 decimal
-digits, rounded once to float64). The errors are
+Part 1 (libraries). For float32, float16 and bfloat16 inputs, each function is
+evaluated by numpy, scipy.special (through the wrappers of the spec library,
+``operator_specs/vendor_math/_vendor.py``) and torch on the CPU, and by the
+oracle ``acceptance.oracle.mpmath_oracle(name, dps=30)`` (mpmath at 30
+decimal digits, rounded once to float64). The errors are
 ``acceptance.metrics.compute(e, o, dtype=..., names=[max_ulp, mean_ulp,
 max_hyb, mean_hyb])``:
 
@@ -17,18 +18,19 @@ the gate's "free" allowance (<= 0.5 ulp). ``worst x`` is the input of the
 largest ulp error (first one if tied).
 
 Inputs: float32, ``--n`` values drawn uniformly in float64 on the range and
-rounded to float32 (seed 0); float16, *every* float16 value in the range
-(exhaustive, so the max is exact for that range). Each function has a
-typical range and a hard one (range reduction, cancellation near a zero,
+rounded to float32 (seed 0); float16 and bfloat16, *every* value of the dtype
+in the range (exhaustive, so the max is exact for that range; bfloat16 uses
+the float16 ranges, torch only, as numpy has no bfloat16). Each function has
+a typical range and a hard one (range reduction, cancellation near a zero,
 subnormal results).
 
 How each library computes float16 (checked at run time, printed): numpy's
 ``e->e`` loops cast to float32, call the float32 loop and round back (the
 printout compares ``np.f(x16)`` with ``np.f(x16.astype(float32)).astype(float16)``);
 scipy.special has no float16 loop, so NumPy's type resolution picks ``d->d``:
-the value is computed in float64 and rounded once to float16 here (numpy's
-float64 -> float16 cast rounds once); torch computes float16 in float32 and
-rounds.
+the value is computed in float64 and rounded once to float16 by the wrapper
+(numpy's float64 -> float16 cast rounds once); torch computes float16 and
+bfloat16 through float32 and rounds.
 
 Part 2 (bugs). Float32 implementations with known defects, measured the same
 way against the oracle of the function they claim to compute, next to legit
@@ -36,19 +38,22 @@ variants, to show how far above a floor of a few ulp the defects land; and
 three float16 exp variants on every float16 input in [-10, 10] (correct
 rounding of a float32 result, truncation of it, a float16 intermediate).
 
-Run: ``python benchmarks/vendor_math_ulp.py [--n 20000] [--only exp,tanh] [--no-bugs]``.
-On the 2-core development machine the default run takes about 1.5 minutes,
+Run: ``python benchmarks/vendor_math_ulp.py [--n 50000] [--only exp,tanh] [--no-bugs]``.
+On the 2-core development machine the default run takes about 1 minute,
 nearly all of it in the oracle (the script prints the cost per element).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
+import mpmath
 import numpy as np
 import scipy.special
 import torch
@@ -59,25 +64,23 @@ from acceptance.oracle import mpmath_oracle, rounded
 
 NAMES = ["max_ulp", "mean_ulp", "max_hyb", "mean_hyb"]
 DPS = 30
-PRECISION = {"float32": (24, -126), "float16": (11, -14)}
+PRECISION = {"float32": (24, -126), "float16": (11, -14), "bfloat16": (8, -126)}
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 # ----------------------------------------------------------------------------- libraries
 
 
-def _np(fn: Callable) -> Callable[[np.ndarray], np.ndarray]:
-    """numpy ufunc on an array of the test dtype; numpy picks its own loop (float16 stays float16)."""
-    return lambda x: fn(x)
+def _load_vendor():
+    """The numpy/scipy wrappers of the vendor_math spec library (``fn(tensor) -> tensor``)."""
+    path = Path(__file__).resolve().parent.parent / "operator_specs" / "vendor_math" / "_vendor.py"
+    spec = importlib.util.spec_from_file_location("vendor_math_wrappers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _scipy(fn: Callable) -> Callable[[np.ndarray], np.ndarray]:
-    """scipy.special ufunc; its float64 result for float16 input is rounded once to the input dtype."""
-    return lambda x: np.asarray(fn(x)).astype(x.dtype)
-
-
-def _torch(fn: Callable) -> Callable[[np.ndarray], np.ndarray]:
-    """torch CPU function on a tensor of the test dtype."""
-    return lambda x: fn(torch.from_numpy(x)).numpy()
+V = _load_vendor()
 
 
 @dataclass(frozen=True)
@@ -86,32 +89,32 @@ class Function:
 
     name: str
     oracle: str
-    libs: dict[str, Callable[[np.ndarray], np.ndarray]]
+    libs: dict[str, Callable[[torch.Tensor], torch.Tensor]]
     ranges: dict[str, tuple[tuple[float, float], tuple[float, float]]]
 
 
 FUNCTIONS = [
-    Function("exp", "exp", {"numpy": _np(np.exp), "torch": _torch(torch.exp)},
+    Function("exp", "exp", {"numpy": V.np_exp, "torch": torch.exp},
              {"float32": ((-80, 80), (80, 88.7)), "float16": ((-10, 10), (-16, -10))}),
-    Function("log", "log", {"numpy": _np(np.log), "torch": _torch(torch.log)},
+    Function("log", "log", {"numpy": V.np_log, "torch": torch.log},
              {"float32": ((0, 1e4), (0.5, 2)), "float16": ((0, 1e4), (0.5, 2))}),
-    Function("tanh", "tanh", {"numpy": _np(np.tanh), "torch": _torch(torch.tanh)},
+    Function("tanh", "tanh", {"numpy": V.np_tanh, "torch": torch.tanh},
              {"float32": ((-10, 10), (-1, 1)), "float16": ((-10, 10), (-1, 1))}),
-    Function("sin", "sin", {"numpy": _np(np.sin), "torch": _torch(torch.sin)},
+    Function("sin", "sin", {"numpy": V.np_sin, "torch": torch.sin},
              {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))}),
-    Function("cos", "cos", {"numpy": _np(np.cos), "torch": _torch(torch.cos)},
+    Function("cos", "cos", {"numpy": V.np_cos, "torch": torch.cos},
              {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))}),
-    Function("expm1", "expm1", {"numpy": _np(np.expm1), "torch": _torch(torch.expm1)},
+    Function("expm1", "expm1", {"numpy": V.np_expm1, "torch": torch.expm1},
              {"float32": ((-10, 10), (-1e-3, 1e-3)), "float16": ((-10, 10), (-1e-2, 1e-2))}),
-    Function("log1p", "log1p", {"numpy": _np(np.log1p), "torch": _torch(torch.log1p)},
+    Function("log1p", "log1p", {"numpy": V.np_log1p, "torch": torch.log1p},
              {"float32": ((-0.999, 1e4), (-1e-3, 1e-3)), "float16": ((-0.999, 1e4), (-1e-2, 1e-2))}),
-    Function("sqrt", "sqrt", {"numpy": _np(np.sqrt), "torch": _torch(torch.sqrt)},
+    Function("sqrt", "sqrt", {"numpy": V.np_sqrt, "torch": torch.sqrt},
              {"float32": ((0, 1e4), (0, 1e-30)), "float16": ((0, 1e4), (0, 1e-3))}),
-    Function("atan", "atan", {"numpy": _np(np.arctan), "torch": _torch(torch.atan)},
+    Function("atan", "atan", {"numpy": V.np_arctan, "torch": torch.atan},
              {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))}),
-    Function("erf", "erf", {"scipy": _scipy(scipy.special.erf), "torch": _torch(torch.erf)},
+    Function("erf", "erf", {"scipy": V.scipy_erf, "torch": torch.erf},
              {"float32": ((-10, 10), (-1, 1)), "float16": ((-10, 10), (-1, 1))}),
-    Function("sigmoid", "sigmoid", {"scipy": _scipy(scipy.special.expit), "torch": _torch(torch.sigmoid)},
+    Function("sigmoid", "sigmoid", {"scipy": V.scipy_expit, "torch": torch.sigmoid},
              {"float32": ((-10, 10), (-80, -10)), "float16": ((-10, 10), (-17, -10))}),
 ]
 
@@ -125,16 +128,24 @@ def float32_inputs(lo: float, hi: float, n: int, seed: int = 0) -> np.ndarray:
     return x[x != 0] if lo == 0 else x
 
 
-def float16_inputs(lo: float, hi: float) -> np.ndarray:
-    """Every finite float16 value in [lo, hi] (0 excluded when lo = 0), ascending."""
-    every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+def every_value(dtype: str, lo: float, hi: float) -> np.ndarray:
+    """Every finite value of a 16-bit ``dtype`` (float16 or bfloat16) in [lo, hi], as exact float32, ascending;
+    0 excluded when lo = 0."""
+    bits = torch.from_numpy(np.arange(2**16, dtype=np.int32).astype(np.int16))
+    every = bits.view(getattr(torch, dtype)).float().numpy()
     every = every[np.isfinite(every)]
     x = np.unique(every[(every >= lo) & (every <= hi)])
     return x[x != 0] if lo == 0 else x
 
 
+def float16_inputs(lo: float, hi: float) -> np.ndarray:
+    """Every finite float16 value in [lo, hi] (0 excluded when lo = 0), ascending."""
+    return every_value("float16", lo, hi).astype(np.float16)
+
+
 def ulp_errors(e: np.ndarray, o: np.ndarray, dtype: str) -> np.ndarray:
-    """Per-element |e - o| / spacing(min(|e|, |o|)) with the formula of acceptance.metrics (to locate the worst x)."""
+    """Per-element |e - o| / spacing(min(|e|, |o|)) with the formula of acceptance.metrics (to locate the worst x);
+    e holds the dtype's values exactly (float16 or float32 arrays)."""
     p, emin = PRECISION[dtype]
     m = np.minimum(np.abs(e.astype(np.float64)), np.abs(o))
     with np.errstate(divide="ignore"):
@@ -143,10 +154,10 @@ def ulp_errors(e: np.ndarray, o: np.ndarray, dtype: str) -> np.ndarray:
     return np.abs(e.astype(np.float64) - o) / spacing
 
 
-def errors(e: np.ndarray, o: np.ndarray, dtype: str, x: np.ndarray) -> dict:
-    """The four metrics of e against the oracle o, plus the input of the largest ulp error."""
+def errors(e: torch.Tensor, o: np.ndarray, dtype: str, x: np.ndarray) -> dict:
+    """The four metrics of e (a tensor of ``dtype``) against the oracle o, plus the input of the largest ulp error."""
     out = metrics.compute(e, o, dtype=dtype, names=NAMES)
-    ulps = ulp_errors(e, o, dtype)
+    ulps = ulp_errors(e.float().numpy(), o, dtype)
     out["worst_x"] = float(x[int(np.nanargmax(ulps))]) if np.isfinite(ulps).any() else math.nan
     return out
 
@@ -162,8 +173,13 @@ def fmt(v: float) -> str:
     return "inf" if v == math.inf else ("nan" if v != v else (f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"))
 
 
+def draw_inputs(dtype: str, lo: float, hi: float, n: int) -> np.ndarray:
+    """float32: n random values; float16 and bfloat16: every value of the dtype in the range (as float32)."""
+    return float32_inputs(lo, hi, n) if dtype == "float32" else every_value(dtype, lo, hi)
+
+
 def library_table(n: int, only: set[str]) -> None:
-    """Part 1: print one row per (function, range, dtype, library)."""
+    """Part 1: print one row per (function, range, dtype, library); numpy and scipy have no bfloat16."""
     header = f"{'function':8} {'dtype':8} {'range':>18} {'lib':6} {'max_ulp':>9} {'mean_ulp':>9} " \
              f"{'max_hyb':>9} {'mean_hyb':>9} {'worst x':>12}"
     print(header)
@@ -172,13 +188,14 @@ def library_table(n: int, only: set[str]) -> None:
     for fn in FUNCTIONS:
         if only and fn.name not in only:
             continue
-        for dtype in ("float32", "float16"):
-            for lo, hi in fn.ranges[dtype]:
-                x = float32_inputs(lo, hi, n) if dtype == "float32" else float16_inputs(lo, hi)
+        for dtype in DTYPES:
+            for lo, hi in fn.ranges["float32" if dtype == "float32" else "float16"]:
+                x = draw_inputs(dtype, lo, hi, n)
                 o, seconds = oracle_values(fn.oracle, x)
                 spent, evaluated = spent + seconds, evaluated + x.size
-                cr = rounded(torch.from_numpy(o), getattr(torch, dtype)).numpy()
-                rows = [("CR", cr)] + [(lib, call(x)) for lib, call in fn.libs.items()]
+                xt = torch.from_numpy(x).to(getattr(torch, dtype))  # exact: x holds values of dtype
+                rows = [("CR", rounded(torch.from_numpy(o), getattr(torch, dtype)))]
+                rows += [(lib, call(xt)) for lib, call in fn.libs.items() if dtype != "bfloat16" or lib == "torch"]
                 for lib, e in rows:
                     r = errors(e, o, dtype, x)
                     span = f"[{lo:g}, {hi:g}]"
@@ -186,7 +203,7 @@ def library_table(n: int, only: set[str]) -> None:
                           f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9} {r['worst_x']:>12.6g}")
     if evaluated:
         print(f"\noracle: {evaluated} elements in {spent:.1f} s = {1e6 * spent / evaluated:.1f} us per element "
-              f"(mpmath {__import__('mpmath').__version__}, backend {__import__('mpmath').libmp.BACKEND}, dps {DPS})")
+              f"(mpmath {mpmath.__version__}, backend {mpmath.libmp.BACKEND}, dps {DPS})")
 
 
 def float16_paths() -> None:
@@ -315,7 +332,7 @@ def float16_bug_table() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=20000, help="float32 inputs per range (float16 is exhaustive)")
+    parser.add_argument("--n", type=int, default=50000, help="float32 inputs per range (float16 is exhaustive)")
     parser.add_argument("--only", default="", help="comma-separated function names of part 1")
     parser.add_argument("--no-bugs", action="store_true", help="skip part 2")
     args = parser.parse_args()
