@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -22,7 +23,8 @@ import click
 import acceptance
 from acceptance import results as results_mod
 from acceptance.records import Results, json_float
-from acceptance.errors import EXIT_FAIL, AcceptanceError, OutputError, SpecError, UsageError
+from acceptance.wording import safe
+from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
@@ -79,11 +81,16 @@ def main() -> None:
               help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.")
 @click.option("--strict", is_flag=True,
               help="Fail vacuous cases too: nothing compared, or a constant answer where the oracle varies.")
+@click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
+@click.option("--no-isolation", is_flag=True,
+              help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
-        dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool) -> None:
+        dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
+        no_isolation: bool) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
+    from acceptance.results import JOURNAL, OutputFolder
 
     unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
     if unknown:
@@ -92,7 +99,12 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         dev = resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    specs = _load(paths)
+    folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
+    try:
+        specs = _load(paths)
+    except AcceptanceError:
+        folder.close()
+        raise
     if seed is not None:
         specs = [dataclasses.replace(s, seed=seed) for s in specs]
     cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
@@ -100,25 +112,41 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         k, n = shard
         cases = cases[k - 1::n]
     if not cases:
+        folder.close()
         raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}"
                          f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})")
 
     start = runner.now()
-    measured: list = []
-    interrupted = False
-    with _progress(len(cases), f"{len(cases)} cases on {dev}") as advance:
+    order = {case.id: k for k, case in enumerate(cases)}
+    journaled = {c.id: c for c in folder.journaled()} if resume else {}
+    measured = [(journaled[case.id], spec.rules_for(case)) for case in cases if case.id in journaled]
+    if journaled:
+        click.echo(f"resuming: {len(measured)} of {len(cases)} cases already in {folder.path / JOURNAL}", err=True)
+    stopped: Optional[int] = None
+
+    def record(case, result) -> None:
+        folder.append(result)
+        advance(case, result)
+
+    with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
-            case_results = runner.run(cases, dev, trials=trials, on_case=advance, measured=measured, strict=strict)
-        except KeyboardInterrupt:
-            interrupted = True
-            case_results = runner.decide_all(measured, strict=strict)
+            runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
+                       isolate=not no_isolation, guard=folder.path)
+        except KeyboardInterrupt as exc:
+            stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
+    measured.sort(key=lambda m: order[m[0].id])
+    case_results = runner.decide_all(measured, strict=strict)
     env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
-    res = Results(environment=env, summary=verdict.summarize(case_results), cases=case_results)
+    res = Results(environment=env, summary=verdict.summarize(case_results, interrupted=stopped),
+                  cases=case_results, interrupted=stopped is not None,
+                  not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [])
     try:
         written = write_reports(res, out_dir)
     except OSError as exc:
         raise OutputError(f"--out {out_dir}: cannot write the results: {exc.strerror or exc}") from None
+    finally:
+        folder.close()
     for line, colour in _console(res):
         click.secho(line, fg=colour)
     weak, m, needed = runner.underpowered(case_results)
@@ -127,11 +155,26 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
                     f"reach alpha after Holm over {m} records, only the worst-trial check can fail them "
                     f"(raise trials or dual_delta.trials), e.g. {weak[0]}", fg="yellow", err=True)
     click.echo("wrote " + ", ".join(str(p) for p in written))
-    if interrupted:
-        click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases; the results hold those", fg="red",
-                    err=True)
-        sys.exit(EXIT_FAIL)
+    if stopped:
+        click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases: the results hold those, the run "
+                    f"is not a pass; finish it with --resume", fg="red", err=True)
     sys.exit(res.summary.exit_code)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what CI sends on cancel), raised like Ctrl-C so the run stops the same way."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    def handler(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
@@ -147,24 +190,26 @@ def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def _progress(total: int, label: str):
+def _progress(total: int, label: str, done: int = 0):
     """A progress bar on a terminal; elsewhere (CI logs) a line every ~5 % and at once for every failure."""
     if sys.stderr.isatty():
         with click.progressbar(length=total, label=label, file=sys.stderr,
-                               item_show_func=lambda c: c.id if c else "") as bar:
+                               item_show_func=lambda c: safe(c.id, 80) if c else "") as bar:
+            bar.update(done)
             yield lambda case, result: bar.update(1, case)
         return
     click.echo(label, err=True)
     step = max(1, total // 20)
-    count = 0
+    count = done
 
     def advance(case, result) -> None:
         nonlocal count
         count += 1
         if result.error is not None:
-            click.echo(f"[{count:>{len(str(total))}}/{total}] ERROR {case.id}", err=True)
+            click.echo(f"[{count:>{len(str(total))}}/{total}] ERROR {safe(case.id)}: {safe(result.error, 300)}",
+                       err=True)
         elif count % step == 0 or count == total:
-            click.echo(f"[{count:>{len(str(total))}}/{total}] {case.id}", err=True)
+            click.echo(f"[{count:>{len(str(total))}}/{total}] {safe(case.id)}", err=True)
 
     yield advance
 

@@ -70,13 +70,15 @@ class Trial:
 @contextlib.contextmanager
 def _deadline(seconds: float, role: str, trial: int):
     """Raise :class:`CaseError` in the main thread after ``seconds`` (SIGALRM; a no-op elsewhere)."""
+    if seconds <= 0:
+        raise CaseError(f"{role} exceeded its timeout in trial {trial}")
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    if not usable or seconds <= 0 or math.isinf(seconds):
+    if not usable or math.isinf(seconds):
         yield
         return
 
     def _alarm(signum, frame):
-        raise CaseError(f"{role} exceeded the case timeout in trial {trial}")
+        raise CaseError(f"{role} exceeded its timeout in trial {trial}")
 
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -111,6 +113,26 @@ def call(fn: Callable, role: str, trial: int, tensors: Tensors, params: dict) ->
     return _outputs(value, role, trial)
 
 
+class InProcess:
+    """Calls the roles in this process: the library API's executor (no isolation; a SIGALRM deadline in the
+    main thread, which native code can ignore)."""
+
+    def call(self, role: str, fn: Callable, trial: int, args: Tensors, params: dict, *, device: torch.device,
+             timeout: float = math.inf, limit: Optional[float] = None,
+             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+        """(outputs, seconds inside the call)."""
+        args = tuple(a.to(device) for a in args)
+        synchronize(device)
+        started = time.perf_counter()
+        with _deadline(timeout, role, trial):
+            out = call(fn, role, trial, args, params)
+            synchronize(device)
+        return out, time.perf_counter() - started
+
+    def close(self) -> None:
+        pass
+
+
 def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) -> None:
     if len(impl) != len(base):
         raise CaseError(f"impl returned {len(impl)} outputs, the baseline {len(base)} (trial {trial})")
@@ -131,33 +153,37 @@ def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) 
 
 def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int, *, device: torch.device,
                params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
-               timing: Optional[Timing] = None) -> Iterator[Trial]:
+               baseline_timeout: float = math.inf, oracle_timeout: float = math.inf,
+               timing: Optional[Timing] = None, executor: Any = None,
+               names: Optional[list[str]] = None) -> Iterator[Trial]:
     """Run ``trials`` trials and yield each one's tensors (see the module docstring).
 
-    ``timeout`` is the impl's budget in seconds over all its calls (SIGALRM,
-    main thread only); ``timing`` collects seconds per role.
+    ``executor`` calls the roles (:class:`InProcess`, the default, or a
+    :class:`acceptance.workers.Worker`, for which ``roles`` holds references);
+    ``timeout`` is the impl's budget in seconds over all its calls of the case,
+    ``baseline_timeout`` and ``oracle_timeout`` bound each of their calls;
+    ``timing`` collects seconds per role; ``names`` are the inputs' names.
     """
+    executor = executor if executor is not None else InProcess()
     timing = timing if timing is not None else Timing()
     for t in range(trials):
         inputs = tuple(make_inputs(t))
-        on_device = tuple(x.to(device) for x in inputs)
         runs = []
         for _ in range(1 + repeats):
-            synchronize(device)
-            t0 = time.perf_counter()
-            with _deadline(timeout - timing.impl, "impl", t):
-                runs.append(call(roles.impl, "impl", t, on_device, params))
-                synchronize(device)
-            timing.impl += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        base = call(roles.baseline, "baseline", t, inputs, params)
-        timing.baseline += time.perf_counter() - t0
+            out, seconds = executor.call("impl", roles.impl, t, inputs, params, device=device,
+                                         timeout=timeout - timing.impl, limit=timeout, names=names)
+            runs.append(out)
+            timing.impl += seconds
+        base, seconds = executor.call("baseline", roles.baseline, t, inputs, params, device=torch.device("cpu"),
+                                      timeout=baseline_timeout, limit=baseline_timeout, names=names)
+        timing.baseline += seconds
         ref = None
         if oracle:
-            t0 = time.perf_counter()
-            ref = tuple(o.to(torch.float64) if o.is_floating_point() else o
-                        for o in call(roles.oracle, "oracle", t, float64_inputs(inputs), params))
-            timing.oracle += time.perf_counter() - t0
+            out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(inputs), params,
+                                         device=torch.device("cpu"), timeout=oracle_timeout, limit=oracle_timeout,
+                                         names=names)
+            ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
+            timing.oracle += seconds
         _check(t, runs[0], base, ref)
         yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]))
 

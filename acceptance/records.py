@@ -384,8 +384,8 @@ class Summary(_Model):
     """Cases whose run broke."""
     skipped: int
     """Cases skipped (waived failures included)."""
-    verdict: Literal["pass", "fail"]
-    """fail on any fail or error."""
+    verdict: Literal["pass", "fail", "interrupted"]
+    """fail on any fail or error; interrupted when the run did not finish (never pass)."""
     exit_code: int
     """The exit code of the run."""
 
@@ -401,6 +401,10 @@ class Results(_Model):
     """Counts."""
     cases: list[CaseResult]
     """Every case, in run order."""
+    interrupted: bool = False
+    """The run was stopped before every case ran (Ctrl-C, SIGTERM); not_run lists the rest."""
+    not_run: list[str] = []
+    """Ids of the cases an interrupted run did not run."""
 
     @model_validator(mode="after")
     def _decided(self) -> "Results":

@@ -12,14 +12,16 @@ upgraded on reading; readers refuse versions they do not know.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, TextIO
 
-from acceptance.errors import ResultsError
+from acceptance.errors import OutputError, ResultsError
 from acceptance.records import SCHEMA_VERSION, CaseResult, Results
 from acceptance.verdict import summarize
 
@@ -104,3 +106,71 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
                 c["note"] = None
     data["schema_version"] = SCHEMA_VERSION
     return data
+
+
+# ----------------------------------------------------------------------------- the output folder and the journal
+
+#: The journal of a run: one measured case per line, appended and flushed to disk as each case finishes.
+JOURNAL = "journal.jsonl"
+LOCK = ".acceptance.lock"
+
+
+class OutputFolder:
+    """An output folder held by one run: created and tested for writing first, locked (a second run on it
+    fails naming the holder), its stale reports removed, and a journal of finished cases.
+
+    ``resume``: keep the journal of an earlier run (its cases are not run again); ``keep``: file names
+    that are not stale (the report files of this run are rewritten at the end anyway).
+    """
+
+    def __init__(self, path: Path, *, resume: bool = False, stale: tuple[str, ...] = ()):
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise OutputError(f"--out {self.path}: cannot write there: {exc.strerror or exc}") from None
+        self._lock = open(self.path / LOCK, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.seek(0)
+            holder = self._lock.read().strip() or "another process"
+            self._lock.close()
+            raise OutputError(f"--out {self.path}: in use by another run ({holder}); wait for it or use "
+                              "another folder") from None
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        self._lock.flush()
+        for name in ("results.json", *stale) + (() if resume else (JOURNAL,)):
+            (self.path / name).unlink(missing_ok=True)
+        self._journal: Optional[TextIO] = None
+
+    def journaled(self) -> list[CaseResult]:
+        """The measured cases of the journal (a line cut short by a crash is dropped)."""
+        path = self.path / JOURNAL
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(CaseResult.model_validate_json(line))
+            except ValueError:
+                continue
+        return out
+
+    def append(self, case: CaseResult) -> None:
+        """Add a measured case to the journal, on disk before this returns."""
+        if self._journal is None:
+            self._journal = open(self.path / JOURNAL, "a", encoding="utf-8")
+        self._journal.write(case.model_dump_json() + "\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+        self._lock.close()

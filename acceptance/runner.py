@@ -38,7 +38,8 @@ from acceptance.inputs import generate
 from acceptance.metrics import registry
 from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
-from acceptance.spec import Case, Rules, resolve_roles, rules_for
+from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
+from acceptance.workers import Worker
 
 
 def now() -> datetime:
@@ -191,9 +192,11 @@ def _floor_of(metric: str, rules: Rules) -> Optional[float]:
     return rules.floor_max if registry.get(metric).worst_case else rules.floor_mean
 
 
-def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None) -> CaseResult:
+def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
+            worker: Optional[Worker] = None) -> CaseResult:
     """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
-    for a broken impl: the result then carries ``error``."""
+    for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
+    runner never imports the code under test); without, in this process."""
     n_trials = trials_of(case, rules, trials)
     identity = _identity(case, n_trials)
     timing = Timing()
@@ -205,13 +208,16 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     peers = Peers(case.dtype)
     spread = 0.0 if atomic else None
     try:
-        roles = engine.Roles(*resolve_roles(case.spec))
+        roles = engine.Roles(*(role_refs(case.spec) if worker else resolve_roles(case.spec)))
     except Exception as exc:
         return CaseResult(**identity, error=f"cannot resolve callables: {exc}")
+    spec = case.spec
     try:
         for t in engine.run_trials(roles, lambda k: generate(case, k), n_trials, device=device, params=case.params,
-                                   oracle=True, repeats=max(case.spec.atomic_runs, 2) - 1 if atomic else 0,
-                                   timeout=case.spec.timeout, timing=timing):
+                                   oracle=True, repeats=max(spec.atomic_runs, 2) - 1 if atomic else 0,
+                                   timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
+                                   oracle_timeout=spec.oracle_timeout, timing=timing, executor=worker,
+                                   names=[inp.name for inp in spec.inputs]):
             if not outputs:
                 outputs = [_Output(case.dtype) for _ in t.impl]
             for again in t.repeats:
@@ -271,20 +277,54 @@ def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False
 
 def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
         on_case: Optional[Callable[[Case, CaseResult], None]] = None,
-        measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False) -> list[CaseResult]:
+        measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
+        isolate: bool = True, guard: Optional[Path] = None) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
-    interrupted mid-run can still decide the finished part with :func:`decide_all`.
+    interrupted mid-run can still decide the finished part with :func:`decide_all`;
+    cases already in it (by id, e.g. from a journal) are not run again.
+    ``isolate``: the callables run in a worker process (see :mod:`acceptance.workers`). ``guard``: the
+    output folder; a case during which a file appears or changes there (other than the run's own journal and
+    lock) is an error, and the file is removed.
     """
     measured = measured if measured is not None else []
-    for case in cases:
-        rules = rules_for(case)
-        result = measure(case, device, rules, trials=trials)
-        measured.append((result, rules))
-        if on_case:
-            on_case(case, result)
+    done = {m.id for m, _ in measured}
+    worker: Optional[Worker] = None
+    try:
+        for case in cases:
+            if case.id in done:
+                continue
+            rules = rules_for(case)
+            limit = int(case.spec.memory_limit_gib * 2**30)
+            if isolate and (worker is None or worker.memory_limit != limit):
+                if worker is not None:
+                    worker.close()
+                worker = Worker(memory_limit=limit)
+            before = _snapshot(guard)
+            result = measure(case, device, rules, trials=trials, worker=worker)
+            touched = sorted(name for name, stamp in _snapshot(guard).items() if before.get(name) != stamp)
+            if touched:
+                for name in touched:
+                    (guard / name).unlink(missing_ok=True)
+                result = result.model_copy(update={
+                    "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
+                             "the files were removed"})
+            measured.append((result, rules))
+            if on_case:
+                on_case(case, result)
+    finally:
+        if worker is not None:
+            worker.close()
     return decide_all(measured, strict=strict)
+
+
+def _snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of the files of the output folder, but the run's own journal and lock."""
+    if folder is None:
+        return {}
+    own = {"journal.jsonl", ".acceptance.lock"}
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file() and p.name not in own}
 
 
 def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:

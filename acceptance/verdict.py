@@ -260,18 +260,20 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
                                    "dual_delta": records, "tolerance_to_pass": tolerance_to_pass(criteria)})
 
 
-def summarize(cases: list[CaseResult]) -> Summary:
-    """The run's verdict: counts per verdict; the run fails (exit code 1) on any fail or error."""
+def summarize(cases: list[CaseResult], *, interrupted: Optional[int] = None) -> Summary:
+    """The run's verdict: counts per verdict; the run fails (exit code 1) on any fail or error. A run that did
+    not finish is ``interrupted``, never a pass, with the signal's exit code (130 SIGINT, 143 SIGTERM)."""
     counts = {v: 0 for v in VERDICT_ORDER}
     for case in cases:
         counts[case.verdict] += 1
     bad = counts["fail"] + counts["error"]
+    verdict = "interrupted" if interrupted else "fail" if bad else "pass"
     return Summary(
         total=len(cases),
         passed=counts["pass"],
         failed=counts["fail"],
         errors=counts["error"],
         skipped=counts["skip"],
-        verdict="fail" if bad else "pass",
-        exit_code=EXIT_FAIL if bad else EXIT_OK,
+        verdict=verdict,
+        exit_code=interrupted if interrupted else EXIT_FAIL if bad else EXIT_OK,
     )

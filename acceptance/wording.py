@@ -29,6 +29,24 @@ def visible_controls(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
+#: Bidirectional-text controls: shown escaped, so nothing can reorder what a log line says.
+_BIDI = re.compile("[\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+#: Longest user-supplied text a console or CI log line carries; results.json keeps the whole text.
+LOG_LIMIT = 2000
+
+
+def safe(text: str, limit: int = LOG_LIMIT) -> str:
+    """Text from the code under test made safe for a terminal or a CI log: one line, control characters, ANSI
+    escapes and bidi marks escaped (``\\x1b``, ``\\u202e``), every ``::`` broken (``: :``) so that no GitHub
+    workflow command can be forged, and cut at ``limit`` characters with a marker."""
+    flat = " ".join(visible_controls(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)).split())
+    flat = flat.replace("::", ": :")
+    if len(flat) > limit:
+        flat = flat[:limit] + f"… [{len(flat) - limit} more characters in results.json]"
+    return flat
+
+
 def one_line(text: str, limit: Optional[int] = None) -> str:
     """Collapse all whitespace runs (newlines included) to one space; cut to ``limit`` characters with an ellipsis."""
     flat = " ".join(visible_controls(text).split())

@@ -18,6 +18,7 @@ STAGES: list[tuple[str, ...]] = [
     ("oracle",),                                          # reference callables (float64, mpmath)
     ("spec",),                                            # specs -> validated cases and their rules
     ("inputs",),                                          # deterministic inputs
+    ("workers",),                                         # where the code under test runs
     ("engine", "diagnose", "peers"),                      # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision

@@ -577,10 +577,11 @@ def test_library_covers_every_category(library):
 
 def test_library_expansion_count(library):
     expected = 0
-    for path in sorted(LIBRARY.glob("*.yaml")):
+    for path in discover([LIBRARY]):
         raw = yaml.safe_load(path.read_text())
         expected += len(raw["dtypes"]) * len(raw["cases"])
-        assert {"float16", "bfloat16", "float32"} <= set(raw["dtypes"]), path.name
+        if path.parent == LIBRARY:  # the operator library; vendor_math/ holds numpy/scipy functions (no bfloat16)
+            assert {"float16", "bfloat16", "float32"} <= set(raw["dtypes"]), path.name
     cases = expand(library)
     assert len(cases) == expected
     assert len({c.id for c in cases}) == expected
@@ -610,7 +611,7 @@ def _expected_shape(name, s, p):
         return (s["N"],) if p["dim"] == 0 else (s["M"],)
     if name in ("softmax", "add", "mul", "layer_norm", "index_add", "scatter_add"):
         return (s["M"], s["N"])
-    if name in ("gelu", "silu", "exp"):
+    if name in ("gelu", "silu", "exp") or name.startswith(("np_", "scipy_")):
         return (s["N"],)
     if name == "cat":
         return (s["M"] + s["P"], s["N"]) if p["dim"] == 0 else (s["M"], s["N"] + s["Q"])

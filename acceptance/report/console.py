@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from acceptance.records import Results, sorted_failures_first
+from acceptance.wording import safe
 
 #: Reasons shown per case; the rest are counted, and are in the HTML report and results.json.
 MAX_REASONS = 8
@@ -17,15 +18,15 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     lines: list[tuple[str, str | None]] = []
     shown = [c for c in sorted_failures_first(results.cases) if c.verdict != "pass"]
     for case in shown:
-        head = f"{case.verdict.upper():5} {case.id}"
+        head = f"{case.verdict.upper():5} {safe(case.id)}"
         lines.append((head, _COLOURS[case.verdict]))
         for reason in case.reasons[:MAX_REASONS]:
-            lines.append((f"      {reason}"[: width * 2], None))
+            lines.append((f"      {safe(reason, width * 4)}", None))
         if len(case.reasons) > MAX_REASONS:
             lines.append((f"      ... and {len(case.reasons) - MAX_REASONS} more reasons (report.html, results.json)", None))
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
     for case in vacuous[:MAX_REASONS]:
-        lines.append((f"NOTE  {case.id} passed vacuously: {case.vacuous}", "yellow"))
+        lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous)}", "yellow"))
     if len(vacuous) > MAX_REASONS:
         lines.append((f"NOTE  ... and {len(vacuous) - MAX_REASONS} more vacuous passes (--strict fails them)", "yellow"))
     per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))

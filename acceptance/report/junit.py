@@ -24,8 +24,13 @@ from itertools import groupby
 from junit_xml import TestCase, TestSuite
 
 from acceptance.report.text import case_details, headline
-from acceptance.wording import visible_controls
+from acceptance.wording import safe, visible_controls
 from acceptance.records import CaseResult, Results
+
+
+#: A failure message is one line of at most this many characters; a body at most this many (results.json keeps all).
+MESSAGE_LIMIT = 1000
+BODY_LIMIT = 64_000
 
 
 def _seconds(t: float) -> float:
@@ -40,7 +45,9 @@ def classname(case: CaseResult) -> str:
 
 def _testcase(case: CaseResult, name: str) -> TestCase:
     tc = TestCase(name=name, classname=classname(case), elapsed_sec=_seconds(case.timing.total))
-    message, body = visible_controls(headline(case)), case_details(case)
+    message, body = safe(headline(case), MESSAGE_LIMIT), case_details(case)
+    if len(body) > BODY_LIMIT:
+        body = body[:BODY_LIMIT] + f"\n… [{len(body) - BODY_LIMIT} more characters in results.json]"
     if case.verdict == "fail":
         tc.add_failure_info(message=message, output=body, failure_type="accuracy")
     elif case.verdict == "error":

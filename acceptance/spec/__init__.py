@@ -22,7 +22,7 @@ schema cannot see), :mod:`.load` (discovery and loading), :mod:`.cases`
 """
 
 from acceptance.errors import SpecError
-from acceptance.spec.callables import resolve_callable, resolve_roles
+from acceptance.spec.callables import resolve_callable, resolve_roles, role_refs
 from acceptance.spec.cases import case_labels, expand, glob_match
 from acceptance.spec.defaults import Rules, Threshold, rules_for
 from acceptance.spec.expr import Expr, parse_expr, value_of
@@ -48,6 +48,6 @@ __all__ = [
     "CATEGORIES", "Case", "CaseSpec", "Choice", "Dist", "Expr", "InputSpec", "Normal", "OperatorSpec", "RandInt",
     "Rules", "Sparse", "SpecError", "SpecProblem", "Specials", "Threshold", "Uniform", "Waiver", "case_labels",
     "discover", "expand", "glob_match", "load_spec", "load_specs", "parse_expr", "resolve_callable", "resolve_roles",
-    "rules_for",
+    "role_refs", "rules_for",
     "value_of",
 ]

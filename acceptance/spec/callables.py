@@ -29,6 +29,9 @@ def _load_file_module(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
+    except SystemExit as exc:
+        del sys.modules[name]
+        raise SpecError(f"cannot import {path.name}: it calls sys.exit({exc.code!r}) at import") from None
     except BaseException as exc:
         del sys.modules[name]
         if not isinstance(exc, Exception):
@@ -56,6 +59,8 @@ def resolve_callable(ref: str, spec_path: Path) -> Callable:
     else:
         try:
             obj = importlib.import_module(module_part)
+        except SystemExit as exc:
+            raise SpecError(f"{ref!r}: module {module_part!r} calls sys.exit({exc.code!r}) at import") from None
         except Exception as exc:
             raise SpecError(f"{ref!r}: cannot import module {module_part!r}: {type(exc).__name__}: {exc}") from None
     walked = module_part
@@ -85,4 +90,17 @@ def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
         ref = oracle.oracle_from_spec(spec.oracle)
     else:
         ref = resolve_callable(spec.oracle, spec.path) if spec.oracle else oracle.float64_oracle(baseline)
+    return impl, baseline, ref
+
+
+def role_refs(spec: Any) -> tuple[tuple, tuple, tuple]:
+    """(impl, baseline, oracle) of a spec as picklable references a worker process resolves
+    (:data:`acceptance.workers.Ref`), with the defaults of :func:`resolve_roles`."""
+    path = str(spec.path)
+    impl = ("callable", spec.impl, path)
+    baseline = ("callable", spec.baseline, path) if spec.baseline else impl
+    if isinstance(spec.oracle, dict):
+        ref = ("mpmath", spec.oracle["mpmath"], spec.oracle.get("dps", oracle.DEFAULT_DPS))
+    else:
+        ref = ("callable", spec.oracle, path) if spec.oracle else ("float64", baseline)
     return impl, baseline, ref

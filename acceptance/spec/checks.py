@@ -159,3 +159,20 @@ def waiver_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
         for k, w in enumerate(spec.waivers)
         if not any(glob_match(i, w.match) for i in ids)
     ]
+
+
+def memory_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
+    """Cases whose inputs alone would need more than the spec's memory limit (each role gets its own copy,
+    and the oracle a float64 one): a spec error naming the case and the size, found before anything runs."""
+    out = []
+    limit = spec.memory_limit_gib * 2**30
+    for case in expand([spec]):
+        width = torch_dtype(case.dtype).itemsize
+        elements = [math.prod(shape) for shape in case.shapes]
+        need = sum(n * (torch_dtype(inp.dtype).itemsize if inp.dtype else width) for n, inp in
+                   zip(elements, spec.inputs)) * 3 + sum(elements) * 8
+        if need > limit:
+            out.append((f"cases[{case.index}]", f"{case.id} needs {need / 2**30:.3g} GiB for its inputs (three "
+                        f"copies and a float64 one), over the memory limit of {spec.memory_limit_gib:.3g} GiB "
+                        "(memory_limit_gib)"))
+    return out

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
-from acceptance.spec.checks import dtype_problems, input_case_problems, waiver_problems
+from acceptance.spec.checks import dtype_problems, input_case_problems, memory_problems, waiver_problems
 from acceptance.spec.messages import field_path, sentence
 from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, SpecProblem, Waiver
 from acceptance.spec.schema import SpecModel
 from acceptance.spec.yamlio import read_yaml
+
+
+def default_memory_gib() -> float:
+    """Half of the machine's physical memory, in GiB: the default memory limit of a worker and of a case."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / 2
 
 
 def discover(paths: list[Path]) -> list[Path]:
@@ -50,6 +56,9 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         thresholds={dt: t.model_dump(exclude_none=True) for dt, t in model.thresholds.items()},
         floors={dt: f.model_dump(exclude_none=True) for dt, f in model.floors.items()},
         timeout=model.timeout,
+        baseline_timeout=model.baseline_timeout,
+        oracle_timeout=model.oracle_timeout,
+        memory_limit_gib=model.memory_limit_gib if model.memory_limit_gib is not None else default_memory_gib(),
         atomic_runs=model.atomic_runs,
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
         waivers=[Waiver(w.match, w.reason) for w in model.waivers],
@@ -107,7 +116,7 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
-        found = waiver_problems(spec)
+        found = waiver_problems(spec) + memory_problems(spec)
         if not found:
             return spec, []
     return None, [SpecProblem(str(path), f, m) for f, m in found]

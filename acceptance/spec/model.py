@@ -157,6 +157,9 @@ class OperatorSpec:
     thresholds: dict[str, dict[str, Union[float, list, bool]]]
     floors: dict[str, dict[str, float]]
     timeout: float
+    baseline_timeout: float
+    oracle_timeout: float
+    memory_limit_gib: float
     atomic_runs: int
     dual_delta: Optional[dict]
     waivers: list[Waiver] = field(default_factory=list)

@@ -316,6 +316,9 @@ class SpecModel(_Model):
     thresholds: dict[DtypeName, _ThresholdSet] = {}
     floors: dict[DtypeName, _FloorModel] = {}
     timeout: Annotated[float, Field(gt=0)] = 60.0
+    baseline_timeout: Annotated[float, Field(gt=0)] = 600.0
+    oracle_timeout: Annotated[float, Field(gt=0)] = 600.0
+    memory_limit_gib: Optional[Annotated[float, Field(gt=0)]] = None
     atomic_runs: Annotated[int, Field(ge=2)] = 2
     dual_delta: Optional[_DualDeltaModel] = None
     waivers: list[_WaiverModel] = []

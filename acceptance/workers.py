@@ -1,0 +1,276 @@
+"""Worker processes: the code under test runs where nothing it does can take the runner down.
+
+A :class:`Worker` is one child process, started from a fork server that has
+torch imported (a fresh worker costs milliseconds, not a torch import), and
+reused call after call until the code under test breaks it. Per call the
+runner sends the role, a picklable :data:`Ref` to the callable (resolved once
+per worker), the inputs and the keyword parameters; the worker answers with
+the outputs, or with what went wrong. The runner waits with a deadline:
+
+- a callable that raises (``KeyboardInterrupt`` and ``SystemExit`` included)
+  gives "impl raised ValueError: ... (kernels.py:12) in trial 3";
+- a worker that dies gives "impl terminated by SIGSEGV in trial 3" or "impl
+  ended the worker process with exit status 0 in trial 0" (``os._exit``);
+- a call past its deadline gives "impl exceeded the 60 s timeout in trial 7;
+  the worker was killed": the worker's whole process group is killed, native
+  busy loops and code that ignores signals included;
+- an allocation past the worker's memory limit (``RLIMIT_AS`` above what the
+  worker had mapped at start) fails inside the worker and is reported as such;
+- a callable that modifies its input tensors in place gives "impl modified
+  input 1 (`b`) in place (12 elements changed) in trial 0" (a digest of each
+  input is compared before and after the call; the changed input is sent back
+  and compared with the runner's copy only when the digest differs).
+
+A fresh worker takes the next call after a crash or a kill. Workers run in
+their own session (a terminal's Ctrl-C reaches the runner only), die with the
+runner (``PR_SET_PDEATHSIG`` on Linux), and write their stdout and stderr to
+the null device, so nothing the code under test prints reaches a CI log.
+Tensors cross the boundary pickled with the standard pickler (a copy each way, never shared memory the code
+under test could write back through); an impl on CUDA gets
+its inputs moved to the device inside the worker, and its outputs come back
+on the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import resource
+import signal
+import time
+import traceback
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from acceptance.errors import CaseError
+
+#: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
+#: dps) | ("object", a picklable callable).
+Ref = tuple
+
+Tensors = tuple[torch.Tensor, ...]
+
+
+def resolve(ref: Ref) -> Callable:
+    """The callable a :data:`Ref` names (imports the module: run this in a worker)."""
+    from acceptance import oracle
+    from acceptance.spec.callables import resolve_callable
+
+    kind = ref[0]
+    if kind == "callable":
+        return resolve_callable(ref[1], Path(ref[2]))
+    if kind == "float64":
+        return oracle.float64_oracle(resolve(ref[1]))
+    if kind == "mpmath":
+        return oracle.mpmath_oracle(ref[1], ref[2])
+    if kind == "object":
+        return ref[1]
+    raise ValueError(f"unknown callable reference {ref!r}")
+
+
+def _digest(t: torch.Tensor) -> int:
+    """A checksum of a tensor's bytes (CRC-32 on the host; an integer weighted sum on a device)."""
+    if t.numel() == 0:
+        return 0
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    bits = t.detach().contiguous().view(width)
+    if t.device.type == "cpu":
+        return zlib.crc32(bits.numpy().view("u1").data)
+    flat = bits.reshape(-1).to(torch.int64)
+    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.int64)
+    return hash((int(flat.sum()), int((flat * weights).sum())))
+
+
+def _changed(now: torch.Tensor, before: torch.Tensor) -> int:
+    """Elements whose bits differ (every element when the shape changed)."""
+    if now.shape != before.shape or now.dtype != before.dtype:
+        return max(now.numel(), before.numel())
+    if now.is_floating_point():
+        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[now.element_size()]
+        return int((now.contiguous().view(width) != before.contiguous().view(width)).sum())
+    return int((now != before).sum())
+
+
+def _children() -> list[int]:
+    """Kill the live child processes of this worker (Linux /proc); their pids."""
+    me, found = str(os.getpid()), []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+
+
+def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int]) -> None:  # pragma: no cover
+    """The worker's loop (runs in the child)."""
+    os.setsid()
+    if hasattr(ctypes, "CDLL"):
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the runner
+        except (OSError, AttributeError):
+            pass
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    if memory_limit:
+        with open("/proc/self/statm") as fh:
+            mapped = int(fh.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, resource.RLIM_INFINITY))
+    cache: dict[Any, Callable] = {}
+    while True:
+        try:
+            role, ref, args, params, device = pickle.loads(conn.recv_bytes())
+        except EOFError:
+            os._exit(0)
+        try:
+            key = ref if ref[0] != "object" else id(ref[1])
+            fn = cache.get(key) or cache.setdefault(key, resolve(ref))
+            args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+            before = [_digest(a) for a in args]
+            started = time.perf_counter()
+            value = fn(*args, **params)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - started
+            outs = value if isinstance(value, (tuple, list)) else (value,)
+            if not outs:
+                answer = ("bad", "returned no output")
+            elif not all(isinstance(o, torch.Tensor) for o in outs):
+                k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
+                answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
+            else:
+                changed = [(i, a.detach().cpu()) for i, (a, d) in enumerate(zip(args, before)) if _digest(a) != d]
+                answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds)
+        except SystemExit as exc:
+            answer = ("bad", f"called sys.exit({exc.code!r})")
+        except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
+            text = f"{type(exc).__name__}: {exc}{_where(exc)}"
+            if memory_limit and (isinstance(exc, MemoryError) or "allocate memory" in str(exc)):
+                answer = ("bad", f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
+            else:
+                answer = ("bad", f"raised {text}")
+        left = _children()
+        if left and answer[0] == "ok":
+            answer = ("bad", f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); "
+                             "they were killed")
+        try:
+            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # an output that cannot be pickled
+            data = pickle.dumps(("bad", f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})"))
+        conn.send_bytes(data)
+
+
+_CONTEXT: Optional[multiprocessing.context.BaseContext] = None
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["torch", "acceptance.workers"])
+    return _CONTEXT
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class Worker:
+    """One worker process, started on first use and replaced after a crash, a kill or a timeout.
+
+    ``memory_limit``: bytes the worker may map beyond what it had at start (``None``: no limit).
+    """
+
+    def __init__(self, memory_limit: Optional[int] = None):
+        self.memory_limit = memory_limit
+        self._proc: Optional[multiprocessing.process.BaseProcess] = None
+        self._conn: Optional[multiprocessing.connection.Connection] = None
+
+    def _start(self) -> None:
+        parent, child = _context().Pipe()
+        proc = _context().Process(target=_serve, args=(child, self.memory_limit), daemon=True)
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+
+    def close(self) -> None:
+        """Kill the worker and its process group (children it left behind included)."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.join(5)
+            self._conn.close()
+        self._proc = self._conn = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def call(self, role: str, ref: Ref, trial: int, args: Tensors, params: dict, *, device: torch.device,
+             timeout: float = math.inf, limit: Optional[float] = None,
+             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+        """``fn(*args, **params)`` in the worker within ``timeout`` seconds: (outputs, seconds inside the call).
+
+        :class:`CaseError` when it breaks; ``limit`` is the timeout as configured, for the message.
+        """
+        if self._proc is None or not self._proc.is_alive():
+            self.close()
+            self._start()
+        # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
+        self._conn.send_bytes(pickle.dumps((role, ref, args, params, device), protocol=pickle.HIGHEST_PROTOCOL))
+        wait = None if math.isinf(timeout) else max(timeout, 0.0)
+        ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], wait)
+        if not ready:
+            self.close()
+            shown = limit if limit is not None else timeout
+            raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
+        try:
+            answer = pickle.loads(self._conn.recv_bytes()) if self._conn in ready or self._conn.poll() else None
+        except (EOFError, OSError):
+            answer = None
+        if answer is None:
+            self._proc.join(5)
+            code = self._proc.exitcode
+            self.close()
+            if code is not None and code < 0:
+                raise CaseError(f"{role} terminated by {_signal_name(code)} in trial {trial}")
+            raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
+        if answer[0] == "bad":
+            raise CaseError(f"{role} {answer[1]} in trial {trial}")
+        _, outs, changed, seconds = answer
+        for i, now in changed:
+            name = f" (`{names[i]}`)" if names and i < len(names) else ""
+            differs = _changed(now, args[i])
+            raise CaseError(f"{role} modified input {i}{name} in place ({differs} elements changed) in trial {trial}")
+        return outs, seconds
