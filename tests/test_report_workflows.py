@@ -71,12 +71,25 @@ def test_ci_installs_cpu_torch_then_the_dev_extra_and_runs_pytest():
     assert any(s.get("run") == "python -m pytest -q" for s in steps)
 
 
-def test_the_documented_workflow_validates(tmp_path):
-    doc = (ROOT / "README.md").read_text().split("## Use it in your repository", 1)[1]
-    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
-    path = tmp_path / "accuracy.yml"
-    path.write_text(block)
-    done = check_jsonschema(path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    steps = yaml.safe_load(block)["jobs"]["accuracy"]["steps"]
-    assert any("acceptance run operator_specs --out reports/pr" in s.get("run", "") for s in steps)
+def documented_workflows() -> list[str]:
+    """The YAML blocks of "Use it in your repository" in docs/reports.md (the plain and the sharded workflow)."""
+    section = (ROOT / "docs" / "reports.md").read_text().split("## Use it in your repository", 1)[1]
+    return [part.split("```", 1)[0] for part in section.split("```yaml\n")[1:]]
+
+
+def test_the_documented_workflows_validate(tmp_path):
+    blocks = documented_workflows()
+    assert len(blocks) == 2
+    for k, block in enumerate(blocks):
+        path = tmp_path / f"workflow{k}.yml"
+        path.write_text(block)
+        done = check_jsonschema(path)
+        assert done.returncode == 0, done.stdout + done.stderr
+    plain, sharded = (yaml.safe_load(b)["jobs"] for b in blocks)
+    assert any("acceptance run operator_specs --out reports/pr" in s.get("run", "") for s in plain["accuracy"]["steps"])
+    runs = [s.get("run", "") for s in sharded["shard"]["steps"]]
+    assert any("--shard ${{ matrix.shard }}/4" in r for r in runs)
+    assert sharded["shard"]["strategy"]["matrix"]["shard"] == [1, 2, 3, 4]
+    assert sharded["report"]["needs"] == "shard" and "!cancelled()" in sharded["report"]["if"]
+    merge = next(s["run"] for s in sharded["report"]["steps"] if "--merged" in s.get("run", ""))
+    assert "shards/*/results.json" in merge
