@@ -269,22 +269,23 @@ def _float32_input(array: Any, f: QuantFormat) -> np.ndarray:
     return x32
 
 
-def _fp16_bytes(v: np.ndarray, field: str, f: QuantFormat) -> np.ndarray:
-    """The bytes of fp16(v) (round to nearest even, little-endian), shape ``(*v.shape, 2)``;
-    ValueError where fp16(v) overflows to inf (GGML would store inf there)."""
+def _fp16_bytes(v: np.ndarray, field: str, f: QuantFormat, first_block: int, grid: tuple[int, ...]) -> np.ndarray:
+    """The bytes of fp16(v) (round to nearest even, little-endian), shape ``(len(v), 2)``, for
+    blocks ``first_block ...`` of an array of ``grid = (*rows, n_blocks)`` blocks; ValueError
+    where fp16(v) overflows to inf (GGML would store inf there)."""
     with np.errstate(over="ignore"):
         h = np.ascontiguousarray(v.astype(_F16))
     over = ~np.isfinite(h)
     if over.any():
-        n = int(np.count_nonzero(over))
-        first = _index_of(int(np.flatnonzero(over)[0]), over.shape)
-        rows = first[:-1]
-        where = f"block {first[-1]}" + (f" of row {rows[0] if len(rows) == 1 else rows}" if rows else "")
+        i = int(np.flatnonzero(over)[0])
+        where = _index_of(first_block + i, grid)
+        rows = where[:-1]
+        place = f"block {where[-1]}" + (f" of row {rows[0] if len(rows) == 1 else rows}" if rows else "")
         raise ValueError(
-            f"quantize({f.name}): {n} block(s) have a {field} beyond the fp16 range (|{field}| > 65504; "
-            f"GGML would store inf); the first is {field} = {float(v[first]):.7g} at {where}"
+            f"quantize({f.name}): a block has a {field} beyond the fp16 range (|{field}| > 65504; "
+            f"GGML would store inf): {field} = {float(v[i]):.7g} at {place}"
         )
-    return h.view(np.uint8).reshape(*h.shape, 2)
+    return h.view(np.uint8).reshape(len(h), 2)
 
 
 # ----------------------------------------------------------------------------- quantize
@@ -296,28 +297,30 @@ def _reciprocal(d: np.ndarray) -> np.ndarray:
         return np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
 
 
-def _trunc_codes(t: np.ndarray, cmax: int) -> np.ndarray:
-    """min(cmax, (int)t) for t >= 0 as uint8; a non-finite t (id = inf) gives 0."""
-    with np.errstate(invalid="ignore"):
-        c = np.minimum(np.trunc(t), np.float32(cmax))
-        return np.where(np.isfinite(t), c, np.float32(0)).astype(np.uint8)
+def _trunc_codes(t: np.ndarray, cmax: int, may_be_nonfinite: bool) -> np.ndarray:
+    """min(cmax, (int)t) as uint8, for t >= 0 (float -> uint8 truncates toward zero).
+    A non-finite t (only possible where id = inf) gives 0."""
+    c = np.minimum(t, np.float32(cmax))
+    if may_be_nonfinite:
+        c = np.where(np.isfinite(t), c, np.float32(0))
+    return c.astype(np.uint8)
 
 
 def _roundf(v: np.ndarray) -> np.ndarray:
-    """C roundf (half away from zero) in float32, exactly: trunc(v) + sign(v) where |v - trunc(v)| >= 0.5.
+    """C roundf (half away from zero) in float32, exactly: sign(v) * (floor|v| + floor(2 * frac|v|)).
 
-    ``floor(v + 0.5)`` is not exact (0.49999997 + 0.5 rounds up to 1.0);
-    ``v - trunc(v)`` is exact in binary floating point."""
-    r = np.trunc(v)
-    return r + np.where(np.abs(v - r) >= np.float32(0.5), np.sign(v), np.float32(0))
+    ``floor(|v| + 0.5)`` is not exact (0.49999997 + 0.5 rounds up to 1.0 in float32);
+    ``|v| - floor|v|`` and its double are exact in binary floating point."""
+    a = np.abs(v)
+    fl = np.floor(a)
+    return np.copysign(fl + np.floor(np.float32(2) * (a - fl)), v)
 
 
 def _first_abs_max(x: np.ndarray) -> np.ndarray:
-    """Per block, the first element of largest magnitude (its sign kept); +0.0 for an all-zero block."""
-    ax = np.abs(x)
-    i = np.argmax(ax, axis=-1)[..., None]
-    mx = np.take_along_axis(x, i, axis=-1)[..., 0]
-    return np.where(np.take_along_axis(ax, i, axis=-1)[..., 0] > 0, mx, np.float32(0))
+    """Per block (row of x), the first element of largest magnitude, its sign kept; +0.0 for
+    an all-zero block (C: ``if (amax < fabsf(v)) { amax = fabsf(v); max = v; }`` from 0, 0)."""
+    mx = x[np.arange(len(x)), np.argmax(np.abs(x), axis=1)]
+    return np.where(mx != 0, mx, np.float32(0))
 
 
 def _pack_nibbles(codes: np.ndarray) -> np.ndarray:
@@ -328,6 +331,63 @@ def _pack_nibbles(codes: np.ndarray) -> np.ndarray:
 def _pack_high_bits(codes: np.ndarray) -> np.ndarray:
     """qh as 4 bytes of a little-endian uint32 whose bit j is bit 4 of c[j]."""
     return np.packbits((codes >> np.uint8(4)) & np.uint8(1), axis=-1, bitorder="little")
+
+
+def _quantize_symmetric(x: np.ndarray, out: np.ndarray, f: QuantFormat):
+    """q4_0 / q5_0 codes into ``out``; returns (d, None). x: (n, 32) float32."""
+    half = f.zero_point  # 8 or 16: d = max / -half sends the block max to code 0
+    d = _first_abs_max(x) / np.float32(-half)
+    idv = _reciprocal(d)
+    codes = _trunc_codes(x * idv[:, None] + np.float32(half + 0.5), f.max_code, np.isinf(idv).any())
+    if f.bits == 5:
+        out[:, 2:6] = _pack_high_bits(codes)
+        out[:, 6:] = _pack_nibbles(codes)
+    else:
+        out[:, 2:] = _pack_nibbles(codes)
+    return d, None
+
+
+def _quantize_asymmetric(x: np.ndarray, out: np.ndarray, f: QuantFormat):
+    """q4_1 / q5_1 codes into ``out``; returns (d, min)."""
+    n = np.arange(len(x))
+    mn = x[n, np.argmin(x, axis=1)]  # the first minimal element, as `if (v < min) min = v`
+    mx = x[n, np.argmax(x, axis=1)]  # the first maximal element, as `if (v > max) max = v`
+    with np.errstate(over="ignore"):
+        d = (mx - mn) / np.float32(f.max_code)
+    idv = _reciprocal(d)
+    with np.errstate(invalid="ignore"):  # (x - min) * inf = nan for x == min when id = inf
+        t = (x - mn[:, None]) * idv[:, None] + np.float32(0.5)
+    codes = _trunc_codes(t, f.max_code, np.isinf(idv).any())
+    if f.bits == 5:
+        out[:, 4:8] = _pack_high_bits(codes)
+        out[:, 8:] = _pack_nibbles(codes)
+    else:
+        out[:, 4:] = _pack_nibbles(codes)
+    return d, mn
+
+
+def _quantize_q8(x: np.ndarray, out: np.ndarray, f: QuantFormat):
+    """q8_0 / q8_1 codes into ``out``; returns (d, s or None)."""
+    d = np.max(np.abs(x), axis=1) / np.float32(127)
+    idv = _reciprocal(d)
+    with np.errstate(invalid="ignore"):
+        v = x * idv[:, None]
+        r = _roundf(v)
+        if np.isinf(idv).any():
+            r = np.where(np.isfinite(v), r, np.float32(0))
+    q = r.astype(np.int8)
+    out[:, 4 if f.has_sum else 2:] = q.view(np.uint8)
+    if not f.has_sum:
+        return d, None
+    total = q.sum(axis=1, dtype=np.int32).astype(np.float32)  # `int sum`, then `sum*d` in float
+    return d, total * d
+
+
+_QUANTIZERS = {"q4_0": _quantize_symmetric, "q5_0": _quantize_symmetric, "q4_1": _quantize_asymmetric,
+               "q5_1": _quantize_asymmetric, "q8_0": _quantize_q8, "q8_1": _quantize_q8}
+
+#: Blocks per step: the temporaries of one step (1 MiB float32 arrays) stay in cache.
+_CHUNK = 8192
 
 
 def quantize(array: Any, fmt: str | QuantFormat) -> np.ndarray:
@@ -345,53 +405,17 @@ def quantize(array: Any, fmt: str | QuantFormat) -> np.ndarray:
     """
     f = get_format(fmt)
     x32 = _float32_input(array, f)
-    lead = x32.shape[:-1]
-    nb = x32.shape[-1] // QK
-    x = x32.reshape(*lead, nb, QK)
-    out = np.empty((*lead, nb, f.block_bytes), dtype=np.uint8)
-
-    if f.name in ("q4_0", "q5_0"):
-        half = f.zero_point  # 8 or 16: d = max / -half maps the block max to code 0
-        d = _first_abs_max(x) / np.float32(-half)
-        idv = _reciprocal(d)
-        codes = _trunc_codes(x * idv[..., None] + np.float32(half + 0.5), f.max_code)
-        out[..., 0:2] = _fp16_bytes(d, "d", f)
-        if f.bits == 5:
-            out[..., 2:6] = _pack_high_bits(codes)
-            out[..., 6:] = _pack_nibbles(codes)
-        else:
-            out[..., 2:] = _pack_nibbles(codes)
-    elif f.name in ("q4_1", "q5_1"):
-        i_min = np.argmin(x, axis=-1)[..., None]  # first minimal element, as `if (v < min)`
-        i_max = np.argmax(x, axis=-1)[..., None]  # first maximal element, as `if (v > max)`
-        mn = np.take_along_axis(x, i_min, axis=-1)
-        mx = np.take_along_axis(x, i_max, axis=-1)
-        with np.errstate(over="ignore"):
-            d = (mx - mn) / np.float32(f.max_code)
-        idv = _reciprocal(d)
-        with np.errstate(invalid="ignore"):  # (x - min) * inf = nan for x == min when id = inf
-            t = (x - mn) * idv + np.float32(0.5)
-        codes = _trunc_codes(t, f.max_code)
-        out[..., 0:2] = _fp16_bytes(d[..., 0], "d", f)
-        out[..., 2:4] = _fp16_bytes(mn[..., 0], "m", f)
-        if f.bits == 5:
-            out[..., 4:8] = _pack_high_bits(codes)
-            out[..., 8:] = _pack_nibbles(codes)
-        else:
-            out[..., 4:] = _pack_nibbles(codes)
-    else:  # q8_0, q8_1
-        d = np.max(np.abs(x), axis=-1) / np.float32(127)
-        idv = _reciprocal(d)
-        with np.errstate(invalid="ignore"):
-            v = x * idv[..., None]
-            q = np.where(np.isfinite(v), _roundf(v), np.float32(0)).astype(np.int8)
-        out[..., 0:2] = _fp16_bytes(d, "d", f)
-        if f.has_sum:
-            total = q.sum(axis=-1, dtype=np.int32).astype(np.float32)  # `int sum`, then sum*d in float
-            out[..., 2:4] = _fp16_bytes(total * d, "s", f)
-            out[..., 4:] = q.view(np.uint8)
-        else:
-            out[..., 2:] = q.view(np.uint8)
+    grid = (*x32.shape[:-1], x32.shape[-1] // QK)
+    blocks = x32.reshape(-1, QK)
+    out = np.empty((len(blocks), f.block_bytes), dtype=np.uint8)
+    kernel = _QUANTIZERS[f.name]
+    second = "m" if f.has_min else "s"
+    for i in range(0, len(blocks), _CHUNK):
+        o = out[i:i + _CHUNK]
+        d, extra = kernel(blocks[i:i + _CHUNK], o, f)
+        o[:, 0:2] = _fp16_bytes(d, "d", f, i, grid)
+        if extra is not None:
+            o[:, 2:4] = _fp16_bytes(extra, second, f, i, grid)
     return out.reshape(packed_shape(x32.shape, f))
 
 
@@ -419,11 +443,8 @@ def _unpack_nibbles(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([qs & np.uint8(0x0F), qs >> np.uint8(4)], axis=-1)
 
 
-def unpack_blocks(blocks: Any, fmt: str | QuantFormat) -> BlockFields:
-    """Decode packed blocks (uint8, last dimension a multiple of block_bytes) into their
-    fields: see :class:`BlockFields`. ValueError on a wrong dtype or byte count."""
-    f = get_format(fmt)
-    b = _blocks_input(blocks, f)
+def _unpack(b: np.ndarray, f: QuantFormat) -> BlockFields:
+    """Fields of blocks ``b`` of shape (..., block_bytes), uint8."""
     d = _f16_field(b, 0)
     m = _f16_field(b, 2) if f.has_min else None
     s = _f16_field(b, 2) if f.has_sum else None
@@ -433,9 +454,15 @@ def unpack_blocks(blocks: Any, fmt: str | QuantFormat) -> BlockFields:
         qs_at = 2 + 2 * f.has_min + 4 * (f.bits == 5)
         codes = _unpack_nibbles(b[..., qs_at:])
         if f.bits == 5:
-            qh = b[..., qs_at - 4:qs_at]
-            codes |= np.unpackbits(qh, axis=-1, bitorder="little") << np.uint8(4)
+            codes |= np.unpackbits(b[..., qs_at - 4:qs_at], axis=-1, bitorder="little") << np.uint8(4)
     return BlockFields(d, m, s, codes)
+
+
+def unpack_blocks(blocks: Any, fmt: str | QuantFormat) -> BlockFields:
+    """Decode packed blocks (uint8, last dimension a multiple of block_bytes) into their
+    fields: see :class:`BlockFields`. ValueError on a wrong dtype or byte count."""
+    f = get_format(fmt)
+    return _unpack(_blocks_input(blocks, f), f)
 
 
 def dequantize(blocks: Any, fmt: str | QuantFormat) -> np.ndarray:
@@ -446,12 +473,18 @@ def dequantize(blocks: Any, fmt: str | QuantFormat) -> np.ndarray:
     0-d array, or a last dimension that is not a whole number of blocks.
     """
     f = get_format(fmt)
-    fields = unpack_blocks(blocks, f)
-    d = fields.d[..., None]
+    b = _blocks_input(blocks, f)
+    flat = b.reshape(-1, f.block_bytes)
+    y = np.empty((len(flat), QK), dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN fields give IEEE results, as in C
-        if f.has_min:
-            y = fields.codes.astype(np.float32) * d + fields.m[..., None]
-        else:
-            q = fields.codes.astype(np.int16) - np.int16(f.zero_point) if f.bits < 8 else fields.codes
-            y = q.astype(np.float32) * d
-    return y.reshape(*y.shape[:-2], y.shape[-2] * QK)
+        for i in range(0, len(flat), _CHUNK):
+            fields = _unpack(flat[i:i + _CHUNK], f)
+            d = fields.d[:, None]
+            if f.has_min:
+                np.add(fields.codes.astype(np.float32) * d, fields.m[:, None], out=y[i:i + _CHUNK])
+            elif f.bits < 8:
+                np.multiply((fields.codes.astype(np.int8) - np.int8(f.zero_point)).astype(np.float32), d,
+                            out=y[i:i + _CHUNK])
+            else:
+                np.multiply(fields.codes.astype(np.float32), d, out=y[i:i + _CHUNK])
+    return y.reshape(unpacked_shape(b.shape[:-2] + (b.shape[-2] * f.block_bytes,), f))
