@@ -64,8 +64,9 @@ Where this codec deliberately differs from other implementations:
   (and, for an all-zero block starting with ``-0.0``, yields ``d = +0.0``
   where GGML writes ``-0.0``). Only the sign bit of a zero ``d``/``m`` differs;
   this codec follows GGML's C reference.
-- A block whose float32 scale is below 2**-128 (|x| below about 2.4e-38) has
-  ``id = 1/d = inf``; the C reference then converts inf/NaN to an integer,
+- A block whose float32 scale d is below 2**-128 (block magnitudes below about
+  2.4e-38 for q4_0 up to 3.7e-37 for q8_x) has ``id = 1/d = inf`` in float32;
+  the C reference then converts inf/NaN to an integer,
   which is undefined behaviour. This codec writes code 0 there, as x86-64
   builds of GGML and gguf-py do; such a block's stored d is 0, so it
   dequantizes to zeros either way.
@@ -257,7 +258,7 @@ def _float32_input(array: Any, f: QuantFormat) -> np.ndarray:
             )
     with np.errstate(over="ignore"):
         x32 = np.ascontiguousarray(x, dtype=np.float32)
-    if x.dtype.itemsize > 4 or x.dtype.kind in "iu":
+    if x.dtype.kind == "f" and x.dtype.itemsize > 4:
         over = ~np.isfinite(x32)
         n_over = int(np.count_nonzero(over))
         if n_over:

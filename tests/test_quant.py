@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import math
 import struct
-from fractions import Fraction
 
+import gguf  # the dev extra's reference codec (gguf-py, llama.cpp's Python package)
 import numpy as np
 import pytest
 import torch
+from gguf import GGMLQuantizationType as GT
 
 from acceptance import quant
-
-gguf = pytest.importorskip("gguf")  # a dev dependency; the byte-equality tests need it
-from gguf import GGMLQuantizationType as GT  # noqa: E402
 
 F32 = np.float32
 ALL = list(quant.FORMATS)
