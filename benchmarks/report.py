@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from acceptance import results as rs
+from acceptance import records as rs
+from acceptance import results as results_io
 from acceptance.report.github import annotations, render_summary
 from acceptance.report.html import MAX_PLOTTED_CASES, render_html
 from acceptance.report.junit import render_junit
@@ -128,10 +129,10 @@ def main() -> None:
           f"{sum(bool(c.dual_delta) for c in results.cases)} with {args.trials}-trial dual-delta; built in {t:.2f} s")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        path, t = timed(rs.write, results, folder / "results.json")
+        path, t = timed(results_io.write, results, folder / "results.json")
         data = path.read_bytes()
         print(f"results.json: {len(data) / 1e6:.2f} MB, write {t:.2f} s")
-        _, t = timed(rs.load, path)
+        _, t = timed(results_io.load, path)
         print(f"results.json: load+validate {t:.2f} s")
         sha = hashlib.sha256(data).hexdigest()
         for name, fn, kwargs in [

@@ -76,3 +76,6 @@ def test_waiver_effect():
     still = gelu.model_copy(update={"verdict": "fail"})
     assert waiver_effect(still) == "does not cover this failure: diff1 5.2e-3 > 3e-3 (activation default)"
     assert waiver_effect(gelu.model_copy(update={"verdict": "pass", "reasons": []})) == "not needed: the case passes"
+    # as a run writes it: the waiver first, then the failure it waived
+    run = gelu.model_copy(update={"reasons": ["waived: known issue", *gelu.reasons]})
+    assert waiver_effect(run) == "waived a failure: diff1 5.2e-3 > 3e-3 (activation default)"

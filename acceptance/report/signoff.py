@@ -104,7 +104,9 @@ def signoff_lines(results: Results) -> list[SignoffLine]:
 def waiver_effect(case: CaseResult) -> str:
     """What a case's waiver did: waived a failure (verdict skip, with the first reason), was not needed
     (the case passes), or did not cover the failure (fail/error)."""
-    reason = one_line(case.reasons[0]) if case.reasons else None
+    # a waived failure's first reason is the waiver itself; the failure is the next one
+    failures = [r for r in case.reasons if not r.startswith("waived: ")]
+    reason = one_line(failures[0]) if failures else None
     if case.verdict == "skip":
         return f"waived a failure: {reason}" if reason else "waived a failure"
     if case.verdict == "pass":

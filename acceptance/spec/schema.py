@@ -285,6 +285,17 @@ class _DualDeltaModel(_Model):
     alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None
     trials: Optional[Annotated[int, Field(ge=5)]] = None
 
+    @model_validator(mode="after")
+    def _factors_name_collected_metrics(self) -> "_DualDeltaModel":
+        if isinstance(self.factor, dict):
+            from acceptance.spec.defaults import DEFAULT_METRICS
+
+            collected = self.metrics or list(DEFAULT_METRICS)
+            unused = [m for m in self.factor if m not in collected]
+            if unused:
+                raise fail(f"factor for {unused[0]!r}, a metric not collected (metrics: {', '.join(collected)})")
+        return self
+
 
 class _FloorModel(_Model):
     """An accuracy floor in ulp against the oracle: errors within it never count against the impl."""
