@@ -157,10 +157,10 @@ class BiasSums:
 
 def constant(t: torch.Tensor) -> bool:
     """Whether every element of ``t`` is the same finite value (an empty tensor is not constant)."""
-    if t.numel() == 0:
-        return False
-    flat = t.reshape(-1)
-    return bool(torch.isfinite(flat).all()) and bool((flat == flat[0]).all())
+    if t.numel() == 0 or t.dtype == torch.bool:
+        return t.numel() > 0 and bool(t.all() == t.any())
+    lo, hi = torch.aminmax(t.reshape(-1))
+    return bool(lo == hi) and bool(torch.isfinite(lo.to(torch.float64)))
 
 
 @dataclass

@@ -61,12 +61,10 @@ class Peers:
         self.close_fail += bad > 0
         self.close_worst = max(self.close_worst, bad)
         self.elements = max(self.elements, e.numel())
-        n = e.numel()
-        if _mismatches(e, b, DYNAMO_TOL, DYNAMO_TOL):
-            res, ref = math.sqrt(eo["mse"]), math.sqrt(bo["mse"])
-            m = 3.0 if self.dtype == "bfloat16" or n < 1000 else 2.0
-            if not res <= m * ref + DYNAMO_TOL / 10:
-                self.dynamo.append(f"{where}: RMSE vs fp64 {fmt(res)} > {fmt(m)} x {fmt(ref)} + 1e-5")
+        res, ref = math.sqrt(eo["mse"]), math.sqrt(bo["mse"])
+        m = 3.0 if self.dtype == "bfloat16" or e.numel() < 1000 else 2.0
+        if not res <= m * ref + DYNAMO_TOL / 10 and _mismatches(e, b, DYNAMO_TOL, DYNAMO_TOL):
+            self.dynamo.append(f"{where}: RMSE vs fp64 {fmt(res)} > {fmt(m)} x {fmt(ref)} + 1e-5")
         if not eo["max_abs"] <= 2 * bo["max_abs"]:
             self.flash.append(f"{where}: max|e-o| {fmt(eo['max_abs'])} > 2 x {fmt(bo['max_abs'])}")
 
