@@ -1,10 +1,13 @@
-"""Mutant implementations for the mutation suite: known bugs that the dual-delta gate
-must fail, and legitimate variants (different rounding, same accuracy) it must pass.
+"""Mutant implementations for the mutation suite: known bugs that the gate must fail, and legitimate
+variants (different rounding, same accuracy) it must pass.
 
-Every implementation follows the callable contract ``fn(*tensors, **params)``,
-so a spec can name it as ``mutants.py:<name>`` (a path relative to the spec) and
-a library call can pass it to :func:`acceptance.dual_delta`. :data:`CASES` pairs
-each mutant with its trusted baseline, its inputs and the expected verdict.
+Every implementation follows the callable contract ``fn(*tensors, **params)``, so a spec can name it as
+``mutants.py:<name>`` (a path relative to the spec) and a library call can pass it to
+:func:`acceptance.dual_delta`. :data:`CASES` pairs each mutant with its trusted baseline, its inputs and the
+expected verdict for the library-level suite (``test_mutations.py``, dual-delta alone). The spec-level suite
+(``mutation_specs/``, run by ``test_gate_end_to_end.py`` and over 20 seeds by ``test_mutation_seeds.py``)
+uses these kernels and those of ``mutant_kernels.py`` (fused multiply-add, reductions in other orders, flush
+to zero, and bugs at the edge of the rules).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def index_add(index: torch.Tensor, src: torch.Tensor, *, bins: int = 64) -> torch.Tensor:
-    """out[index[i]] += src[i] into ``bins`` zeros, in the order of i (torch's index_add_)."""
+    """out[index[i]] += src[i] into ``bins`` zeros, in the order of i (torch's CPU index_add_, which for
+    16-bit dtypes rounds the running sum to the dtype after every update)."""
     return torch.zeros(bins, dtype=src.dtype).index_add_(0, index, src)
 
 
