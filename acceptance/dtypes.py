@@ -196,8 +196,10 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def to_tensor(values: np.ndarray, dtype: str) -> torch.Tensor:
-    """float64 values as a contiguous CPU tensor of ``dtype``, rounded once (see :func:`round_to`)."""
-    return torch.from_numpy(np.ascontiguousarray(round_to(values, dtype))).to(torch_dtype(dtype))
+    """float64 values as a contiguous CPU tensor of ``dtype`` and of their shape (0-d stays 0-d), rounded once
+    (see :func:`round_to`)."""
+    rounded = round_to(values, dtype)
+    return torch.from_numpy(np.ascontiguousarray(rounded)).reshape(rounded.shape).to(torch_dtype(dtype))
 
 
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:

@@ -320,3 +320,9 @@ def test_overflow_and_subnormal_rounding_by_hand():
         e4m3 = round_to(np.array([464.0, 470.0, 1e6, -np.inf, 2.0**-10, 3 * 2.0**-11]), "float8_e4m3fn")
         assert e4m3.tolist() == [448.0, 448.0, 448.0, -448.0, 0.0, 2.0**-9]
     assert round_to(np.array([0.1]), "float64")[0] == 0.1
+
+
+def test_rounding_keeps_a_zero_dimensional_value_zero_dimensional():
+    """A 0-d oracle (a full reduction such as torch.sum(x)) rounds to a 0-d tensor, 1 + 2^-11 to 1 (ties to even)."""
+    t = to_tensor(np.float64(1 + 2.0**-11), "float16")
+    assert t.shape == () and t.dtype == torch.float16 and t.item() == 1.0
