@@ -245,6 +245,7 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
     defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
     for rec in records:
         source = f"{rules.category} default" if rec.metric in defaults else "spec override"
+        source = rules.dual_delta.sources.get(rec.metric, source) if rules.dual_delta else source
         criteria.append(dual_delta_criterion(rec, source))
         where = f" [output {rec.output}]" if rec.output else ""
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []

@@ -29,12 +29,13 @@ the runner reads to know what to measure and the verdict reads to decide.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
 from acceptance import dtypes
 from acceptance.metrics import registry
 from acceptance.spec.model import Case
+from acceptance.spec.overrides import case_overrides
 
 #: Categories judged bit for bit (diff3_2 == 0); the rest have a rounding tolerance.
 BIT_EXACT_CATEGORIES: tuple[str, ...] = ("arithmetic", "pure_io")
@@ -147,6 +148,7 @@ class DualDeltaSettings:
     default_factors: frozenset[str]
     alpha: float
     trials: Optional[int]
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,7 @@ def dual_delta_settings(category: str, section: Optional[dict]) -> Optional[Dual
         return None
     names = tuple(section.get("metrics") or DEFAULT_METRICS)
     factor = section.get("factor")
-    given = {m: factor.get(m) if isinstance(factor, dict) else factor for m in names}
+    given = {m: factor.get(m, factor.get("*")) if isinstance(factor, dict) else factor for m in names}
     return DualDeltaSettings(
         metrics=names,
         factors={m: given[m] or default_factor(m) for m in names},
@@ -242,10 +244,18 @@ def floors_for(category: str, dtype: str, overrides: Optional[dict[str, float]] 
 
 
 def rules_for(case: Case) -> Rules:
-    """The rules a case is judged by: its spec's overrides for its dtype over the category defaults."""
+    """The rules a case is judged by: its spec's thresholds for its dtype and the overrides matching its id
+    (:mod:`acceptance.spec.overrides`) over the category defaults."""
     spec = case.spec
-    overrides = spec.thresholds.get(case.dtype, {})
-    thresholds = thresholds_for(spec.category, case.dtype, overrides)
+    resolved = case_overrides(case)
+    overrides = resolved.thresholds
+    thresholds = [replace(t, source=resolved.sources.get(t.metric, t.source))
+                  for t in thresholds_for(spec.category, case.dtype, overrides)]
+    dual_delta = dual_delta_settings(spec.category, resolved.dual_delta)
+    if dual_delta is not None and resolved.dual_delta_sources:
+        dd = resolved.dual_delta_sources
+        dual_delta = replace(dual_delta, sources={m: dd.get(m, dd.get("*")) for m in dual_delta.metrics
+                                                  if dd.get(m, dd.get("*"))})
     # a bit-exact category is judged on bits unless its spec gives thresholds for the dtype (a tolerance asked for)
     bit_exact = spec.category in BIT_EXACT_CATEGORIES and not {k for k in overrides if k != "diff4"}
     tolerance = 0.0 if bit_exact else min(
@@ -256,7 +266,7 @@ def rules_for(case: Case) -> Rules:
         dtype=case.dtype,
         thresholds=tuple(thresholds),
         diff4=diff4_enabled(spec.category, overrides),
-        dual_delta=dual_delta_settings(spec.category, spec.dual_delta),
+        dual_delta=dual_delta,
         element_tolerance=tolerance,
         bit_exact=bit_exact,
         floor_max=floor_max,

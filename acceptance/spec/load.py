@@ -10,7 +10,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from acceptance.spec.checks import dtype_problems, input_case_problems, memory_problems, waiver_problems
 from acceptance.spec.messages import field_path, sentence
-from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, SpecProblem, Waiver
+from acceptance.spec.overrides import override_problems
+from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
 from acceptance.spec.schema import SpecModel
 from acceptance.spec.yamlio import read_yaml
 
@@ -62,6 +63,9 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         atomic_runs=model.atomic_runs,
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
         waivers=[Waiver(w.match, w.reason) for w in model.waivers],
+        overrides=[Override(o.match, o.thresholds.model_dump(exclude_none=True) if o.thresholds else {},
+                            o.dual_delta.model_dump(exclude_none=True) if o.dual_delta else {}, k)
+                   for k, o in enumerate(model.overrides)],
     )
 
 
@@ -116,7 +120,7 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
-        found = waiver_problems(spec) + memory_problems(spec)
+        found = waiver_problems(spec) + memory_problems(spec) + override_problems(spec)
         if not found:
             return spec, []
     return None, [SpecProblem(str(path), f, m) for f, m in found]

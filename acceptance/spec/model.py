@@ -134,6 +134,18 @@ class Waiver:
 
 
 @dataclass(frozen=True)
+class Override:
+    """Thresholds and dual-delta settings for the case ids matching ``match`` (a glob, as waivers and --only),
+    applied over the per-dtype ones; later overrides win. ``thresholds`` maps a metric to a number or an
+    expression of case symbols (text); ``dual_delta`` holds only the keys written; ``index`` is its position."""
+
+    match: str
+    thresholds: dict[str, Any]
+    dual_delta: dict[str, Any]
+    index: int
+
+
+@dataclass(frozen=True)
 class OperatorSpec:
     """A validated spec file. ``impl``/``baseline`` are ``module:attr`` references
     (resolve with :func:`resolve_callable`); ``oracle`` is a reference, a mapping
@@ -163,6 +175,7 @@ class OperatorSpec:
     atomic_runs: int
     dual_delta: Optional[dict]
     waivers: list[Waiver] = field(default_factory=list)
+    overrides: list[Override] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from acceptance.dtypes import INPUT_DTYPES, TEST_DTYPES
 from acceptance.errors import SpecError
 from acceptance.metrics import registry
 from acceptance.spec.callables import resolve_callable
-from acceptance.spec.expr import Bound, Dim, parse_expr
+from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
 from acceptance.spec.messages import describe, fail, is_number, one_of
 from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform
 
@@ -112,6 +112,21 @@ def _finite(v: float) -> float:
     if not math.isfinite(v):
         raise fail(f"a threshold must be a finite number, got {v!r}")
     return v
+
+
+def _threshold_value(v: Any) -> Union[float, str]:
+    """A threshold: a number >= 0, or an expression of case symbols (kept as its text, checked per case)."""
+    if isinstance(v, str):
+        try:
+            parsed = parse_real(v)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        if isinstance(parsed, float):  # no coercion: a number is written as a number
+            raise fail(f"expected a number, got {describe(v)} (a string is an expression of case symbols)")
+        return v.strip()
+    if not is_number(v):
+        raise fail(f"expected a number >= 0 or an expression of case symbols, got {describe(v)}")
+    return _non_negative(float(v))
 
 
 def _json_like(v: Any, where: str = "") -> Any:
@@ -231,7 +246,7 @@ def _threshold_type(metric: str) -> Any:
         return Optional[bool]
     if kind == "score":
         return Optional[FiniteFloat]
-    return Optional[NonNegFloat]
+    return Optional[Annotated[Any, BeforeValidator(_threshold_value)]]
 
 
 _ThresholdSet = create_model(
@@ -309,6 +324,20 @@ class _WaiverModel(_Model):
     reason: Annotated[str, Field(min_length=1)]
 
 
+class _OverrideModel(_Model):
+    """Thresholds and dual-delta settings for the case ids matching a glob."""
+
+    match: Annotated[str, Field(min_length=1)]
+    thresholds: Optional[_ThresholdSet] = None
+    dual_delta: Optional[_DualDeltaModel] = None
+
+    @model_validator(mode="after")
+    def _something(self) -> "_OverrideModel":
+        if self.thresholds is None and self.dual_delta is None:
+            raise fail("an override needs thresholds, dual_delta or both")
+        return self
+
+
 class SpecModel(_Model):
     """A whole spec file."""
 
@@ -333,3 +362,4 @@ class SpecModel(_Model):
     atomic_runs: Annotated[int, Field(ge=2)] = 2
     dual_delta: Optional[_DualDeltaModel] = None
     waivers: list[_WaiverModel] = []
+    overrides: list[_OverrideModel] = []
