@@ -84,9 +84,11 @@ def main() -> None:
 @click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
 @click.option("--no-isolation", is_flag=True,
               help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
+@click.option("--compare-to", type=click.Path(path_type=Path), metavar="BASE",
+              help="Compare with a base run (results.json or folder): a regression fails the gate.")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
-        no_isolation: bool) -> None:
+        no_isolation: bool, compare_to: Optional[Path]) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -99,6 +101,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         dev = resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    base_run = _compare_base(compare_to)
     folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
     try:
         specs = _load(paths)
@@ -141,6 +144,8 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     res = Results(environment=env, summary=verdict.summarize(case_results, interrupted=stopped),
                   cases=case_results, interrupted=stopped is not None,
                   not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [])
+    if base_run is not None:
+        res = _with_comparison(res, base_run, str(compare_to))
     try:
         written = write_reports(res, out_dir)
     except OSError as exc:
@@ -347,3 +352,28 @@ def _jsonable(value):
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     return json_float(value)
+
+
+def _compare_base(path: Optional[Path]):
+    """The base run of ``--compare-to``, loaded before anything runs (a bad path is a usage error at once)."""
+    if path is None:
+        return None
+    from acceptance.cli_tune import load_run
+
+    return load_run(path)
+
+
+def _with_comparison(res: Results, base: Results, label: str) -> Results:
+    """The run with its comparison to ``base`` recorded and put into the gate."""
+    from acceptance import compare, verdict
+
+    cmp = compare.compare_results(base, res, base_label=label)
+    for line in cmp.regressions[:10]:
+        click.secho(f"regression against {label}: {safe(line)}", fg="red", err=True)
+    return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})
+
+
+from acceptance.cli_tune import compare_cmd, tune_cmd  # noqa: E402  (commands registered on the group)
+
+main.add_command(tune_cmd)
+main.add_command(compare_cmd)

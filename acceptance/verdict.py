@@ -40,7 +40,8 @@ import numpy as np
 
 from acceptance.metrics import diff4_value
 from acceptance.errors import EXIT_FAIL, EXIT_OK
-from acceptance.records import VERDICT_ORDER, Bias, CaseResult, Criterion, Diff4Counts, DualDeltaRecord, Summary
+from acceptance.records import (VERDICT_ORDER, Bias, CaseResult, Comparison, Criterion, Diff4Counts, DualDeltaRecord,
+                                Summary)
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
 from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
 
@@ -277,3 +278,11 @@ def summarize(cases: list[CaseResult], *, interrupted: Optional[int] = None) -> 
         verdict=verdict,
         exit_code=interrupted if interrupted else EXIT_FAIL if bad else EXIT_OK,
     )
+
+
+def gate_comparison(summary: Summary, comparison: Comparison) -> Summary:
+    """The run's outcome with a comparison in the gate: a regression against the base run (a worse verdict, or
+    an error grown past the allowed factor) fails a run that would otherwise pass (exit code 1)."""
+    if comparison.passed or summary.verdict != "pass":
+        return summary
+    return summary.model_copy(update={"verdict": "fail", "exit_code": EXIT_FAIL})

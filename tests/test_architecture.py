@@ -22,10 +22,10 @@ STAGES: list[tuple[str, ...]] = [
     ("engine", "diagnose", "peers"),                      # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
-    ("results",),                                         # results.json
-    ("runner", "dualdelta"),                              # orchestration: spec runs, the library call
+    ("results", "compare", "tune"),                       # results.json; comparing runs, proposing thresholds
+    ("runner", "dualdelta", "tuning", "tunewrite"),       # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
-    ("cli", "__main__", "docgen", "__init__"),            # the edges
+    ("cli", "cli_tune", "__main__", "docgen", "__init__"),  # the edges
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 

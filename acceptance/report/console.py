@@ -43,6 +43,12 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
             colour = "red" if counts["fail"] or counts["error"] else None
             lines.append((f"{op:<{name_w}}  {categories[op]:<12} {counts['pass']:>5} {counts['fail']:>5} "
                           f"{counts['error']:>5} {counts['skip']:>5}", colour))
+    cmp = results.comparison
+    if cmp is not None:
+        lines.append(("", None))
+        lines.append((f"compared with {safe(cmp.base)}: {len(cmp.regressions)} regression(s), "
+                      f"{len(cmp.waivers_passing)} waiver(s) that can go", "red" if cmp.regressions else None))
+        lines += [(f"      {safe(r)}", None) for r in cmp.regressions[:MAX_REASONS]]
     s = results.summary
     lines.append(("", None))
     lines.append((f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "

@@ -267,6 +267,27 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
     }
 
 
+def _comparison_view(results: Results) -> Optional[dict[str, Any]]:
+    """The comparison with the base run, for its section: regressions, then every case that moved or grew."""
+    cmp = results.comparison
+    if cmp is None:
+        return None
+    from acceptance.compare import worse_first
+
+    rows = []
+    for c in worse_first(cmp):
+        if c.change == "same" and not c.grew and (c.worst_ratio or 0) <= 1:
+            continue
+        worst = max(c.ratios, key=lambda r: r.ratio) if c.ratios else None
+        rows.append({"id": c.id, "base": c.base_verdict, "new": c.new_verdict, "change": c.change, "grew": c.grew,
+                     "metric": worst.metric if worst else None, "ratio": f"{fmt(worst.ratio)}x" if worst else None,
+                     "normalized": f"{fmt(worst.normalized)}x" if worst and worst.normalized is not None else None,
+                     "values": f"{fmt(worst.base)} → {fmt(worst.new)}" if worst else None})
+    return {"base": cmp.base, "passed": cmp.passed, "max_ratio": fmt(cmp.max_ratio), "regressions": cmp.regressions,
+            "waivers": cmp.waivers_passing, "rows": rows[:500], "more": max(0, len(rows) - 500),
+            "metrics": ", ".join(cmp.metrics)}
+
+
 def render_html(results: Results, *, results_sha256: Optional[str] = None) -> str:
     """The self-contained HTML report of a run."""
     css, js = asset("report.css"), asset("report.js")
@@ -283,5 +304,6 @@ def render_html(results: Results, *, results_sha256: Optional[str] = None) -> st
         cases=views,
         max_plotted=MAX_PLOTTED_CASES,
         unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
+        comparison=_comparison_view(results),
     )
     return page
