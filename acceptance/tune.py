@@ -245,7 +245,7 @@ class Proposal:
         """The proposed threshold for a case."""
         if isinstance(self.proposed, float):
             return self.proposed
-        return max(self.floor, step_up(self.margin * self.fit.coefficient) * self.fit.g(symbols))
+        return max(step_up(self.floor), step_up(self.margin * self.fit.coefficient) * self.fit.g(symbols))
 
     @property
     def current_text(self) -> str:
@@ -255,11 +255,11 @@ class Proposal:
 
 def expression(fit: Fit, coefficient: float, floor: float, lowest: float) -> str:
     """The proposal of a scaled fit as a threshold expression, e.g. ``5e-05 * sqrt(K)``; wrapped in
-    ``max(floor, ...)`` only when the floor is above the envelope at the smallest symbol value ``lowest``."""
+    ``max(step_up(floor), ...)`` only when the floor is above the envelope at the smallest symbol value ``lowest``."""
     shape = f"sqrt({fit.symbol})" if fit.model == "sqrt" else fit.symbol
     text = f"{number_text(coefficient)} * {shape}"
     g_low = math.sqrt(lowest) if fit.model == "sqrt" else lowest
-    return f"max({number_text(floor)}, {text})" if floor > coefficient * g_low else text
+    return f"max({number_text(step_up(floor))}, {text})" if floor > coefficient * g_low else text
 
 
 def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = LOOSE) -> Proposal:
