@@ -26,7 +26,7 @@ def check_jsonschema(*paths: Path) -> subprocess.CompletedProcess:
 
 
 def test_workflows_validate_against_the_github_schema():
-    done = check_jsonschema(WORKFLOWS / "accuracy.yml", WORKFLOWS / "ci.yml")
+    done = check_jsonschema(WORKFLOWS / "accuracy.yml", WORKFLOWS / "ci.yml", WORKFLOWS / "accuracy-regression.yml")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
