@@ -365,9 +365,9 @@ def _compare_base(path: Optional[Path]):
 
 def _with_comparison(res: Results, base: Results, label: str) -> Results:
     """The run with its comparison to ``base`` recorded and put into the gate."""
-    from acceptance import compare, verdict
+    from acceptance import regression, verdict
 
-    cmp = compare.compare_results(base, res, base_label=label)
+    cmp = regression.compare_results(base, res, base_label=label)
     for line in cmp.regressions[:10]:
         click.secho(f"regression against {label}: {safe(line)}", fg="red", err=True)
     return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})

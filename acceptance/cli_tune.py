@@ -53,7 +53,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
     """Propose thresholds from the errors seen over many seeds (or earlier results)."""
     from acceptance import tunewrite
     from acceptance.cli import _load
-    from acceptance.tune import TuneResult, observations, proposals
+    from acceptance.proposal import TuneResult, observations, proposals
     from acceptance.tuning import run_seeds
 
     if write and from_:
@@ -102,7 +102,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
 def compare_cmd(base: Path, new: Path, max_ratio: float, markdown_path: Optional[Path]) -> None:
     """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, waivers that can
     go. Exit 1 on a regression."""
-    from acceptance import compare as compare_mod
+    from acceptance import regression as compare_mod
 
     if not max_ratio > 1:
         raise UsageError(f"--max-ratio: must be > 1, got {max_ratio:g}")

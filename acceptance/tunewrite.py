@@ -4,7 +4,7 @@ The file is read and written with ruamel.yaml's round-trip mode: comments, key
 order, quoting, flow and block styles and the layout survive, and only the
 keys ``thresholds.<dtype>.<metric>`` that change are touched (a missing
 ``thresholds`` section or dtype entry is added at the end of its mapping).
-A number is written as :func:`acceptance.tune.number_text` writes it (``0.02``, ``5e-5``); an expression
+A number is written as :func:`acceptance.proposal.number_text` writes it (``0.02``, ``5e-5``); an expression
 as a plain string. Writing is atomic (a temporary file in the same folder,
 then ``os.replace``), and a file whose bytes changed since they were read is
 not overwritten.
@@ -25,7 +25,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 from acceptance.errors import OutputError
-from acceptance.tune import Proposal, number_text
+from acceptance.proposal import Proposal, number_text
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Edit:
 
 
 class _Number(float):
-    """A float written as a plain YAML 1.2 float in :func:`~acceptance.tune.number_text`'s form (``5e-5``)."""
+    """A float written as a plain YAML 1.2 float in :func:`~acceptance.proposal.number_text`'s form (``5e-5``)."""
 
 
 def _yaml() -> YAML:

@@ -8,7 +8,7 @@ Example::
     res.passed, res.problems           # the --check findings
     acceptance.tune(results=["reports/a/results.json", "reports/b/results.json"])   # from earlier runs
 
-The proposal rule is :mod:`acceptance.tune`'s; writing the proposals into the
+The proposal rule is :mod:`acceptance.proposal`'s; writing the proposals into the
 spec files is :mod:`acceptance.tunewrite`'s.
 """
 
@@ -22,9 +22,9 @@ from acceptance import results as results_mod
 from acceptance import runner, spec
 from acceptance.device import resolve_device
 from acceptance.errors import SpecError, UsageError
-from acceptance.compare import compare_results
+from acceptance.regression import compare_results
 from acceptance.records import CaseResult, Comparison, Results
-from acceptance.tune import LOOSE, MARGIN, TuneResult, observations, proposals
+from acceptance.proposal import LOOSE, MARGIN, TuneResult, observations, proposals
 
 
 def run_seeds(specs: Sequence[spec.OperatorSpec], seeds: Sequence[int], *, only: Optional[str] = None,
@@ -56,7 +56,7 @@ def tune(paths: Optional[Iterable[Path]] = None, *, results: Optional[Iterable[P
          only: Optional[str] = None, dtypes: Optional[list[str]] = None, device: str = "cpu",
          trials: Optional[int] = None, margin: float = MARGIN, loose: float = LOOSE, isolate: bool = False,
          on_seed: Optional[Callable[[int, int], None]] = None) -> TuneResult:
-    """Proposed thresholds per operator x dtype x criterion (see :mod:`acceptance.tune` for the rule).
+    """Proposed thresholds per operator x dtype x criterion (see :mod:`acceptance.proposal` for the rule).
 
     Either runs the specs under ``paths`` with ``seeds`` seeds (the spec's seed + 0, 1, ...; ``isolate``: in
     worker processes) or reads ``results`` (results.json files, e.g. one per seed). ``only``/``dtypes`` filter
@@ -79,7 +79,7 @@ def tune(paths: Optional[Iterable[Path]] = None, *, results: Optional[Iterable[P
 
 def compare(base, new, *, max_ratio: float = 2.0) -> Comparison:
     """NEW compared with BASE (:class:`~acceptance.records.Results`, or paths of results.json files or folders):
-    verdict changes, error ratios NEW/BASE, waivers that can go (see :mod:`acceptance.compare`). Example::
+    verdict changes, error ratios NEW/BASE, waivers that can go (see :mod:`acceptance.regression`). Example::
 
         cmp = acceptance.compare("reports/main/results.json", "reports/latest")
         cmp.passed, cmp.regressions, [c.worst_ratio for c in cmp.cases]

@@ -22,7 +22,7 @@ STAGES: list[tuple[str, ...]] = [
     ("engine", "diagnose", "peers"),                      # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
-    ("results", "compare", "tune"),                       # results.json; comparing runs, proposing thresholds
+    ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
     ("runner", "dualdelta", "tuning", "tunewrite"),       # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
     ("cli", "cli_tune", "__main__", "docgen", "__init__"),  # the edges

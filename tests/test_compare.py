@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance import compare as compare_mod
+from acceptance import regression as compare_mod
 from acceptance import runner, spec, verdict
 from acceptance.cli import main
 from acceptance.device import resolve_device
@@ -164,5 +164,12 @@ def test_cli_compare_and_run_compare_to_gate_and_report(specs, tmp_path):
                             "--markdown", str(tmp_path / "cmp.md")])
     assert out.exit_code == 1
     assert "exp_perturbed[float32-N=4096]" in (tmp_path / "cmp.md").read_text(encoding="utf-8")
+    import acceptance
+
+    lib = acceptance.compare(tmp_path / "base", tmp_path / "new")
+    assert not lib.passed and lib.regressions == json.loads(
+        (tmp_path / "new" / "results.json").read_text(encoding="utf-8"))["comparison"]["regressions"]
+    tuned = acceptance.tune(results=[tmp_path / "base" / "results.json"])
+    assert {(p.operator, p.metric) for p in tuned.proposals} == {("exp_perturbed", "diff1"), ("exp_perturbed", "diff2")}
     same = cli.invoke(main, ["compare", str(tmp_path / "base"), str(tmp_path / "base"), "--max-ratio", "1"])
     assert same.exit_code == 2 and "--max-ratio: must be > 1" in same.output

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance import spec, tune as tune_mod, tunewrite
+from acceptance import proposal as tune_mod, spec, tunewrite
 from acceptance.cli import main
 from acceptance.errors import OutputError
 from acceptance.spec.expr import parse_real
-from acceptance.tune import Observation, fit_scaling, propose, step_up
+from acceptance.proposal import Observation, fit_scaling, propose, step_up
 
 ROOT = Path(__file__).resolve().parents[1]
 

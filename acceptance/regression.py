@@ -16,7 +16,7 @@ output, all three hold:
 
 * ``ratio = max(e_new, f) / max(e_base, f) > max_ratio``, where e is the
   impl's error against the oracle rounded to the dtype and f the dtype's
-  rounding floor of m (:func:`acceptance.tune.rounding_floor`: u for relative
+  rounding floor of m (:func:`acceptance.proposal.rounding_floor`: u for relative
   metrics), so two runs at or below rounding never differ;
 * ``normalized = (e_new / max(b_new, f)) / (e_base / max(b_base, f)) > max_ratio``,
   where b is the baseline's error against the same oracle on the same inputs
@@ -36,7 +36,7 @@ import math
 from typing import Optional
 
 from acceptance.records import VERDICT_ORDER, CaseComparison, CaseResult, Comparison, MetricRatio, Results
-from acceptance.tune import rounding_floor
+from acceptance.proposal import rounding_floor
 from acceptance.wording import fmt
 
 #: Default factor an error may grow by before a case is flagged.
