@@ -30,22 +30,24 @@ here let a baseline do the same:
 Exactness. Inputs are float16, bfloat16 or float32, so each product is exact
 in float64 (at most 48 significant bits, exponents far inside float64's
 range). A sum of float64 values may need more than 53 bits, so group sums are
-never formed by plain float64 addition. :func:`round_sum` works in three
-steps: (1) a TwoSum cascade; where every error term is 0 the float64 sum is
-exact and is rounded directly; (2) two terms: TwoSum gives the exact sum as
-``hi + lo``; it is rounded to 53 bits *toward odd* (``hi`` where ``lo == 0``
-or ``hi`` is odd, else the neighbour of ``hi`` toward ``lo``), and rounding
-that once more to a format of ``p <= 51`` bits gives the correct rounding of
-the exact sum, for nearest-even and toward zero alike (Boldo & Melquiond,
-"Emulation of FMA and correctly rounded sums: proved algorithms using
-rounding to odd", IEEE TC 2008); (3) otherwise Shewchuk's Grow-Expansion
-(TwoSum chains, "Adaptive precision floating-point arithmetic", 1997) turns the
-terms into a nonoverlapping expansion with the same exact sum, whose sign is
-that of its largest component; a candidate result from the float64 sum is
-then checked against the neighbouring rounding boundaries (midpoints for
-nearest-even, grid points for truncation) by exact sign tests on the
-expansion, and moved until none is crossed. No step assumes a rounding error
-away.
+never formed by plain float64 addition. (1) Two terms: TwoSum gives the exact
+sum as ``hi + lo``; it is rounded to 53 bits *toward odd* (``hi`` where
+``lo == 0`` or ``hi`` is odd, else the neighbour of ``hi`` toward ``lo``), and
+rounding that once more to a format of ``p <= 51`` bits gives the correct
+rounding of the exact sum, for nearest-even and toward zero alike (Boldo &
+Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms
+using rounding to odd", IEEE TC 2008). (2) More terms: Rump, Ogita and Oishi's
+ExtractVector ("Accurate floating-point summation part I", 2008) splits them,
+in a few vectorised passes whatever their number, into float64 levels whose
+sum is the exact sum (one level, i.e. an exact float64 sum, for float16
+products spanning a few decades). One level is rounded directly, two go
+through (1); more are turned by Shewchuk's Grow-Expansion (TwoSum chains,
+"Adaptive precision floating-point arithmetic", 1997) into a nonoverlapping
+expansion, whose sign is that of its largest component, and a candidate
+result from the float64 sum is checked against the neighbouring rounding
+boundaries (midpoints for nearest-even, grid points for truncation) by exact
+sign tests on the expansion, and moved until none is crossed. No step assumes
+a rounding error away.
 
 Formats. Rounding is to the target's grid with gradual underflow
 (subnormals kept; flush them with :func:`flush_to_zero` where the device does).
@@ -55,13 +57,16 @@ infinite or NaN product makes that group's sum the float64 sum of its
 products (``inf``, or NaN for ``inf - inf`` and ``0 * inf``), and an infinite
 accumulator stays infinite (or becomes NaN) by float64 addition.
 
-Cost. Time is O(B·M·N·K) element operations for groups whose float64 sum is
-exact (float16 products nearly always are) and O(B·M·N·K·chunk) where
-step (3) runs (typical for float32 inputs with ``chunk >= 3``); the running
-accumulation is K/chunk sequential steps over B·M·N elements. Work is tiled
-so that no tensor of products exceeds :data:`TILE_ELEMENTS` elements: memory is
-the float64 copies of the inputs and the B·M·N accumulator plus O(chunk ·
-TILE_ELEMENTS) scratch. ``benchmarks/emulate.py`` measures it.
+Cost. The work is O(B·M·N·K) element operations: about ten per product and
+extraction pass, a pass covering ``52 - log2(chunk + 2)`` bits of a group's
+range (one pass for data within a few decades, two or three for float32
+inputs spread over many). The running accumulation is K/chunk
+sequential steps over B·M·N elements, about 25 tensor operations each (4 for
+float32 with round-to-nearest, which uses the CPU's float32 addition).
+Work is tiled so that no tensor of products exceeds :data:`TILE_ELEMENTS`
+elements: memory is the float64 copies of the inputs and the B·M·N
+accumulator plus O(chunk · TILE_ELEMENTS) scratch. ``benchmarks/emulate.py``
+measures it.
 """
 
 from __future__ import annotations
@@ -89,13 +94,16 @@ __all__ = [
 
 DtypeLike = Union[str, torch.dtype]
 
-#: Largest number of elements in one tensor of products (float64: 8 MiB).
-TILE_ELEMENTS = 1 << 20
+#: Largest number of elements in one tensor of products (float64: 2 MiB).
+TILE_ELEMENTS = 1 << 18
 
 _ROUNDINGS = ("nearest", "truncate")
 _TF32_ROUNDINGS = ("nearest_away", "nearest_even", "truncate")
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _MAX_STEPS = 64  # candidate moves in step (3); more means the float64 estimate was absurd
+_MAX_PASSES = 200  # extraction passes; each removes at least 30 bits of the terms' range
+_CASCADE_TERMS = 8  # up to this many terms, try the plain float64 sum (checked exact by TwoSum) first
+_ROUND_SUM_LIMIT = 2.0**960  # largest finite term round_sum takes (float32 products stay below 2**256)
 
 
 @dataclass(frozen=True)
@@ -347,33 +355,47 @@ class _Rounder:
             return (a.to(torch.float32) + b.to(torch.float32)).to(torch.float64)
         return self.pair(a, b)
 
-    def terms(self, terms: list[torch.Tensor]) -> torch.Tensor:
-        """The exact sum of float64 ``terms`` (same shape) rounded once. Where a TwoSum
-        cascade shows the float64 sum exact, that sum is rounded; the rest go through
-        :func:`_round_exact` (or the float64 sum where a term is inf or NaN)."""
-        if len(terms) == 1:
-            return self.value(terms[0])
-        if len(terms) == 2:
-            return self.pair(terms[0], terms[1])
-        s, exact = terms[0], None
-        for term in terms[1:]:
+    def sum(self, stack: torch.Tensor) -> torch.Tensor:
+        """The exact sum along dim 0 of float64 ``stack`` rounded once (the float64 sum of the
+        terms where one is inf or NaN). One term is rounded; two go through :meth:`pair`. Up to
+        :data:`_CASCADE_TERMS` terms are first added by a TwoSum cascade: where every error is 0
+        that float64 sum is exact and is rounded; the other sums, and all sums of more terms,
+        go through :meth:`exact`."""
+        if stack.shape[0] == 1:
+            return self.value(stack[0])
+        if stack.shape[0] == 2:
+            return self.pair(stack[0], stack[1])
+        if stack.shape[0] > _CASCADE_TERMS:
+            return self.exact(stack)
+        s, inexact = stack[0], None
+        for term in stack[1:]:
             s, err = _two_sum(s, term)
-            exact = err == 0 if exact is None else exact & (err == 0)
+            inexact = err != 0 if inexact is None else inexact | (err != 0)  # NaN where s is inf or NaN
         out = self.value(s)
-        rest = ~exact
-        if bool(rest.any()):
-            sub = [term[rest] for term in terms]
-            finite = torch.isfinite(sub[0])
-            for term in sub[1:]:
-                finite &= torch.isfinite(term)
-            plain = sub[0]
-            for term in sub[1:]:
-                plain = plain + term
-            zero = torch.zeros((), dtype=torch.float64)
-            exact_sum = _round_exact([torch.where(finite, term, zero) for term in sub], self.fmt, self.rounding)
+        if bool(inexact.any()):
             out = out.clone()
-            out[rest] = torch.where(finite, exact_sum, plain)
+            out[inexact] = self.exact(stack[:, inexact])
         return out
+
+    def exact(self, stack: torch.Tensor) -> torch.Tensor:
+        """:meth:`sum` without shortcuts: :func:`_extract` splits the terms into float64 levels
+        with the same exact sum; one level is rounded, two go through :meth:`pair`, more through
+        :func:`_round_exact`. An exact zero is +0, or -0 when every term is -0 (as float addition)."""
+        plain = stack.sum(dim=0)
+        finite = torch.isfinite(plain)  # false exactly where a term is inf or NaN (finite sums cannot overflow)
+        all_finite = bool(finite.all())
+        levels = _extract(stack if all_finite else torch.where(finite, stack, 0.0))
+        if len(levels) == 1:
+            out = self.value(levels[0])
+        elif len(levels) == 2:
+            out = self.pair(levels[0], levels[1])
+        else:
+            out = _round_exact(levels, self.fmt, self.rounding)
+        zero = out == 0
+        if bool(zero.any()):
+            negative_zeros = ((stack == 0) & torch.signbit(stack)).all(dim=0)
+            out = torch.where(zero & negative_zeros, -0.0, out)
+        return out if all_finite else torch.where(finite, out, plain)
 
 
 def round_float64(x: torch.Tensor, dtype: DtypeLike, rounding: str = "nearest") -> torch.Tensor:
@@ -429,6 +451,36 @@ def _is_even(t: torch.Tensor, fmt: Format) -> torch.Tensor:
     return torch.fmod(t / _spacing(t, fmt), 2.0) == 0
 
 
+def _extract(terms: torch.Tensor) -> list[torch.Tensor]:
+    """Float64 levels ``[t_1, t_2, ...]`` (each of shape ``terms.shape[1:]``) whose exact sum is
+    the exact sum of ``terms`` along dim 0: Rump, Ogita and Oishi's ExtractVector ("Accurate
+    floating-point summation part I", SIAM J. Sci. Comput. 2008), repeated until nothing is left.
+
+    With ``n`` terms, ``2**M >= n + 2`` and ``σ = 2**(M + ceil(log2 max|p_i|))``
+    per element, ``q_i = (σ + p_i) - σ`` and ``p_i - q_i`` are exact, and the
+    ``q_i`` lie on one grid with ``sum |q_i| <= σ < 2**53`` grid steps, so their
+    float64 sum, in any order, is exact; the remainders are below ``2**-52 σ``.
+    Each pass costs a few tensor operations whatever ``n``; the number of passes
+    is about the terms' range in bits divided by ``53 - M``. Needs finite terms
+    of magnitude below ``2**(1022 - M)`` (true for sums of products of float16,
+    bfloat16 and float32 values).
+    """
+    m = math.ceil(math.log2(terms.shape[0] + 2))
+    levels, p = [], terms
+    for _ in range(_MAX_PASSES):
+        low, high = torch.aminmax(p, dim=0)
+        mu = torch.maximum(high, -low)
+        if not bool((mu > 0).any()):
+            return levels or [torch.zeros_like(terms[0])]
+        bits = mu.view(torch.int64)
+        ceil_log2 = ((bits >> 52) & _EXP_FIELD) - 1023 + ((bits & _MANT_FIELD) != 0).to(torch.int64)
+        sigma = torch.where(mu > 0, ((ceil_log2 + m + 1023) << 52).view(torch.float64), 1.0)
+        q = (sigma + p) - sigma
+        p = p - q
+        levels.append(q.sum(dim=0))
+    raise RuntimeError("round_sum: the exact summation did not finish; are the terms far outside float32's range?")
+
+
 def _round_exact(terms: list[torch.Tensor], fmt: Format, rounding: str) -> torch.Tensor:
     """The exact sum of finite float64 ``terms`` rounded once to ``fmt``, by exact sign tests.
 
@@ -476,6 +528,7 @@ def round_sum(terms: Sequence[torch.Tensor], dtype: DtypeLike, rounding: str = "
     (``rounding="nearest"``) or its truncation toward zero (``"truncate"``),
     with gradual underflow and overflow to ``±inf``/``±max``. An exact zero sum
     is ``+0``. Where a term is inf or NaN the result is the float64 sum.
+    Finite terms must lie within ``2**960`` in magnitude (ValueError otherwise).
     """
     fmt = _format_of(dtype, "round_sum: dtype")
     _check_choice(rounding, _ROUNDINGS, "round_sum: rounding")
@@ -485,8 +538,12 @@ def round_sum(terms: Sequence[torch.Tensor], dtype: DtypeLike, rounding: str = "
     for i, term in enumerate(terms):
         if not isinstance(term, torch.Tensor) or term.dtype != torch.float64:
             raise ValueError(f"round_sum: terms[{i}] must be a float64 tensor, got {_describe(term)}")
-    terms = [term.contiguous() for term in torch.broadcast_tensors(*terms)]
-    return _Rounder(fmt, rounding).terms(terms)
+    terms = torch.broadcast_tensors(*terms)
+    for i, term in enumerate(terms):
+        mag = term.abs()
+        if bool(((mag > _ROUND_SUM_LIMIT) & (mag != math.inf)).any()):
+            raise ValueError(f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude; the exact summation needs headroom below float64's range")
+    return _Rounder(fmt, rounding).sum(torch.stack(terms))
 
 
 # --------------------------------------------------------------------------- contractions
@@ -565,13 +622,13 @@ def _contract_part(a: torch.Tensor, b: torch.Tensor, s: _Scheme, r: _Rounder) ->
             per_group = a_blk.shape[0] * a_blk.shape[1] * n
             tile = 1 if s.fused else max(1, (TILE_ELEMENTS // c) // max(1, per_group))
             for g0 in range(0, groups, tile):
-                a_t = a_blk[:, :, g0 : g0 + tile].permute(0, 2, 1, 3)  # (bb, T, mb, c)
-                b_t = b_blk[:, g0 : g0 + tile]  # (bb, T, c, n)
-                products = [a_t[..., j, None] * b_t[:, :, j, None, :] for j in range(c)]  # (bb, T, mb, n)
+                a_t = a_blk[:, :, g0 : g0 + tile].permute(3, 0, 2, 1)  # (c, bb, T, mb)
+                b_t = b_blk[:, g0 : g0 + tile].permute(2, 0, 1, 3)  # (c, bb, T, n)
+                products = a_t[..., None] * b_t[:, :, :, None, :]  # (c, bb, T, mb, n)
                 if s.fused:
-                    acc_blk = r.terms([acc_blk] + [p[:, 0] for p in products])
+                    acc_blk = r.sum(torch.cat([acc_blk[None], products[:, :, 0]]))
                     continue
-                sums = r.terms(products)
+                sums = r.sum(products)  # (bb, T, mb, n)
                 for t in range(sums.shape[1]):
                     acc_blk = r.add(acc_blk, sums[:, t])
             acc[b0 : b0 + bb, m0 : m0 + mb] = acc_blk

@@ -215,6 +215,9 @@ TIE_CASES = [  # (terms, format, rounding, value worked out by hand)
     ([2.0, -(2.0**-24)], "float32", "nearest", 2.0),  # exactly that midpoint: 2 is even
     ([2.0, -(2.0**-100)], "float32", "truncate", 2 - 2.0**-23),  # truncation crosses the binade edge
     ([2.0**100, 1.0, -(2.0**100)], "float32", "nearest", 1.0),  # total cancellation of the large terms
+    # 2.25 + 2**-23 is a float32 midpoint; the 2**-52 above it needs a 54th bit in any float64 sum of the four
+    ([0.75, 0.75, 0.75 + 2.0**-23, 2.0**-52], "float32", "nearest", 2.25 + 2.0**-22),
+    ([0.75, 0.75, 0.75 + 2.0**-23, -(2.0**-52)], "float32", "nearest", 2.25),
     ([2.0**100, 2.0**-100, -(2.0**100)], "float32", "nearest", 2.0**-100),
     ([65504.0, 16.0], "float16", "nearest", math.inf),  # 65520 ties to 65536: overflow
     ([65504.0, 16.0, -(2.0**-60)], "float16", "nearest", 65504.0),
@@ -244,11 +247,33 @@ def test_round_sum_ties_binade_edges_overflow_and_subnormals(terms, name, roundi
 
 
 def test_round_sum_non_finite_terms_give_the_float_sum():
-    rows = [[math.inf, 1.0, 2.0], [math.inf, -math.inf, 1.0], [math.nan, 1.0, 1.0], [1.0, -math.inf, 0.0], [math.inf, 1e300, 0.0]]
+    rows = [[math.inf, 1.0, 2.0], [math.inf, -math.inf, 1.0], [math.nan, 1.0, 1.0], [1.0, -math.inf, 0.0], [math.inf, 1e30, 0.0]]
     columns = [torch.tensor([row[i] for row in rows], dtype=torch.float64) for i in range(3)]
     for rounding in ROUNDINGS:
         assert same(E.round_sum(columns, "float32", rounding), [math.inf, math.nan, math.nan, -math.inf, math.inf])
         assert same(E.round_sum(columns[:2], "float16", rounding), [math.inf, math.nan, math.nan, -math.inf, math.inf])
+
+
+@pytest.mark.parametrize("n_terms", [40, 300])
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_round_sum_of_many_terms_over_a_wide_range(n_terms, rounding):
+    """Many terms (the extraction path): 48-bit significands over 200 binades, float32 subnormals
+    and overflow within reach, planted cancellations and ties."""
+    rng = np.random.default_rng(n_terms)
+    terms = wide_terms(rng, n_terms, 40, -220, 80)
+    terms[1][:8] = -terms[0][:8]  # the two largest terms of some sums cancel exactly
+    terms[2][8:12] = 2.0**-24 - terms[0][8:12] - terms[1][8:12]  # 1 + 2**-24 plus tiny rest: near a tie
+    got = E.round_sum(terms, "float32", rounding)
+    want = [ref_sum([float(t[i]) for t in terms], "float32", rounding) for i in range(40)]
+    assert same(got, want)
+
+
+def test_round_sum_of_zeros_keeps_the_sign_as_float_addition_does():
+    for n_terms in (3, 12):  # through the float64 shortcut, and through the extraction
+        negative = [torch.tensor([-0.0, -0.0], dtype=torch.float64)] * n_terms
+        mixed = negative[:-1] + [torch.tensor([0.0, 1.0], dtype=torch.float64)]
+        assert same(E.round_sum(negative, "float16"), [-0.0, -0.0])
+        assert same(E.round_sum(mixed, "float16", "truncate"), [0.0, 1.0])
 
 
 def test_round_sum_rejects_bad_terms():
@@ -256,6 +281,8 @@ def test_round_sum_rejects_bad_terms():
         E.round_sum([torch.zeros(2, dtype=torch.float64), torch.zeros(2)], "float32")
     with pytest.raises(ValueError, match="at least one"):
         E.round_sum([], "float32")
+    with pytest.raises(ValueError, match=r"terms\[0\] has a finite value beyond 2\*\*960"):
+        E.round_sum([torch.tensor([1e300], dtype=torch.float64)], "float32")
 
 
 def test_native_float32_rounding_equals_the_emulation():
@@ -349,6 +376,18 @@ def test_chunk1_nearest_float32_equals_a_numpy_float32_loop():
     got = E.matmul(torch.from_numpy(a), torch.from_numpy(b), acc_dtype="float32")
     assert got.dtype == torch.float32
     assert np.array_equal(got.numpy(), want)
+
+
+def test_one_group_over_a_long_k_matches_fractions():
+    """chunk = K = 300 with float32 inputs over 100 binades: the many-term exact summation."""
+    rng = np.random.default_rng(13)
+    a = torch.from_numpy((rng.standard_normal((2, 300)) * np.exp2(rng.integers(-60, 40, (2, 300)))).astype(np.float32))
+    b = torch.from_numpy((rng.standard_normal((300, 2)) * np.exp2(rng.integers(-60, 40, (300, 2)))).astype(np.float32))
+    for acc, rounding in (("float32", "truncate"), ("bfloat16", "nearest")):
+        got = E.matmul(a, b, acc_dtype=acc, chunk=300, rounding=rounding, out_dtype="float64")
+        want = [[ref_dot(r, c, acc=acc, chunk=300, rounding=rounding, split_k=1, fused=False) for c in b.double().t().tolist()]
+                for r in a.double().tolist()]
+        assert same(got, want)
 
 
 def test_chunk_k_is_one_rounding_of_the_exact_dot_product():
