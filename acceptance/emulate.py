@@ -100,7 +100,7 @@ TILE_ELEMENTS = 1 << 18
 _ROUNDINGS = ("nearest", "truncate")
 _TF32_ROUNDINGS = ("nearest_away", "nearest_even", "truncate")
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_MAX_STEPS = 64  # candidate moves in step (3); more means the float64 estimate was absurd
+_MAX_STEPS = 64  # candidate moves in _round_exact; more means the float64 estimate was absurd
 _MAX_PASSES = 200  # extraction passes; each removes at least 30 bits of the terms' range
 _CASCADE_TERMS = 8  # up to this many terms, try the plain float64 sum (checked exact by TwoSum) first
 _ROUND_SUM_LIMIT = 2.0**960  # largest finite term round_sum takes (float32 products stay below 2**256)
@@ -121,10 +121,6 @@ class Format:
     @property
     def smallest_normal(self) -> float:
         return math.ldexp(1.0, self.emin)
-
-    @property
-    def smallest_subnormal(self) -> float:
-        return math.ldexp(1.0, self.emin - self.precision + 1)
 
 
 def _make_format(dtype: torch.dtype) -> Format:

@@ -679,3 +679,51 @@ def test_round_tf32_rejects_other_dtypes():
         E.round_tf32(torch.ones(2, dtype=torch.float16))
     with pytest.raises(ValueError, match="rounding must be one of"):
         E.round_tf32(torch.ones(2), "nearest")
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.cuda
+@cuda
+def test_cuda_tensors_give_the_host_results_on_their_device():
+    rng = np.random.default_rng(15)
+    bits = rng.integers(0, 2**32, size=4096, dtype=np.uint64).astype(np.uint32)
+    x = torch.from_numpy(bits.view(np.float32).copy())
+    for mode in ("nearest_away", "nearest_even", "truncate"):
+        got = E.round_tf32(x.cuda(), mode, satfinite=mode == "truncate")
+        assert got.is_cuda
+        assert torch.equal(got.cpu().view(torch.int32), E.round_tf32(x, mode, satfinite=mode == "truncate").view(torch.int32))
+    h = x.half()
+    assert torch.equal(E.flush_to_zero(h.cuda()).cpu().view(torch.int16), E.flush_to_zero(h).view(torch.int16))
+    a, b = torch.randn(5, 33).half(), torch.randn(33, 4).half()
+    out = E.matmul(a.cuda(), b.cuda(), acc_dtype="float32", chunk=4, rounding="truncate")
+    assert out.is_cuda and torch.equal(out.cpu(), E.matmul(a, b, acc_dtype="float32", chunk=4, rounding="truncate"))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0),
+                    reason="needs a CUDA device with TF32 tensor cores (sm_80 or later)")
+def test_cublas_tf32_operands_are_rounded_as_one_of_the_emulated_modes(capsys):
+    """x @ I with TF32 allowed: one nonzero product per output, so the output is x's TF32
+    operand value. Prints which rounding cuBLAS applied (ties are planted in column 0..7)."""
+    g = torch.Generator().manual_seed(14)
+    n = 256
+    high = torch.randint(0x3F800000 >> 13, 0x40000000 >> 13, (n, n), generator=g, dtype=torch.int64) << 13  # [1, 2)
+    low = torch.randint(0, 2**13, (n, n), generator=g, dtype=torch.int64)
+    low[:, :8] = 0x1000  # exactly halfway between two TF32 values
+    x = (high | low).to(torch.int32).view(torch.float32)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # TF32 for float32 matmuls
+    try:
+        got = (x.cuda() @ torch.eye(n, device="cuda")).cpu()
+    finally:
+        torch.set_float32_matmul_precision(before)
+    matches = [m for m in ("nearest_away", "nearest_even", "truncate") if torch.equal(got, E.round_tf32(x, m))]
+    assert not torch.equal(got, x), "the float32 matmul did not use TF32"
+    assert matches, "cuBLAS's TF32 operands match none of nearest_away, nearest_even, truncate"
+    with capsys.disabled():
+        print(f"\ncuBLAS TF32 operand rounding on {torch.cuda.get_device_name()}: {', '.join(matches)}")
