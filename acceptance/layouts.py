@@ -171,3 +171,16 @@ def edge_values(symbol_values: Sequence[int], *, max_value: int) -> list[int]:
         max_value,
     }
     return sorted(c for c in candidates if 1 <= c <= max_value)
+
+
+def with_layouts(fn, layouts: Sequence) -> "object":
+    """``fn`` called with input ``i`` in memory layout ``layouts[i]`` (``None``: as given), applied on
+    the device the inputs arrive on (a device copy of a strided view would be made contiguous)."""
+
+    def laid_out(*args, **params):
+        args = tuple(apply_layout(a, layout) if layout is not None and isinstance(a, torch.Tensor) else a
+                     for a, layout in zip(args, list(layouts) + [None] * (len(args) - len(layouts))))
+        return fn(*args, **params)
+
+    laid_out.__name__ = f"laid_out({getattr(fn, '__name__', 'impl')})"
+    return laid_out

@@ -42,6 +42,7 @@ __all__ = [
     "RangeCounts",
     "range_counts",
     "overflow_report",
+    "range_text",
 ]
 
 DtypeLike = Union[str, torch.dtype]
@@ -180,7 +181,11 @@ def overflow_report(oracle: torch.Tensor, dtype: DtypeLike) -> Optional[str]:
     mismatch there is the inputs' range, not the implementation; subnormal results
     have reduced precision and are flushed by FTZ devices.
     """
-    c = range_counts(oracle, dtype)
+    return range_text(range_counts(oracle, dtype))
+
+
+def range_text(c: RangeCounts) -> Optional[str]:
+    """:func:`overflow_report`'s line for counts already taken (e.g. summed over trials), or None."""
     dt = getattr(torch, c.dtype)
     of = f"of {c.total} elements"
     parts = []

@@ -451,7 +451,7 @@ def test_tiling_does_not_change_results(monkeypatch):
     a, b = torch.randn(2, 9, 40, generator=g), torch.randn(2, 40, 7, generator=g)
     kw = dict(acc_dtype="bfloat16", chunk=3, rounding="truncate", split_k=2)
     whole = E.matmul(a, b, **kw)
-    monkeypatch.setattr(E, "TILE_ELEMENTS", 8)  # one row per block, one group per tile
+    monkeypatch.setattr(E.contract, "TILE_ELEMENTS", 8)  # one row per block, one group per tile
     assert torch.equal(E.matmul(a, b, **kw), whole)
 
 
