@@ -43,6 +43,9 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
             colour = "red" if counts["fail"] or counts["error"] else None
             lines.append((f"{op:<{name_w}}  {categories[op]:<12} {counts['pass']:>5} {counts['fail']:>5} "
                           f"{counts['error']:>5} {counts['skip']:>5}", colour))
+    emulated = {(c.operator, c.dtype): c.emulation for c in results.cases if c.emulation}
+    for (op, dtype), text in sorted(emulated.items()):
+        lines.append((f"baseline of {safe(op)} [{dtype}] emulates: {safe(text)}", None))
     s = results.summary
     lines.append(("", None))
     lines.append((f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "
