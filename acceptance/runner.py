@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import acceptance
-from acceptance import engine, faithful, metrics, stats, verdict
+from acceptance import engine, faithful, metrics, sanitize as sanitizer, stats, verdict
 from acceptance.device import device_name
 from acceptance.diagnose import BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flushed
 from acceptance.errors import CaseError
@@ -286,7 +286,7 @@ def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False
 def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
         on_case: Optional[Callable[[Case, CaseResult], None]] = None,
         measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
-        isolate: bool = True, guard: Optional[Path] = None) -> list[CaseResult]:
+        isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
@@ -294,7 +294,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     cases already in it (by id, e.g. from a journal) are not run again.
     ``isolate``: the callables run in a worker process (see :mod:`acceptance.workers`). ``guard``: the
     output folder; a case during which a file appears or changes there (other than the run's own journal and
-    lock) is an error, and the file is removed.
+    lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
+    compute-sanitizer (:mod:`acceptance.sanitize`); a finding makes the case an error.
     """
     measured = measured if measured is not None else []
     done = {m.id for m, _ in measured}
@@ -314,6 +315,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                 worker = Worker(memory_limit=limit)
             before = _snapshot(guard)
             result = measure(case, device, rules, trials=trials, worker=worker)
+            if sanitize:
+                result = sanitizer.check(case.id, case.spec.path, result, str(device))
             touched = sorted(name for name, stamp in _snapshot(guard).items() if before.get(name) != stamp)
             if touched:
                 for name in touched:
