@@ -72,7 +72,8 @@ class Extras:
             self.counts[dtype] = [x + y for x, y in zip(old, c[1:])]
 
     def oracle_range(self) -> Optional[str]:
-        lines = [presets.range_text(presets.RangeCounts(dt, *c)) for dt, c in self.counts.items()]
+        # overflow and underflow only: the dtype cannot hold the true result at all (subnormal results it can)
+        lines = [presets.range_text(presets.RangeCounts(dt, c[0], c[1], c[2], 0, 0)) for dt, c in self.counts.items()]
         return "; ".join(line for line in lines if line) or None
 
     def error(self) -> Optional[str]:
