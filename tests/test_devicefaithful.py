@@ -16,6 +16,7 @@ from acceptance import runner
 from acceptance.determinism import compare
 from acceptance.emulation import emulated_baseline
 from acceptance.inputs import generate
+from acceptance.report.buckets import bucket_table
 from acceptance.sanitize import findings
 from acceptance.spec import expand, load_spec, load_specs
 from acceptance.spec.axes import with_seeds
@@ -164,6 +165,11 @@ def test_study_flush_acc4_empties_the_1e3_bucket_and_the_plain_baseline_shows_it
         rel = np.abs(e - base) / np.abs(base)
         assert _ge_1e3(got) == int((rel >= 1e-3).sum()) > 0, case.id
         assert got.emulation is None
+    table = bucket_table(list(results.values()))  # the HTML section: one group per shared case label
+    assert [label for label, _ in table["groups"]] == ["float16-M=64-N=64-K=512-preset=r0", "float16-M=64-N=64-K=512-preset=r1"]
+    for label, rows in table["groups"]:
+        by_op = {r["operator"]: r for r in rows}
+        assert by_op["mfma_flush_acc4"]["bad"] == 0 and by_op["mfma_plain"]["bad"] == _ge_1e3(results[f"mfma_plain[{label}]"])
 
 
 # --------------------------------------------------------------------------- presets and the oracle's range
