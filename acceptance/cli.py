@@ -86,9 +86,13 @@ def main() -> None:
               help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
 @click.option("--compare-to", type=click.Path(path_type=Path), metavar="BASE",
               help="Compare with a base run (results.json or folder): a regression fails the gate.")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run every case under N spec seeds (seed, seed+1, ...); each is a case, all must pass.")
+@click.option("--sanitize", is_flag=True,
+              help="Run each impl once more under compute-sanitizer (memcheck, racecheck); needs CUDA and the tool.")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
-        no_isolation: bool, compare_to: Optional[Path]) -> None:
+        no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -101,6 +105,11 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         dev = resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if sanitize:
+        from acceptance.sanitize import unavailable
+
+        if unavailable(dev.type):
+            raise UsageError(unavailable(dev.type))
     base_run = _compare_base(compare_to)
     folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
     try:
@@ -111,6 +120,10 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     if seed is not None:
         specs = [dataclasses.replace(s, seed=seed) for s in specs]
     cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
+    if seeds > 1:
+        from acceptance.spec.axes import with_seeds
+
+        cases = with_seeds(cases, seeds)
     if shard is not None:
         k, n = shard
         cases = cases[k - 1::n]
@@ -134,7 +147,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
             runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
-                       isolate=not no_isolation, guard=folder.path)
+                       isolate=not no_isolation, guard=folder.path, sanitize=sanitize)
         except KeyboardInterrupt as exc:
             stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     measured.sort(key=lambda m: order[m[0].id])

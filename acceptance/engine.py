@@ -65,6 +65,7 @@ class Trial:
     baseline: Tensors
     oracle: Optional[Tensors]
     repeats: tuple[Tensors, ...] = ()
+    baseline_repeats: tuple[Tensors, ...] = ()
 
 
 @contextlib.contextmanager
@@ -155,14 +156,16 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
                params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
                baseline_timeout: float = math.inf, oracle_timeout: float = math.inf,
                timing: Optional[Timing] = None, executor: Any = None,
-               names: Optional[list[str]] = None) -> Iterator[Trial]:
+               names: Optional[list[str]] = None, baseline_repeats: int = 0) -> Iterator[Trial]:
     """Run ``trials`` trials and yield each one's tensors (see the module docstring).
 
     ``executor`` calls the roles (:class:`InProcess`, the default, or a
     :class:`acceptance.workers.Worker`, for which ``roles`` holds references);
     ``timeout`` is the impl's budget in seconds over all its calls of the case,
     ``baseline_timeout`` and ``oracle_timeout`` bound each of their calls;
-    ``timing`` collects seconds per role; ``names`` are the inputs' names.
+    ``timing`` collects seconds per role; ``names`` are the inputs' names;
+    ``baseline_repeats`` more baseline runs on the first trial's inputs (its run-to-run check; the
+    reference is trusted, so one trial shows a varying one).
     """
     executor = executor if executor is not None else InProcess()
     timing = timing if timing is not None else Timing()
@@ -174,9 +177,13 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
                                          timeout=timeout - timing.impl, limit=timeout, names=names)
             runs.append(out)
             timing.impl += seconds
-        base, seconds = executor.call("baseline", roles.baseline, t, inputs, params, device=torch.device("cpu"),
-                                      timeout=baseline_timeout, limit=baseline_timeout, names=names)
-        timing.baseline += seconds
+        bases = []
+        for _ in range(1 + (baseline_repeats if t == 0 else 0)):
+            base, seconds = executor.call("baseline", roles.baseline, t, inputs, params, device=torch.device("cpu"),
+                                          timeout=baseline_timeout, limit=baseline_timeout, names=names)
+            bases.append(base)
+            timing.baseline += seconds
+        base = bases[0]
         ref = None
         if oracle:
             out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(inputs), params,
@@ -185,7 +192,7 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
             ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
             timing.oracle += seconds
         _check(t, runs[0], base, ref)
-        yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]))
+        yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]), tuple(bases[1:]))
 
 
 def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None

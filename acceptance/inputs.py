@@ -38,6 +38,7 @@ import torch
 
 from acceptance import dtypes
 from acceptance.spec import Case, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform, value_of
+from acceptance.spec.axes import preset_dist
 
 
 def case_seed(spec_seed: int, case_id: str, trial: int) -> int:
@@ -58,7 +59,7 @@ def generate(case: Case, trial: int) -> list[torch.Tensor]:
     tensors = []
     for i, (inp, shape) in enumerate(zip(case.spec.inputs, case.shapes)):
         bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i,)))
-        values = draw(inp.dist, math.prod(shape), bits, case.symbols)
+        values = draw(preset_dist(inp.dist, case), math.prod(shape), bits, case.symbols)
         if inp.dtype is None:
             flat = dtypes.to_tensor(values, case.dtype)
         else:

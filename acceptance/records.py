@@ -226,6 +226,25 @@ class DualDeltaRecord(_Model):
     """Per trial: the impl's ULP error against the oracle the floor is compared with (max or mean, as the metric)."""
 
 
+class Determinism(_Model):
+    """Run-to-run determinism of impl and baseline on the same inputs (:mod:`acceptance.determinism`)."""
+
+    impl: Literal["bitwise", "nan_payloads", "varying"]
+    """The impl's class over all trials and outputs."""
+    impl_spread: JFloat = 0.0
+    """max |run_i - run_1| of the impl over differing elements (inf: NaN/Inf against a number)."""
+    impl_differing: int = 0
+    """Elements whose bits differ between runs (NaN against NaN excluded), summed over trials."""
+    runs: int = 1
+    """Impl runs per trial."""
+    baseline: Literal["bitwise", "nan_payloads", "varying"] = "bitwise"
+    """The baseline's class."""
+    baseline_runs: int = 1
+    """Baseline runs per trial."""
+    required: bool = True
+    """Whether the case fails when the impl varies (every category but atomic_add, unless the spec says)."""
+
+
 class Timing(_Model):
     """Wall-clock seconds spent per role, summed over trials."""
 
@@ -359,6 +378,14 @@ class CaseResult(_Model):
     """Counts of |e-b|/|b| over all trials: '=0', '<1e-6', '1e-6..1e-5', ..., '>1'."""
     atomic_spread: Optional[JFloat] = None
     """max |run_i - run_j| of impl on the same inputs (atomic_add)."""
+    determinism: Optional[Determinism] = None
+    """Run-to-run determinism of impl and baseline (null: not measured)."""
+    emulation: Optional[str] = None
+    """The emulation the baseline used, in words (null: the baseline as written)."""
+    oracle_range: Optional[str] = None
+    """Where the oracle leaves the test dtype's range (overflow, underflow, subnormal results), in words."""
+    layouts: dict[str, str] = {}
+    """Inputs the impl got in a non-contiguous memory layout: input name -> layout."""
     diff4_counts: list[Diff4Counts] = []
     """Per output: the counts behind the diff4 rule."""
     dual_delta: list[DualDeltaRecord] = []

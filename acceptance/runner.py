@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import acceptance
-from acceptance import engine, metrics, stats, verdict
+from acceptance import engine, faithful, metrics, sanitize as sanitizer, stats, verdict
 from acceptance.device import device_name
 from acceptance.diagnose import BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flushed
 from acceptance.errors import CaseError
@@ -209,19 +209,23 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     peers = Peers(case.dtype)
     spread = 0.0 if atomic else None
     try:
-        roles = engine.Roles(*(role_refs(case.spec) if worker else resolve_roles(case.spec)))
+        roles = engine.Roles(*faithful.wrap_roles(*(role_refs(case.spec) if worker else resolve_roles(case.spec)),
+                                                  case, refs=worker is not None))
     except Exception as exc:
         return CaseResult(**identity, error=f"cannot resolve callables: {exc}")
     spec = case.spec
+    extras = faithful.Extras(case)
     try:
         for t in engine.run_trials(roles, lambda k: generate(case, k), n_trials, device=device, params=case.params,
-                                   oracle=True, repeats=max(spec.atomic_runs, 2) - 1 if atomic else 0,
+                                   oracle=True, repeats=faithful.impl_repeats(case),
+                                   baseline_repeats=faithful.BASELINE_RUNS - 1,
                                    timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
                                    oracle_timeout=spec.oracle_timeout, timing=timing, executor=worker,
                                    names=[inp.name for inp in spec.inputs]):
             if not outputs:
                 outputs = [_Output(case.dtype) for _ in t.impl]
-            for again in t.repeats:
+            extras.add(t)
+            for again in t.repeats if atomic else ():
                 for a, e in zip(again, t.impl):
                     spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
             for out, acc in enumerate(outputs):
@@ -233,6 +237,9 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         timing.total = time.perf_counter() - started
         return CaseResult(**identity, error=f"{type(exc).__name__}: {exc}", timing=timing)
 
+    if extras.error():
+        timing.total = time.perf_counter() - started
+        return CaseResult(**identity, error=extras.error(), timing=timing, **extras.fields())
     records = []
     for out, acc in enumerate(outputs):
         for name in dd_metrics:
@@ -258,7 +265,7 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         advisory=peers.advisories(n_trials),
         bad_fraction=bad.bad_fraction if bad else None, bad_location=bad.bad_where if bad else None,
         rel_error_buckets=buckets, atomic_spread=spread, diff4_counts=[acc.diff4 for acc in outputs],
-        dual_delta=records, timing=timing,
+        dual_delta=records, timing=timing, **extras.fields(),
     )
 
 
@@ -279,7 +286,7 @@ def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False
 def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
         on_case: Optional[Callable[[Case, CaseResult], None]] = None,
         measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
-        isolate: bool = True, guard: Optional[Path] = None) -> list[CaseResult]:
+        isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
@@ -287,7 +294,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     cases already in it (by id, e.g. from a journal) are not run again.
     ``isolate``: the callables run in a worker process (see :mod:`acceptance.workers`). ``guard``: the
     output folder; a case during which a file appears or changes there (other than the run's own journal and
-    lock) is an error, and the file is removed.
+    lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
+    compute-sanitizer (:mod:`acceptance.sanitize`); a finding makes the case an error.
     """
     measured = measured if measured is not None else []
     done = {m.id for m, _ in measured}
@@ -307,6 +315,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                 worker = Worker(memory_limit=limit)
             before = _snapshot(guard)
             result = measure(case, device, rules, trials=trials, worker=worker)
+            if sanitize:
+                result = sanitizer.check(case.id, case.spec.path, result, str(device))
             touched = sorted(name for name, stamp in _snapshot(guard).items() if before.get(name) != stamp)
             if touched:
                 for name in touched:

@@ -38,6 +38,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from acceptance import determinism
 from acceptance.metrics import diff4_value
 from acceptance.errors import EXIT_FAIL, EXIT_OK
 from acceptance.records import (VERDICT_ORDER, Bias, CaseResult, Comparison, Criterion, Diff4Counts, DualDeltaRecord,
@@ -252,6 +253,10 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
     if strict and case.vacuous:
         reasons.append(f"vacuous (--strict): {case.vacuous}")
+    reasons += determinism.reasons(case)
+    if reasons and case.oracle_range:
+        reasons.insert(0, f"{case.oracle_range}: the test dtype cannot hold the true result there, so mismatches "
+                          "at those elements come from the inputs' range, not from the impl")
     verdict = "fail" if reasons else "pass"
     if reasons:
         reasons += _where(case)

@@ -52,7 +52,7 @@ import torch
 from acceptance.errors import CaseError
 
 #: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
-#: dps) | ("object", a picklable callable).
+#: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts).
 Ref = tuple
 
 Tensors = tuple[torch.Tensor, ...]
@@ -72,6 +72,14 @@ def resolve(ref: Ref) -> Callable:
         return oracle.mpmath_oracle(ref[1], ref[2])
     if kind == "object":
         return ref[1]
+    if kind == "emulated":  # ("emulated", Ref, Emulation, role): acceptance.emulation around the callable
+        from acceptance import emulation
+
+        return emulation.wrap(ref[3], resolve(ref[1]), ref[2])
+    if kind == "layout":  # ("layout", Ref, layouts): inputs in the given memory layouts
+        from acceptance.layouts import with_layouts
+
+        return with_layouts(resolve(ref[1]), ref[2])
     raise ValueError(f"unknown callable reference {ref!r}")
 
 

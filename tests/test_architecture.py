@@ -13,17 +13,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "acceptance"
 
 #: Stages in data-flow order; a module may import from its own stage and earlier ones only.
 STAGES: list[tuple[str, ...]] = [
-    ("errors", "dtypes", "device", "quant", "quant_kernels"),  # facts, formats and failures every stage may name
+    ("errors", "dtypes", "device", "quant", "quant_kernels", "presets", "layouts"),  # facts, formats, failures
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
-    ("oracle",),                                          # reference callables (float64, mpmath)
+    ("oracle", "emulate", "emulation"),                   # reference callables (float64, mpmath, emulated)
     ("spec",),                                            # specs -> validated cases and their rules
     ("inputs",),                                          # deterministic inputs
     ("workers",),                                         # where the code under test runs
-    ("engine", "diagnose", "peers"),                      # the trial loop, per-element diagnostics, peer gates
+    ("engine", "diagnose", "peers", "determinism"),       # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
-    ("runner", "dualdelta", "tuning", "tunewrite"),       # orchestration: spec runs, the library calls
+    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite"),  # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
     ("cli", "cli_tune", "__main__", "docgen", "__init__"),  # the edges
 ]

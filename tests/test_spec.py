@@ -191,7 +191,7 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
         ("shape: [M, N]", "shape: [M, N // (M - 4)]", "inputs[0].shape[1]: N // (M - 4) divides by zero for cases[0]"),
         ("{uniform: [-1, 1]}", "{uniformm: [-1, 1]}", "inputs[0].dist.uniformm: unknown distribution 'uniformm'; did you mean 'uniform'?"),
         ("{uniform: [-1, 1]}", "{}", "inputs[0].dist: give exactly one distribution"),
-        ("{uniform: [-1, 1]}", "{uniform: [-1, 1], normal: [0, 1]}", "inputs[0].dist: give exactly one distribution: uniform, normal, randint, choice, sparse, specials (got uniform, normal)"),
+        ("{uniform: [-1, 1]}", "{uniform: [-1, 1], normal: [0, 1]}", "inputs[0].dist: give exactly one distribution: uniform, normal, randint, choice, sparse, specials, preset (got uniform, normal)"),
         ("{uniform: [-1, 1]}", "{uniform: [1]}", "inputs[0].dist.uniform: expected 2 values [lo, hi], got 1"),
         ("{uniform: [-1, 1]}", "{uniform: [1, -1]}", "inputs[0].dist.uniform: needs finite lo < hi, got [1.0, -1.0]"),
         ("{uniform: [-1, 1]}", "{uniform: [-1, x]}", "inputs[0].dist.uniform[1]: unknown symbol 'x' (case symbols: M, N)"),

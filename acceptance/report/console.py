@@ -49,6 +49,9 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
         lines.append((f"compared with {safe(cmp.base)}: {len(cmp.regressions)} regression(s), "
                       f"{len(cmp.waivers_passing)} waiver(s) that can go", "red" if cmp.regressions else None))
         lines += [(f"      {safe(r)}", None) for r in cmp.regressions[:MAX_REASONS]]
+    emulated = {(c.operator, c.dtype): c.emulation for c in results.cases if c.emulation}
+    for (op, dtype), text in sorted(emulated.items()):
+        lines.append((f"baseline of {safe(op)} [{dtype}] emulates: {safe(text)}", None))
     s = results.summary
     lines.append(("", None))
     lines.append((f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "

@@ -35,6 +35,7 @@ from acceptance.report import svg
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
 from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
 from acceptance.wording import full as full_precision
+from acceptance.report.buckets import bucket_table
 from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
 
 MAX_PLOTTED_CASES = 40
@@ -252,6 +253,11 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
                 ("fraction of elements over tolerance (worst trial)", fmt(case.bad_fraction) if case.bad_fraction is not None else None),
                 ("where they sit", case.bad_location),
                 ("impl run-to-run spread", fmt(case.atomic_spread) if case.atomic_spread is not None else None),
+                ("baseline emulation", case.emulation),
+                ("oracle range", case.oracle_range),
+                ("run to run (impl / baseline)", f"{case.determinism.impl} / {case.determinism.baseline}"
+                 if case.determinism else None),
+                ("input layouts (impl)", ", ".join(f"{k}: {v}" for k, v in case.layouts.items()) or None),
                 (
                     "smallest thresholds that would pass",
                     ", ".join(f"{k} ≤ {fmt(v)}" for k, v in case.tolerance_to_pass.items()) or None,
@@ -305,5 +311,6 @@ def render_html(results: Results, *, results_sha256: Optional[str] = None) -> st
         max_plotted=MAX_PLOTTED_CASES,
         unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
         comparison=_comparison_view(results),
+        bucket_table=bucket_table(results.cases),
     )
     return page

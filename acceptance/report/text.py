@@ -135,6 +135,17 @@ def case_details(case: CaseResult) -> str:
         )
     if case.atomic_spread is not None:
         lines.append(f"run-to-run spread of impl (max |run_i - run_j|): {fmt(case.atomic_spread)}")
+    if case.emulation:
+        lines.append(f"baseline emulation: {case.emulation}")
+    if case.oracle_range:
+        lines.append(f"oracle range: {case.oracle_range}")
+    if case.determinism is not None:
+        d = case.determinism
+        lines.append(f"run to run: impl {d.impl} over {d.runs} runs"
+                     + (f" ({d.impl_differing} elements differ, spread {fmt(d.impl_spread)})" if d.impl_differing else "")
+                     + f", baseline {d.baseline}")
+    if case.layouts:
+        lines.append("impl input layouts: " + ", ".join(f"{k}: {v}" for k, v in case.layouts.items()))
     for d in case.dual_delta:
         lines.append(
             f"dual-delta {d.metric} (output {d.output}, {d.trials} trials): {'pass' if d.passed else 'FAIL'}"

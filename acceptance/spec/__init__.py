@@ -36,6 +36,7 @@ from acceptance.spec.model import (
     InputSpec,
     Normal,
     OperatorSpec,
+    Preset,
     RandInt,
     Sparse,
     SpecProblem,
@@ -45,7 +46,7 @@ from acceptance.spec.model import (
 )
 
 __all__ = [
-    "CATEGORIES", "Case", "CaseSpec", "Choice", "Dist", "Expr", "InputSpec", "Normal", "OperatorSpec", "RandInt",
+    "CATEGORIES", "Case", "CaseSpec", "Choice", "Dist", "Expr", "InputSpec", "Normal", "OperatorSpec", "Preset", "RandInt",
     "Rules", "Sparse", "SpecError", "SpecProblem", "Specials", "Threshold", "Uniform", "Waiver", "case_labels",
     "discover", "expand", "glob_match", "load_spec", "load_specs", "parse_expr", "resolve_callable", "resolve_roles",
     "role_refs", "rules_for",

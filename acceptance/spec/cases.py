@@ -39,6 +39,7 @@ def case_labels(spec: OperatorSpec) -> list[str]:
     labels: list[str] = []
     for c in spec.cases:
         parts = [f"{k}={v}" for k, v in c.symbols.items()] + [f"{k}={_compact(v)}" for k, v in c.params.items()]
+        parts += [f"preset={c.preset}"] if c.preset else []
         label = "-".join(parts)
         labels.append(f"{label}#{c.index}" if label in labels else label)
     return labels
@@ -66,5 +67,6 @@ def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, onl
                 if only is not None and not (glob_match(spec.name, only) or glob_match(case_id, only)):
                     continue
                 waiver = next((w.reason for w in spec.waivers if glob_match(case_id, w.match)), None)
-                out.append(Case(spec, dtype, dict(c.symbols), {**spec.params, **c.params}, c.index, case_id, waiver))
+                out.append(Case(spec, dtype, dict(c.symbols), {**spec.params, **c.params}, c.index, case_id, waiver,
+                                c.preset))
     return out

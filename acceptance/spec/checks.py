@@ -22,6 +22,7 @@ from acceptance.spec.model import (
     Normal,
     OperatorSpec,
     RandInt,
+    Preset,
     Sparse,
     Specials,
     Uniform,
@@ -68,6 +69,8 @@ def _dist_problems(dist: Dist, path: str, symbols: Mapping[str, int], dtype: Opt
             out += _dist_problems(dist.of, f"{path}.specials.of", symbols, dtype)
     elif isinstance(dist, Sparse):
         out += _dist_problems(dist.of, f"{path}.sparse.of", symbols, dtype)
+    elif isinstance(dist, Preset) and integer:
+        out.append((f"{path}.preset", f"a preset draws real numbers; {dtype} input needs randint or choice"))
     return out
 
 
@@ -137,6 +140,9 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
                 continue
             out += [(p, m + (where if dist_exprs else "")) for p, m in problems]
 
+    if not any(isinstance(inp.dist, Preset) for inp in inputs):
+        out += [(f"cases[{c.index}].preset", "no input has `dist: {preset: ...}` for the case's preset to apply to")
+                for c in cases if c.preset]
     return list(dict.fromkeys(out))
 
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
+from acceptance.spec import emulation as emulate_section
+from acceptance.spec.axes import case_specs
 from acceptance.spec.checks import dtype_problems, input_case_problems, memory_problems, waiver_problems
 from acceptance.spec.messages import field_path, sentence
 from acceptance.spec.overrides import override_problems
@@ -66,6 +68,8 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         overrides=[Override(o.match, o.thresholds.model_dump(exclude_none=True) if o.thresholds else {},
                             o.dual_delta.model_dump(exclude_none=True) if o.dual_delta else {}, k)
                    for k, o in enumerate(model.overrides)],
+        emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
+        deterministic=model.deterministic,
     )
 
 
@@ -113,14 +117,15 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     inputs_model, cases_model, dtypes, per_dtype = parts
     inputs = cases = None
     if inputs_model is not None and cases_model is not None:
-        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype) for i in inputs_model]
-        cases = [CaseSpec(dict(c.model_extra or {}), dict(c.params), k) for k, c in enumerate(cases_model)]
+        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.layout) for i in inputs_model]
+        cases = case_specs(cases_model, inputs)
         found += input_case_problems(inputs, cases)
     if dtypes is not None:
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
-        found = waiver_problems(spec) + memory_problems(spec) + override_problems(spec)
+        found = waiver_problems(spec) + memory_problems(spec) + override_problems(spec) + emulate_section.emulation_problems(
+            model.emulate, spec.dtypes, spec.params, [c.params for c in spec.cases])
         if not found:
             return spec, []
     return None, [SpecProblem(str(path), f, m) for f, m in found]

@@ -86,7 +86,15 @@ class Specials:
     of: "Dist"
 
 
-Dist = Union[Uniform, Normal, RandInt, Choice, Sparse, Specials]
+@dataclass(frozen=True)
+class Preset:
+    """``preset: r4``: a named input range (:mod:`acceptance.presets`), resolved per test dtype when
+    inputs are drawn; a case's ``preset`` replaces the name."""
+
+    name: str
+
+
+Dist = Union[Uniform, Normal, RandInt, Choice, Sparse, Specials, Preset]
 
 
 def dist_bounds(dist: Dist, path: str) -> list[tuple[str, Bound]]:
@@ -114,6 +122,8 @@ class InputSpec:
     shape: tuple[Dim, ...]
     dist: Dist
     dtype: Optional[str] = None
+    layout: Optional[str] = None
+    """Memory layout the impl gets this input in (:data:`acceptance.layouts.LAYOUTS`); ``None``: contiguous."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,8 @@ class CaseSpec:
     symbols: dict[str, int]
     params: dict[str, Any]
     index: int
+    preset: Optional[str] = None
+    """The input-range preset of every ``preset`` input in this case (``None``: each input's own)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +188,11 @@ class OperatorSpec:
     dual_delta: Optional[dict]
     waivers: list[Waiver] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
+    emulate: dict[str, Any] = field(default_factory=dict)
+    """Per test dtype, the :class:`acceptance.emulation.Emulation` of the baseline (absent: none)."""
+    deterministic: Optional[bool] = None
+    """Whether the impl must give bitwise-identical results run to run (``None``: every category but
+    atomic_add must)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +207,7 @@ class Case:
     index: int
     id: str
     waiver: Optional[str] = None
+    preset: Optional[str] = None
 
     @property
     def case_params(self) -> dict[str, Any]:

@@ -21,7 +21,10 @@ from acceptance.metrics import registry
 from acceptance.spec.callables import resolve_callable
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
 from acceptance.spec.messages import describe, fail, is_number, one_of
-from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform
+from acceptance.spec.emulation import EmulateModel
+from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, Preset, RandInt, Sparse, Specials, Uniform
+from acceptance.layouts import LAYOUTS
+from acceptance.presets import PRESETS
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -35,6 +38,24 @@ def _check_name(v: str) -> str:
 def _check_category(v: str) -> str:
     if v not in CATEGORIES:
         raise fail(one_of(v, CATEGORIES))
+    return v
+
+
+def _check_preset(v: str) -> str:
+    if v not in PRESETS:
+        raise fail(one_of(v, PRESETS))
+    return v
+
+
+def _check_layout(v: str) -> str:
+    if v not in LAYOUTS:
+        raise fail(one_of(v, LAYOUTS))
+    return v
+
+
+def _check_presets(v: Any) -> Any:
+    for name in [v] if isinstance(v, str) else v:
+        _check_preset(name)
     return v
 
 
@@ -179,6 +200,7 @@ class _DistModel(_Model):
     choice: Optional[Annotated[list[SpecialValue], Field(min_length=1)]] = None
     sparse: Optional[_SparseModel] = None
     specials: Optional[_SpecialsModel] = None
+    preset: Optional[Annotated[str, AfterValidator(_check_preset)]] = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "_DistModel":
@@ -200,6 +222,8 @@ class _DistModel(_Model):
             return Choice(tuple(self.choice))
         if self.sparse is not None:
             return Sparse(self.sparse.density, self.sparse.of.to_dist())
+        if self.preset is not None:
+            return Preset(self.preset)
         return Specials(self.specials.fraction, tuple(self.specials.values), self.specials.of.to_dist())
 
 
@@ -222,6 +246,13 @@ class _InputModel(_Model):
     shape: list[DimValue]
     dist: _DistModel
     dtype: Optional[Annotated[str, AfterValidator(_check_input_dtype)]] = None
+    layout: Optional[Annotated[str, AfterValidator(_check_layout)]] = None
+
+
+class _EdgesModel(_Model):
+    """``edges: {max: N}``: the largest size the edge sweep may give a symbol."""
+
+    max: Annotated[int, Field(ge=1)]
 
 
 class _CaseModel(_Model):
@@ -230,6 +261,8 @@ class _CaseModel(_Model):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     __pydantic_extra__: dict[str, int]
     params: Params = {}
+    preset: Optional[Annotated[Union[str, Annotated[list[str], Field(min_length=1)]], AfterValidator(_check_presets)]] = None
+    edges: Optional[Union[bool, _EdgesModel]] = None
 
 
 class _MetricModel(_Model):
@@ -363,3 +396,5 @@ class SpecModel(_Model):
     dual_delta: Optional[_DualDeltaModel] = None
     waivers: list[_WaiverModel] = []
     overrides: list[_OverrideModel] = []
+    emulate: Optional[EmulateModel] = None
+    deterministic: Optional[bool] = None

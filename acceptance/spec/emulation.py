@@ -1,0 +1,136 @@
+"""The ``emulate:`` section of a spec: its schema, its resolution per dtype, and the checks beyond the schema.
+
+.. code-block:: yaml
+
+    emulate:
+      contraction: matmul          # matmul | bmm | linear | conv2d: needed by `accumulate`
+      ftz: true                    # or a threshold, or {threshold, inputs, outputs, keep_sign}
+      tf32: true                   # or nearest_away | nearest_even | truncate (float32 cases only)
+      accumulate: {dtype: float32, chunk: 4, rounding: truncate, split_k: 1, fused: false}
+      dtypes:                      # per-dtype overrides, key by key; `false` switches a key off
+        float32: {ftz: false, tf32: truncate}
+
+``ftz: true`` flushes inputs below the test dtype's smallest normal (float16
+``2**-14``, bfloat16 and float32 ``2**-126``); a number is the threshold as
+written. The runner knows a spec's operator is a contraction only from
+``contraction``: ``accumulate`` without it is a spec error, and so are
+spec or case params the emulated contraction does not take.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Annotated, ClassVar, Literal, Optional, Union
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from acceptance.emulation import CONTRACTIONS, Accumulate, Emulation
+from acceptance.spec.messages import fail, one_of
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    noun: ClassVar[str] = "field"
+
+
+class FtzModel(_Strict):
+    """``ftz`` as a mapping: the threshold (default: the dtype's smallest normal) and where it applies."""
+
+    threshold: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    inputs: bool = True
+    outputs: bool = False
+    keep_sign: bool = True
+
+
+class AccumulateModel(_Strict):
+    """``accumulate``: the emulated contraction's accumulator (see :func:`acceptance.emulate.matmul`)."""
+
+    dtype: Literal["float16", "bfloat16", "float32"]
+    chunk: Annotated[int, Field(ge=1)] = 1
+    rounding: Literal["nearest", "truncate"] = "nearest"
+    split_k: Annotated[int, Field(ge=1)] = 1
+    fused: bool = False
+
+
+Ftz = Union[bool, Annotated[float, Field(ge=0, allow_inf_nan=False)], FtzModel]
+Tf32 = Union[bool, Literal["nearest_away", "nearest_even", "truncate"]]
+
+
+class EmulateOverride(_Strict):
+    """The keys a per-dtype override may set (``false`` switches one off)."""
+
+    ftz: Optional[Ftz] = None
+    tf32: Optional[Tf32] = None
+    accumulate: Optional[Union[Literal[False], AccumulateModel]] = None
+
+
+class EmulateModel(EmulateOverride):
+    """The ``emulate:`` section."""
+
+    contraction: Optional[str] = None
+    dtypes: dict[str, EmulateOverride] = {}
+
+    @model_validator(mode="after")
+    def _contraction_known_and_given(self) -> "EmulateModel":
+        if self.contraction is not None and self.contraction not in CONTRACTIONS:
+            raise fail(f"contraction: {one_of(self.contraction, tuple(CONTRACTIONS))}")
+        wants = [dt for dt, o in self.dtypes.items() if isinstance(o.accumulate, AccumulateModel)]
+        if (isinstance(self.accumulate, AccumulateModel) or wants) and self.contraction is None:
+            raise fail("accumulate needs `contraction: matmul | bmm | linear | conv2d` in emulate: the runner replaces "
+                       "the baseline by that emulated contraction and must be told the operator is one")
+        return self
+
+
+def _threshold(value: Optional[float], dtype: str) -> float:
+    return float(torch.finfo(getattr(torch, dtype)).smallest_normal) if value is None else float(value)
+
+
+def resolve(model: Optional[EmulateModel], dtype: str) -> Optional[Emulation]:
+    """The :class:`Emulation` of test dtype ``dtype``: the section's keys with ``dtypes[dtype]``'s over them;
+    ``None`` when nothing is emulated. ``tf32`` applies to float32 cases only."""
+    if model is None:
+        return None
+    keys = {k: getattr(model, k) for k in ("ftz", "tf32", "accumulate")}
+    override = model.dtypes.get(dtype)
+    if override is not None:
+        keys.update({k: getattr(override, k) for k in keys if getattr(override, k) is not None})
+    ftz, tf32, acc = keys["ftz"], keys["tf32"], keys["accumulate"]
+    ftz_in = ftz_out = None
+    keep_sign = True
+    if isinstance(ftz, FtzModel):
+        t = _threshold(ftz.threshold, dtype)
+        ftz_in, ftz_out, keep_sign = (t if ftz.inputs else None), (t if ftz.outputs else None), ftz.keep_sign
+    elif ftz is True:
+        ftz_in = _threshold(None, dtype)
+    elif ftz is not None and ftz is not False:
+        ftz_in = float(ftz)
+    mode = None
+    if dtype == "float32" and tf32 not in (None, False):
+        mode = "nearest_away" if tf32 is True else tf32
+    accumulate = Accumulate(**acc.model_dump()) if isinstance(acc, AccumulateModel) else None
+    em = Emulation(contraction=model.contraction if accumulate else None, ftz_inputs=ftz_in, ftz_outputs=ftz_out,
+                   ftz_keep_sign=keep_sign, tf32=mode, accumulate=accumulate)
+    return None if em == Emulation() else em
+
+
+def emulation_problems(model: Optional[EmulateModel], dtypes: list[str], params: dict,
+                       case_params: list[dict]) -> list[tuple[str, str]]:
+    """What the schema cannot see: override keys that are not dtypes of the spec, and params the emulated
+    contraction does not take (it is called as ``fn(*tensors, **params)`` like the baseline)."""
+    if model is None:
+        return []
+    out = [(f"emulate.dtypes.{dt}", f"{dt!r} is not one of the spec's dtypes ({', '.join(dtypes)})")
+           for dt in model.dtypes if dt not in dtypes]
+    if model.contraction is None or not any(resolve(model, dt) and resolve(model, dt).accumulate for dt in dtypes):
+        return out
+    fn = CONTRACTIONS[model.contraction]
+    taken = [name for name, p in inspect.signature(fn).parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    scheme = set(inspect.signature(CONTRACTIONS["matmul"]).parameters) - {"a", "b"}
+    for where, given in [("params", params)] + [(f"cases[{k}].params", p) for k, p in enumerate(case_params)]:
+        for name in given:
+            if name not in taken or name in scheme:
+                out.append((f"{where}.{name}", f"the emulated {model.contraction} does not take {name!r} "
+                            f"(it takes {', '.join(n for n in taken if n not in scheme) or 'only tensors'})"))
+    return out
+
