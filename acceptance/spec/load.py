@@ -8,7 +8,8 @@ from typing import Annotated, Any, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
-from acceptance.spec.checks import dtype_problems, input_case_problems, memory_problems, waiver_problems
+from acceptance.spec.checks import (dtype_problems, input_case_problems, memory_problems, perf_problems, quant_problems,
+                                   waiver_problems)
 from acceptance.spec.messages import field_path, sentence
 from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, SpecProblem, Waiver
 from acceptance.spec.schema import SpecModel
@@ -62,6 +63,8 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         atomic_runs=model.atomic_runs,
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
         waivers=[Waiver(w.match, w.reason) for w in model.waivers],
+        tier=model.tier,
+        perf={k: v for k, v in dict(model.perf).items() if v is not None} if model.perf is not None else None,
     )
 
 
@@ -109,14 +112,17 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     inputs_model, cases_model, dtypes, per_dtype = parts
     inputs = cases = None
     if inputs_model is not None and cases_model is not None:
-        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype) for i in inputs_model]
+        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.quant, i.reference or "dequantized")
+                  for i in inputs_model]
         cases = [CaseSpec(dict(c.model_extra or {}), dict(c.params), k) for k, c in enumerate(cases_model)]
         found += input_case_problems(inputs, cases)
+        if not found:
+            found += quant_problems(inputs, cases)
     if dtypes is not None:
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
-        found = waiver_problems(spec) + memory_problems(spec)
+        found = waiver_problems(spec) + memory_problems(spec) + perf_problems(spec)
         if not found:
             return spec, []
     return None, [SpecProblem(str(path), f, m) for f, m in found]

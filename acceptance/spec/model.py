@@ -17,6 +17,7 @@ CATEGORIES: tuple[str, ...] = (
     "pure_io",
     "composite",
     "atomic_add",
+    "quantized",
 )
 
 
@@ -108,12 +109,17 @@ def dist_bounds(dist: Dist, path: str) -> list[tuple[str, Bound]]:
 @dataclass(frozen=True)
 class InputSpec:
     """One input tensor. ``dtype`` is ``None`` for a float input (it takes the test dtype)
-    or a fixed integer/bool dtype name from :data:`INPUT_DTYPES`."""
+    or a fixed integer/bool dtype name from :data:`INPUT_DTYPES`. ``quant`` names a GGML block format
+    (``q4_0`` ...): the impl then gets the packed uint8 blocks, and the baseline and oracle get what
+    ``reference`` says: ``dequantized`` values, the same ``blocks``, or the ``float`` values drawn before
+    quantization."""
 
     name: str
     shape: tuple[Dim, ...]
     dist: Dist
     dtype: Optional[str] = None
+    quant: Optional[str] = None
+    reference: str = "dequantized"
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,9 @@ class OperatorSpec:
     (resolve with :func:`resolve_callable`); ``oracle`` is a reference, a mapping
     ``{'mpmath': name, 'dps': digits}``, or ``None``. ``floors`` maps a dtype name to
     ``{max_ulp, mean_ulp}`` accuracy-floor overrides. ``thresholds`` maps a dtype name
-    to ``{metric: value}`` as written; ``dual_delta`` holds only the keys written."""
+    to ``{metric: value}`` as written; ``dual_delta`` holds only the keys written. ``tier`` is ``default``
+    or ``large`` (run only when asked for); ``perf`` holds the keys of the ``perf`` section as written
+    (``flops``/``bytes`` as ints or :class:`Expr`), or ``None``."""
 
     path: Path
     name: str
@@ -163,6 +171,8 @@ class OperatorSpec:
     atomic_runs: int
     dual_delta: Optional[dict]
     waivers: list[Waiver] = field(default_factory=list)
+    tier: str = "default"
+    perf: Optional[dict] = None
 
 
 @dataclass(frozen=True)
