@@ -1,4 +1,4 @@
-"""Command line: ``acceptance run | validate | list | report | metrics``.
+"""Command line: ``acceptance run | validate | list | report | metrics`` (and ``bench``, :mod:`acceptance.cli_bench`).
 
 Exit codes (:mod:`acceptance.errors`): 0 every case passed; 1 a criterion
 failed or an operator errored; 2 usage, spec, results or output error (the
@@ -50,6 +50,18 @@ def _load(paths: tuple[Path, ...]):
     return specs
 
 
+def select_tiers(specs, tiers: tuple[str, ...] = ()):
+    """The specs of the given tiers (``default`` when none is given): ``tier: large`` specs run only when asked."""
+    wanted = set(tiers or ("default",))
+    return [s for s in specs if s.tier in wanted]
+
+
+#: ``--tier``: which spec tiers run (repeatable; default: the default tier only).
+tier_option = click.option("--tier", "tiers", multiple=True, type=click.Choice(["default", "large"]),
+                           help="Run specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized "
+                                "shapes).")
+
+
 class _Group(click.Group):
     """The command group; an :class:`AcceptanceError` anywhere below becomes its lines on stderr and its exit code."""
 
@@ -84,9 +96,10 @@ def main() -> None:
 @click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
 @click.option("--no-isolation", is_flag=True,
               help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
+@tier_option
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
-        no_isolation: bool) -> None:
+        no_isolation: bool, tiers: tuple[str, ...] = ()) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -101,7 +114,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         raise UsageError(str(exc)) from None
     folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
     try:
-        specs = _load(paths)
+        specs = select_tiers(_load(paths), tiers)
     except AcceptanceError:
         folder.close()
         raise
@@ -347,3 +360,6 @@ def _jsonable(value):
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     return json_float(value)
+
+
+from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance bench` on the group)

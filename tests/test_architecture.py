@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "acceptance"
 
 #: Stages in data-flow order; a module may import from its own stage and earlier ones only.
 STAGES: list[tuple[str, ...]] = [
-    ("errors", "dtypes", "device", "quant", "quant_kernels"),  # facts, formats and failures every stage may name
+    ("errors", "dtypes", "device", "quant", "quant_kernels", "timing"),  # facts, formats and failures every stage may name
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
     ("oracle",),                                          # reference callables (float64, mpmath)
     ("spec",),                                            # specs -> validated cases and their rules
@@ -23,9 +23,9 @@ STAGES: list[tuple[str, ...]] = [
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results",),                                         # results.json
-    ("runner", "dualdelta"),                              # orchestration: spec runs, the library call
+    ("runner", "dualdelta", "bench"),                              # orchestration: spec runs, the library call
     ("report",),                                          # reporters
-    ("cli", "__main__", "docgen", "__init__"),            # the edges
+    ("cli", "cli_bench", "__main__", "docgen", "__init__"),            # the edges
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 
