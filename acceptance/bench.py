@@ -34,7 +34,7 @@ from acceptance.inputs import RoleInputs, generate
 from acceptance.records import CaseResult, PerfRecord
 from acceptance.spec import Case, Rules, rules_for, value_of
 from acceptance.timing import Timed, TimerOptions, copy_probe, timer_of
-from acceptance.workers import Worker
+from acceptance.workers import Worker, resolve
 
 #: Bytes the copy-bandwidth probe copies: large enough to leave the caches (256 MiB on a GPU, 64 MiB on a CPU).
 COPY_BYTES = {"cuda": 256 * 2**20, "cpu": 64 * 2**20}
@@ -120,8 +120,6 @@ class Bencher:
         if self.isolate:
             fn: Any = ("timed", ref, self.options.key())
         else:
-            from acceptance.workers import resolve
-
             fn = Timed(resolve(ref), self.options)
         outs, _ = self.executor.call(role, fn, 0, args, params, device=self.device, timeout=timeout, limit=timeout)
         if len(outs) < 2:

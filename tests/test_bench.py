@@ -126,3 +126,14 @@ def test_cuda_events_time_the_device_work():
         _, _, runs = timing.time_calls(lambda t, c=cycles: torch.cuda._sleep(c) or t, (x,), {}, dev, opts)
         medians.append(float(np.median(runs)))
     assert medians[0] > 1e-4 and medians[1] / medians[0] == pytest.approx(2.0, rel=0.1)
+
+
+def test_in_process_timing_gives_the_same_record():
+    specs, _ = load_specs([SPECS / "faster.yaml"])
+    from acceptance.spec import expand
+
+    opts = timing.TimerOptions(warmup=1, warmup_time=0.0, min_time=0.0, min_runs=4)
+    (result,), copy = bench.bench(expand(specs), torch.device("cpu"), opts, isolate=False)
+    p = result.perf
+    assert result.verdict == "pass" and p.runs == 4 and p.warmup_runs == 1 and copy > 0
+    assert p.speedup == pytest.approx(p.baseline_median_s / p.median_s, rel=1e-12) and p.speedup > 1.5
