@@ -1,4 +1,4 @@
-"""Command line: ``acceptance run | validate | list | report | metrics``.
+"""Command line: ``acceptance run | validate | list | report | metrics`` (and ``bench``, :mod:`acceptance.cli_bench`).
 
 Exit codes (:mod:`acceptance.errors`): 0 every case passed; 1 a criterion
 failed or an operator errored; 2 usage, spec, results or output error (the
@@ -50,6 +50,18 @@ def _load(paths: tuple[Path, ...]):
     return specs
 
 
+def select_tiers(specs, tiers: tuple[str, ...] = ()):
+    """The specs of the given tiers (``default`` when none is given): ``tier: large`` specs run only when asked."""
+    wanted = set(tiers or ("default",))
+    return [s for s in specs if s.tier in wanted]
+
+
+#: ``--tier``: which spec tiers run (repeatable; default: the default tier only).
+tier_option = click.option("--tier", "tiers", multiple=True, type=click.Choice(["default", "large"]),
+                           help="Run specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized "
+                                "shapes).")
+
+
 class _Group(click.Group):
     """The command group; an :class:`AcceptanceError` anywhere below becomes its lines on stderr and its exit code."""
 
@@ -90,9 +102,11 @@ def main() -> None:
               help="Run every case under N spec seeds (seed, seed+1, ...); each is a case, all must pass.")
 @click.option("--sanitize", is_flag=True,
               help="Run each impl once more under compute-sanitizer (memcheck, racecheck); needs CUDA and the tool.")
+@tier_option
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
-        no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None) -> None:
+        no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None,
+        tiers: tuple[str, ...] = ()) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -113,7 +127,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     base_run = _compare_base(compare_to)
     folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
     try:
-        specs = _load(paths)
+        specs = select_tiers(_load(paths), tiers)
     except AcceptanceError:
         folder.close()
         raise
@@ -390,3 +404,4 @@ from acceptance.cli_tune import compare_cmd, tune_cmd  # noqa: E402  (commands r
 
 main.add_command(tune_cmd)
 main.add_command(compare_cmd)
+from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance bench` on the group)

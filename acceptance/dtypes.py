@@ -35,19 +35,24 @@ from typing import Any, Literal, Optional
 import numpy as np
 import torch
 
+from acceptance import quant
+
 
 @dataclass(frozen=True)
 class DType:
     """One number format.
 
-    ``kind``: ``float`` (IEEE-like binary floating point), ``int`` or ``bool``.
+    ``kind``: ``float`` (IEEE-like binary floating point), ``int``, ``bool`` or ``block`` (a GGML
+    block-quantized format of :mod:`acceptance.quant`: ``bits`` per stored code, ``block`` elements in
+    ``block_bytes`` bytes; such a row is neither a test dtype nor a fixed input dtype, a spec input asks for
+    it with ``quant:``).
     ``test``: a spec may list it under ``dtypes`` (the impl runs in it).
     ``input``: a spec input may declare it as a fixed dtype (indices, masks).
     ``has_inf``: overflow gives ±inf (else it saturates or gives NaN, see :func:`round_to`).
     """
 
     name: str
-    kind: Literal["float", "int", "bool"]
+    kind: Literal["float", "int", "bool", "block"]
     bits: int
     precision: int
     emin: int
@@ -57,6 +62,8 @@ class DType:
     mlu_scale_from: Optional[str] = None
     test: bool = False
     input: bool = False
+    block: int = 0
+    block_bytes: int = 0
 
     @property
     def torch(self) -> Optional[torch.dtype]:
@@ -93,6 +100,13 @@ def _int(name: str, bits: int, signed: bool) -> DType:
     return DType(name, "int", bits, 1, 0, largest, False, 0.0, input=name in INPUT_NAMES)
 
 
+def _block(name: str) -> DType:
+    """The row of a GGML block format: exact codes (``precision`` 1), no rounding of its own here."""
+    f = quant.FORMATS[name]
+    return DType(name, "block", f.bits, 1, 0, float(f.max_code), False, 0.0, block=f.block_size,
+                 block_bytes=f.block_bytes)
+
+
 #: Fixed input dtypes a spec input may declare (float inputs follow the test dtype).
 INPUT_NAMES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -117,11 +131,15 @@ TABLE: dict[str, DType] = {
         _int("uint16", 16, False),
         _int("uint8", 8, False),
         DType("bool", "bool", 1, 1, 0, 1.0, False, 0.0, input=True),
+        *(_block(name) for name in quant.FORMATS),
     )
 }
 
 #: Names a spec may test in, present in this torch build.
 TEST_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.test and d.torch is not None)
+
+#: GGML block formats a spec input may ask for with ``quant:``.
+QUANT_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.kind == "block")
 
 #: Fixed input dtypes, by name.
 INPUT_DTYPES: tuple[str, ...] = tuple(n for n in INPUT_NAMES if n in TABLE)

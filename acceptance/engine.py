@@ -3,7 +3,9 @@
 The one trial loop of the package, shared by the spec runner and the library
 call :func:`acceptance.dual_delta`. Per trial ``t``:
 
-1. ``inputs = make_inputs(t)``: CPU tensors in the test dtype;
+1. ``inputs = make_inputs(t)``: CPU tensors in the test dtype (a
+   :class:`acceptance.inputs.RoleInputs` pair when the impl gets other tensors
+   than the baseline, e.g. quantized blocks);
 2. impl on copies of the inputs on the impl's device (``repeats`` more runs
    on the same inputs where run-to-run spread is measured);
 3. baseline on the CPU inputs;
@@ -35,6 +37,7 @@ import torch
 from acceptance import dtypes, metrics
 from acceptance.device import synchronize
 from acceptance.errors import CaseError
+from acceptance.inputs import RoleInputs
 from acceptance.oracle import float64_inputs
 from acceptance.records import Timing
 
@@ -52,7 +55,8 @@ class Roles:
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial's tensors: the inputs (CPU, test dtype) and each role's outputs.
+    """One trial's tensors: the inputs (CPU, test dtype; the baseline's where the roles' differ) and each
+    role's outputs.
 
     ``impl`` is on the impl's device; ``baseline`` on the CPU; ``oracle`` CPU
     float64, or ``None`` when it did not run; ``repeats`` holds further impl
@@ -170,7 +174,9 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     executor = executor if executor is not None else InProcess()
     timing = timing if timing is not None else Timing()
     for t in range(trials):
-        inputs = tuple(make_inputs(t))
+        made = make_inputs(t)
+        inputs, reference = (tuple(made.impl), tuple(made.reference)) if isinstance(made, RoleInputs) else (
+            (tuple(made),) * 2)
         runs = []
         for _ in range(1 + repeats):
             out, seconds = executor.call("impl", roles.impl, t, inputs, params, device=device,
@@ -179,20 +185,20 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
             timing.impl += seconds
         bases = []
         for _ in range(1 + (baseline_repeats if t == 0 else 0)):
-            base, seconds = executor.call("baseline", roles.baseline, t, inputs, params, device=torch.device("cpu"),
+            base, seconds = executor.call("baseline", roles.baseline, t, reference, params, device=torch.device("cpu"),
                                           timeout=baseline_timeout, limit=baseline_timeout, names=names)
             bases.append(base)
             timing.baseline += seconds
         base = bases[0]
         ref = None
         if oracle:
-            out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(inputs), params,
+            out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(reference), params,
                                          device=torch.device("cpu"), timeout=oracle_timeout, limit=oracle_timeout,
                                          names=names)
             ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
             timing.oracle += seconds
         _check(t, runs[0], base, ref)
-        yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]), tuple(bases[1:]))
+        yield Trial(t, reference, runs[0], base, ref, tuple(runs[1:]), tuple(bases[1:]))
 
 
 def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None

@@ -20,6 +20,16 @@ libm or SIMD math routine (whose last bits vary between machines) is involved:
 - ``choice``/``specials`` pick values with ``randint``; ``sparse``/``specials``
   keep/replace an element when ``u < density`` / ``u < fraction``.
 
+Quantized inputs (``quant: q4_0`` ...). The values are drawn as for a float
+input, converted to float32 and quantized with :func:`acceptance.quant.quantize`
+(GGML's reference quantizer, byte for byte); the impl gets the packed uint8
+blocks (rows x K/32*block_bytes), the baseline (and, in float64, the oracle)
+what the input's ``reference`` says: ``dequantized`` (default) the values
+:func:`acceptance.quant.dequantize` gives back, rounded once to the test dtype;
+``blocks`` the same uint8 blocks; ``float`` the float32 values before
+quantization, rounded once to the test dtype. A spec with a quantized input
+gets a :class:`RoleInputs` pair from :func:`generate`.
+
 Casting. Float inputs are drawn in float64 and rounded once to the test dtype
 with round-to-nearest-even (:func:`acceptance.dtypes.round_to`; torch's own
 float64 -> float16/bfloat16 cast can round twice). Integer inputs are
@@ -31,12 +41,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Mapping
+from typing import Mapping, NamedTuple, Union
 
 import numpy as np
 import torch
 
-from acceptance import dtypes
+from acceptance import dtypes, quant
 from acceptance.spec import Case, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform, value_of
 from acceptance.spec.axes import preset_dist
 
@@ -48,24 +58,59 @@ def case_seed(spec_seed: int, case_id: str, trial: int) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def generate(case: Case, trial: int) -> list[torch.Tensor]:
+class RoleInputs(NamedTuple):
+    """The inputs of one trial when the roles get different tensors (a quantized input): ``impl`` the packed
+    blocks, ``reference`` what the baseline gets (the oracle gets its float64 copy)."""
+
+    impl: list[torch.Tensor]
+    reference: list[torch.Tensor]
+
+
+def quantized(values: np.ndarray, fmt: str, reference: str, dtype: str, name: str
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(blocks, reference tensor) of one quantized input: ``values`` (float64, its shape) quantized to
+    ``fmt``, and the baseline's tensor per ``reference`` (see the module docstring). ``ValueError`` naming
+    the input for a value GGML cannot quantize (inf, NaN, a block scale overflowing fp16)."""
+    try:
+        blocks = quant.quantize(values, fmt)
+    except ValueError as exc:
+        raise ValueError(f"input {name!r}: {exc}") from None
+    packed = torch.from_numpy(blocks)
+    if reference == "blocks":
+        return packed, packed.clone()
+    if reference == "float":
+        return packed, dtypes.to_tensor(values.astype(np.float32).astype(np.float64), dtype)
+    return packed, dtypes.to_tensor(quant.dequantize(blocks, fmt).astype(np.float64), dtype)
+
+
+def generate(case: Case, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
     """The inputs of one trial of ``case``: contiguous CPU tensors in input order.
 
     Float inputs are in the test dtype (drawn in float64, rounded once with
     round-to-nearest-even); integer/bool inputs are in their fixed dtype.
     Bit-identical on every machine for the same spec, case id and trial.
+    A spec with a quantized input gets a :class:`RoleInputs` pair instead.
     """
     seed = case_seed(case.spec.seed, case.id, trial)
     tensors = []
+    reference = []
     for i, (inp, shape) in enumerate(zip(case.spec.inputs, case.shapes)):
         bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i,)))
         values = draw(preset_dist(inp.dist, case), math.prod(shape), bits, case.symbols)
+        if inp.quant is not None:
+            blocks, ref = quantized(values.reshape(shape), inp.quant, inp.reference, case.dtype, inp.name)
+            tensors.append(blocks)
+            reference.append(ref)
+            continue
         if inp.dtype is None:
             flat = dtypes.to_tensor(values, case.dtype)
         else:
             flat = torch.from_numpy(values.astype(np.int64)).to(dtypes.torch_dtype(inp.dtype))
         # an empty draw gets fresh row-major strides (numpy gives empty results stride 0)
         tensors.append(flat.reshape(shape) if flat.numel() else torch.empty(shape, dtype=flat.dtype))
+        reference.append(tensors[-1])
+    if any(inp.quant is not None for inp in case.spec.inputs):
+        return RoleInputs(tensors, reference)
     return tensors
 
 

@@ -231,12 +231,25 @@ def _where(case: CaseResult) -> list[str]:
     return lines
 
 
+def perf_criteria(case: CaseResult) -> list[Criterion]:
+    """The speed-up gate of ``acceptance bench``: speedup = baseline median / impl median >= perf.min_speedup
+    (no criterion when the case was not timed or its spec sets no min_speedup)."""
+    perf = case.perf
+    if perf is None or perf.min_speedup is None:
+        return []
+    passed = perf.speedup is not None and perf.speedup >= perf.min_speedup
+    note = (f"median {perf.median_s:.4g} s against {perf.baseline_median_s:.4g} s for {perf.baseline}"
+            if perf.speedup is not None else "the perf baseline was not timed")
+    return [Criterion(kind="perf", metric="speedup", value=perf.speedup, threshold=perf.min_speedup,
+                      comparison=">=", passed=passed, source="spec perf.min_speedup", note=note)]
+
+
 def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResult:
     """The case with its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
     (nothing compared, or a constant answer where the oracle varies) fails."""
     if case.error is not None:
         return case.model_copy(update={"verdict": "error", "reasons": [case.error], "criteria": []})
-    criteria = threshold_criteria(case, rules) + bits_criteria(case, rules)
+    criteria = threshold_criteria(case, rules) + bits_criteria(case, rules) + perf_criteria(case)
     if rules.ulp_check:
         criteria += ulp_criteria(case, rules)
     if rules.diff4:

@@ -52,7 +52,8 @@ import torch
 from acceptance.errors import CaseError
 
 #: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
-#: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts).
+#: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts)
+#: | ("timed", Ref, TimerOptions.key()) (the callable in the timing loop of :mod:`acceptance.timing`, timed where it runs).
 Ref = tuple
 
 Tensors = tuple[torch.Tensor, ...]
@@ -80,6 +81,10 @@ def resolve(ref: Ref) -> Callable:
         from acceptance.layouts import with_layouts
 
         return with_layouts(resolve(ref[1]), ref[2])
+    if kind == "timed":
+        from acceptance import timing
+
+        return timing.Timed(resolve(ref[1]), timing.TimerOptions(**dict(ref[2])))
     raise ValueError(f"unknown callable reference {ref!r}")
 
 

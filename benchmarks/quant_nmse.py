@@ -4,8 +4,8 @@
 
 NMSE = sum((dequantize(quantize(x)) - x)^2) / sum(x^2), computed in float64, for x
 drawn from N(0, 1) and from U[-1, 1] (float32, fixed seed, blocks of 32 along rows of
-4000, 125 blocks). Printed in percent next to the default NMSE thresholds proposed for quantized
-paths (q8_x 0.5%, q5_x 1%, q4_x 1.5%), with their ratio (threshold / measured).
+4000, 125 blocks). Printed in percent next to the quantized category's NMSE gates
+(``acceptance.spec.defaults.QUANT_NMSE``: q8_x 0.5%, q5_x 1%, q4_x 1.5%), with their ratio (gate / measured).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import argparse
 import numpy as np
 
 from acceptance import quant
+from acceptance.spec.defaults import QUANT_NMSE
 
-THRESHOLD_PCT = {"q4_0": 1.5, "q4_1": 1.5, "q5_0": 1.0, "q5_1": 1.0, "q8_0": 0.5, "q8_1": 0.5}
+THRESHOLD_PCT = {fmt: 100 * gate for fmt, gate in QUANT_NMSE.items()}
 
 
 def nmse(x: np.ndarray, fmt: str) -> float:

@@ -50,3 +50,20 @@ def scatter_add(x, index, src, dim=0):
     """``x.scatter_add(dim, index, src)``: for ``dim=0``, ``out[index[i][j]][j] += src[i][j]``
     (out of place; repeated indices accumulate, atomically on a GPU)."""
     return x.scatter_add(dim, index, src)
+
+
+def matmul_nt(w, a):
+    """``w @ a.T``: out[m, n] = sum_k w[m, k] * a[n, k] (weights M x K, activations N x K), the straightforward
+    reference of a quantized matmul given the dequantized values."""
+    return w @ a.T
+
+
+def matmul_q4_0_q8_1_dequantize(w, a):
+    """The naive device kernel a quantized matmul is timed against: dequantize the q4_0 weight blocks and the
+    q8_1 activation blocks to float32 with torch ops, then ``w @ a.T`` (a float32 GEMM)."""
+    from acceptance.quant_kernels import unpack_q4_0, unpack_q8_1
+
+    wf, af = unpack_q4_0(w), unpack_q8_1(a)
+    wd = ((wf.codes.float() - 8.0) * wf.d[..., None]).reshape(w.shape[0], -1)
+    ad = (af.q.float() * af.d[..., None]).reshape(a.shape[0], -1)
+    return wd @ ad.T

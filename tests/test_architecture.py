@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "acceptance"
 
 #: Stages in data-flow order; a module may import from its own stage and earlier ones only.
 STAGES: list[tuple[str, ...]] = [
-    ("errors", "dtypes", "device", "quant", "quant_kernels", "presets", "layouts"),  # facts, formats, failures
+    ("errors", "dtypes", "device", "quant", "quant_kernels", "presets", "layouts", "timing"),  # facts, formats, failures
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
     ("oracle", "emulate", "emulation"),                   # reference callables (float64, mpmath, emulated)
     ("spec",),                                            # specs -> validated cases and their rules
@@ -23,9 +23,9 @@ STAGES: list[tuple[str, ...]] = [
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
-    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite"),  # orchestration: spec runs, the library calls
+    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench"),  # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
-    ("cli", "cli_tune", "__main__", "docgen", "__init__"),  # the edges
+    ("cli", "cli_tune", "cli_bench", "__main__", "docgen", "__init__"),  # the edges
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 

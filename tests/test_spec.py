@@ -151,10 +151,10 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
     _, problems = load_specs([bad])
     assert [str(p) for p in problems] == [
         f"{bad}: category: 'conv' is not one of convolution, reduction, activation, arithmetic, "
-        "pure_io, composite, atomic_add"
+        "pure_io, composite, atomic_add, quantized"
     ]
     near = write(tmp_path, "near.yaml", edit(MINIMAL, "category: reduction", "category: reducton"))
-    assert str(load_specs([near])[1][0]).endswith("atomic_add (did you mean 'reduction'?)")
+    assert str(load_specs([near])[1][0]).endswith("quantized (did you mean 'reduction'?)")
 
 
 @pytest.mark.parametrize(
@@ -580,7 +580,8 @@ def test_library_expansion_count(library):
     for path in discover([LIBRARY]):
         raw = yaml.safe_load(path.read_text())
         expected += len(raw["dtypes"]) * len(raw["cases"])
-        if path.parent == LIBRARY:  # the operator library; vendor_math/ holds numpy/scipy functions (no bfloat16)
+        if path.parent == LIBRARY and raw["category"] != "quantized":  # vendor_math/: numpy/scipy functions (no
+            # bfloat16); a quantized kernel's output dtype is its own (float32 for GGML's)
             assert {"float16", "bfloat16", "float32"} <= set(raw["dtypes"]), path.name
     cases = expand(library)
     assert len(cases) == expected
@@ -602,7 +603,7 @@ def _conv_out(size, kernel, stride, padding):
 
 def _expected_shape(name, s, p):
     """The output shape of each library operator, from its definition."""
-    if name == "matmul":
+    if name in ("matmul", "q4_0_q8_1_matmul"):
         return (s["M"], s["N"])
     if name == "conv2d":
         stride, pad = p.get("stride", 1), p.get("padding", 0)
@@ -626,12 +627,16 @@ def _expected_shape(name, s, p):
 
 def test_every_library_case_runs_on_cpu_in_every_dtype(library):
     """One trial of every case in every dtype: right shape and dtype, finite (no float16 overflow)."""
-    from acceptance.inputs import generate
+    from acceptance.inputs import RoleInputs, generate
+    from acceptance.quant import packed_shape
 
-    for case in expand(library):
+    for case in expand([spec for spec in library if spec.tier == "default"]):  # the large tier: LLM shapes
         fn = resolve_callable(case.spec.impl, case.spec.path)
         inputs = generate(case, 0)
-        assert [tuple(t.shape) for t in inputs] == case.shapes
+        if isinstance(inputs, RoleInputs):  # quantized inputs: the impl gets the packed blocks
+            inputs = inputs.impl
+        assert [tuple(t.shape) for t in inputs] == [
+            packed_shape(shape, inp.quant) if inp.quant else shape for shape, inp in zip(case.shapes, case.spec.inputs)]
         out = fn(*inputs, **case.params)
         assert tuple(out.shape) == _expected_shape(case.spec.name, case.symbols, case.params), case.id
         assert out.dtype == torch_dtype(case.dtype), case.id

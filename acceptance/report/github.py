@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from acceptance.report import perf
 from acceptance.report.text import deciding_criterion, headline, overall_line
 from acceptance.wording import criterion_text, one_line, visible_controls
 from acceptance.records import CaseResult, Results, sorted_failures_first
@@ -50,7 +51,8 @@ def _row(case: CaseResult) -> str:
 
 
 def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_bytes: int = 900_000) -> str:
-    """Markdown job summary: verdict, counts, provenance, a table of failures and errors.
+    """Markdown job summary: verdict, counts, provenance, the timing table of a bench run, a table of failures
+    and errors.
 
     Never longer than ``max_bytes`` (UTF-8): table rows that do not fit are
     replaced by one line ``… N more cases, see the artifact``.
@@ -74,6 +76,9 @@ def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_
     if vacuous:
         head += ["", f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
                  f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: {md_escape(vacuous[0].vacuous)}"]
+    timings = perf.markdown(results)
+    if timings:
+        head += ["", timings.rstrip("\n")]
     bad = [c for c in sorted_failures_first(results.cases) if c.verdict in ("fail", "error")]
     if not bad:
         return "\n".join(head) + "\n"

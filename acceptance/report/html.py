@@ -31,7 +31,7 @@ from typing import Any, Optional
 import jinja2
 from markupsafe import Markup
 
-from acceptance.report import svg
+from acceptance.report import perf, svg
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
 from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
 from acceptance.wording import full as full_precision
@@ -308,6 +308,7 @@ def render_html(results: Results, *, results_sha256: Optional[str] = None) -> st
     page = environment().get_template("report.html.j2").render(
         **page_context(results, results_sha256, css, js),
         cases=views,
+        perf=perf.html_section(results),
         max_plotted=MAX_PLOTTED_CASES,
         unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
         comparison=_comparison_view(results),

@@ -182,3 +182,62 @@ def memory_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
                         f"copies and a float64 one), over the memory limit of {spec.memory_limit_gib:.3g} GiB "
                         "(memory_limit_gib)"))
     return out
+
+
+def _special_values(dist: Dist) -> list[float]:
+    """The fixed values a distribution can produce (``choice`` and ``specials`` values, nested ones too)."""
+    if isinstance(dist, Choice):
+        return list(dist.values)
+    if isinstance(dist, Specials):
+        return list(dist.values) + _special_values(dist.of)
+    if isinstance(dist, Sparse):
+        return _special_values(dist.of)
+    return []
+
+
+def quant_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[tuple[str, str]]:
+    """Quantized inputs: the last dimension a multiple of the block size in every case, and no inf/NaN among
+    the values the distribution can produce (GGML's quantizers have no encoding for them)."""
+    from acceptance.dtypes import lookup
+
+    out: list[tuple[str, str]] = []
+    for i, inp in enumerate(inputs):
+        if inp.quant is None:
+            continue
+        block = lookup(inp.quant).block
+        bad = [v for v in _special_values(inp.dist) if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            out.append((f"inputs[{i}].dist", f"{bad[0]!r}: input {inp.name!r} is quantized to {inp.quant}, "
+                        "which cannot encode inf or NaN"))
+        last = len(inp.shape) - 1
+        for c in cases:
+            k = value_of(inp.shape[last], c.symbols)
+            if k % block:
+                out.append((f"inputs[{i}].shape[{last}]", f"input {inp.name!r}: {inp.shape[last]} = {k} for "
+                            f"cases[{c.index}] ({_symbols_text(c.symbols)}) is not a multiple of {block}, the "
+                            f"{inp.quant} block size"))
+    return out
+
+
+def perf_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
+    """``perf.flops`` and ``perf.bytes``: only case symbols, a value >= 0 in every case."""
+    out: list[tuple[str, str]] = []
+    for key in ("flops", "bytes"):
+        e = (spec.perf or {}).get(key)
+        if not isinstance(e, Expr):
+            continue
+        for c in spec.cases:
+            missing = [n for n in e.names if n not in c.symbols]
+            if missing:
+                out.append((f"perf.{key}", f"unknown symbol {missing[0]!r} in cases[{c.index}] "
+                            f"(case symbols: {', '.join(c.symbols) or 'none'})"))
+                break
+            try:
+                value = e.evaluate(c.symbols)
+            except ZeroDivisionError:
+                out.append((f"perf.{key}", f"{e} divides by zero for cases[{c.index}]"))
+                break
+            if value < 0:
+                out.append((f"perf.{key}", f"{e} = {value} < 0 for cases[{c.index}] ({_symbols_text(c.symbols)})"))
+                break
+    return out

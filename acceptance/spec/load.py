@@ -10,7 +10,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from acceptance.spec import emulation as emulate_section
 from acceptance.spec.axes import case_specs
-from acceptance.spec.checks import dtype_problems, input_case_problems, memory_problems, waiver_problems
+from acceptance.spec.checks import (dtype_problems, input_case_problems, memory_problems, perf_problems, quant_problems,
+                                   waiver_problems)
 from acceptance.spec.messages import field_path, sentence
 from acceptance.spec.overrides import override_problems
 from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
@@ -70,6 +71,8 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
                    for k, o in enumerate(model.overrides)],
         emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
         deterministic=model.deterministic,
+        tier=model.tier,
+        perf={k: v for k, v in dict(model.perf).items() if v is not None} if model.perf is not None else None,
     )
 
 
@@ -117,14 +120,17 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     inputs_model, cases_model, dtypes, per_dtype = parts
     inputs = cases = None
     if inputs_model is not None and cases_model is not None:
-        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.layout) for i in inputs_model]
+        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.layout, i.quant,
+                            i.reference or "dequantized") for i in inputs_model]
         cases = case_specs(cases_model, inputs)
         found += input_case_problems(inputs, cases)
+        if not found:
+            found += quant_problems(inputs, cases)
     if dtypes is not None:
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
-        found = waiver_problems(spec) + memory_problems(spec) + override_problems(spec) + emulate_section.emulation_problems(
+        found = waiver_problems(spec) + memory_problems(spec) + override_problems(spec) + perf_problems(spec) + emulate_section.emulation_problems(
             model.emulate, spec.dtypes, spec.params, [c.params for c in spec.cases])
         if not found:
             return spec, []

@@ -17,6 +17,7 @@ CATEGORIES: tuple[str, ...] = (
     "pure_io",
     "composite",
     "atomic_add",
+    "quantized",
 )
 
 
@@ -116,7 +117,10 @@ def dist_bounds(dist: Dist, path: str) -> list[tuple[str, Bound]]:
 @dataclass(frozen=True)
 class InputSpec:
     """One input tensor. ``dtype`` is ``None`` for a float input (it takes the test dtype)
-    or a fixed integer/bool dtype name from :data:`INPUT_DTYPES`."""
+    or a fixed integer/bool dtype name from :data:`INPUT_DTYPES`. ``quant`` names a GGML block format
+    (``q4_0`` ...): the impl then gets the packed uint8 blocks, and the baseline and oracle get what
+    ``reference`` says: ``dequantized`` values, the same ``blocks``, or the ``float`` values drawn before
+    quantization."""
 
     name: str
     shape: tuple[Dim, ...]
@@ -124,6 +128,8 @@ class InputSpec:
     dtype: Optional[str] = None
     layout: Optional[str] = None
     """Memory layout the impl gets this input in (:data:`acceptance.layouts.LAYOUTS`); ``None``: contiguous."""
+    quant: Optional[str] = None
+    reference: str = "dequantized"
 
 
 @dataclass(frozen=True)
@@ -163,7 +169,9 @@ class OperatorSpec:
     (resolve with :func:`resolve_callable`); ``oracle`` is a reference, a mapping
     ``{'mpmath': name, 'dps': digits}``, or ``None``. ``floors`` maps a dtype name to
     ``{max_ulp, mean_ulp}`` accuracy-floor overrides. ``thresholds`` maps a dtype name
-    to ``{metric: value}`` as written; ``dual_delta`` holds only the keys written."""
+    to ``{metric: value}`` as written; ``dual_delta`` holds only the keys written. ``tier`` is ``default``
+    or ``large`` (run only when asked for); ``perf`` holds the keys of the ``perf`` section as written
+    (``flops``/``bytes`` as ints or :class:`Expr`), or ``None``."""
 
     path: Path
     name: str
@@ -193,6 +201,8 @@ class OperatorSpec:
     deterministic: Optional[bool] = None
     """Whether the impl must give bitwise-identical results run to run (``None``: every category but
     atomic_add must)."""
+    tier: str = "default"
+    perf: Optional[dict] = None
 
 
 @dataclass(frozen=True)

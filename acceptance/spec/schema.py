@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Optional, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, model_validator
 
 from acceptance import oracle
-from acceptance.dtypes import INPUT_DTYPES, TEST_DTYPES
+from acceptance.dtypes import INPUT_DTYPES, QUANT_DTYPES, TEST_DTYPES
 from acceptance.errors import SpecError
 from acceptance.metrics import registry
 from acceptance.spec.callables import resolve_callable
@@ -241,12 +241,79 @@ class _SpecialsModel(_Model):
 _DistModel.model_rebuild()
 
 
+def _check_quant(v: str) -> str:
+    if v not in QUANT_DTYPES:
+        raise fail(one_of(v, QUANT_DTYPES))
+    return v
+
+
+#: What the baseline and the oracle receive for a quantized input (the impl always gets the packed blocks).
+QUANT_REFERENCES: tuple[str, ...] = ("dequantized", "blocks", "float")
+
+
+def _check_reference(v: str) -> str:
+    if v not in QUANT_REFERENCES:
+        raise fail(one_of(v, QUANT_REFERENCES))
+    return v
+
+
 class _InputModel(_Model):
     name: Annotated[str, Field(min_length=1)]
     shape: list[DimValue]
     dist: _DistModel
     dtype: Optional[Annotated[str, AfterValidator(_check_input_dtype)]] = None
     layout: Optional[Annotated[str, AfterValidator(_check_layout)]] = None
+    quant: Optional[Annotated[str, AfterValidator(_check_quant)]] = None
+    reference: Optional[Annotated[str, AfterValidator(_check_reference)]] = None
+
+    @model_validator(mode="after")
+    def _quant_is_a_float_input(self) -> "_InputModel":
+        if self.quant is not None and self.dtype is not None:
+            raise fail(f"a quantized input is drawn as real numbers; give quant: {self.quant} or dtype: "
+                       f"{self.dtype}, not both")
+        if self.reference is not None and self.quant is None:
+            raise fail("reference applies to a quantized input only (add quant: q4_0, ...)")
+        if self.quant is not None and not self.shape:
+            raise fail("a quantized input needs at least one dimension (blocks of 32 run along the last)")
+        return self
+
+
+#: Spec tiers: ``default`` specs run unless filtered out; ``large`` ones (LLM-sized shapes) only when asked for.
+TIERS: tuple[str, ...] = ("default", "large")
+
+
+def _check_tier(v: str) -> str:
+    if v not in TIERS:
+        raise fail(one_of(v, TIERS))
+    return v
+
+
+def _perf_expr(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v < 0:
+            raise fail(f"expected a count >= 0, got {v}")
+        return v
+    if isinstance(v, str):
+        try:
+            return parse_expr(v)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    raise fail(f"expected an integer or an expression of case symbols (e.g. 2*M*N*K), got {describe(v)}")
+
+
+class _PerfModel(_Model):
+    """The ``perf`` section: work per call for GFLOP/s and GB/s, a device baseline and its speed-up gate."""
+
+    flops: Optional[Annotated[Any, BeforeValidator(_perf_expr)]] = None
+    bytes: Optional[Annotated[Any, BeforeValidator(_perf_expr)]] = None
+    baseline: Optional[CallableRef] = None
+    min_speedup: Optional[Annotated[float, Field(gt=0)]] = None
+
+    @model_validator(mode="after")
+    def _speedup_needs_a_baseline(self) -> "_PerfModel":
+        if self.min_speedup is not None and self.baseline is None:
+            raise fail("min_speedup needs perf.baseline, the callable the impl is timed against")
+        return self
 
 
 class _EdgesModel(_Model):
@@ -398,3 +465,5 @@ class SpecModel(_Model):
     overrides: list[_OverrideModel] = []
     emulate: Optional[EmulateModel] = None
     deterministic: Optional[bool] = None
+    tier: Annotated[str, AfterValidator(_check_tier)] = "default"
+    perf: Optional[_PerfModel] = None

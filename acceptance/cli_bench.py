@@ -1,0 +1,91 @@
+"""``acceptance bench``: check each case, then time it (warm-up excluded) and gate the speed-up.
+
+Registered on the command group of :mod:`acceptance.cli`; the timing itself is
+:mod:`acceptance.bench` (statistics) over :mod:`acceptance.timing` (the loop).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from acceptance.cli import DEFAULT_OUT, _command_line, _console, _load, main, select_tiers, tier_option, write_reports
+from acceptance.errors import OutputError, UsageError
+from acceptance.report import REPORTERS as ALL_REPORTERS
+
+
+@main.command("bench")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
+              help="Folder for results.json (timings beside the accuracy fields), junit.xml and report.html.")
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (impl's device).")
+@click.option("--only", metavar="GLOB", help="Time only operators or case ids matching this glob.")
+@click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Time only this dtype (repeatable).")
+@tier_option
+@click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Accuracy trials per case before it is timed.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Warm-up calls at least (never timed).")
+@click.option("--warmup-time", type=click.FloatRange(min=0), default=0.1, show_default=True,
+              help="Warm-up seconds at least.")
+@click.option("--min-time", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Timed seconds at least per case.")
+@click.option("--min-runs", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed calls at least per case.")
+@click.option("--max-runs", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Timed calls at most per case.")
+@click.option("--no-isolation", is_flag=True, help="Time in this process (debugging).")
+def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: tuple[str, ...], tiers: tuple[str, ...],
+              trials: int, warmup: int, warmup_time: float, min_time: float, min_runs: int, max_runs: int,
+              no_isolation: bool) -> None:
+    """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up."""
+    from acceptance import bench, runner, spec, verdict
+    from acceptance.device import resolve_device
+    from acceptance.records import Results
+    from acceptance.results import OutputFolder
+    from acceptance.timing import TimerOptions
+
+    if min_runs > max_runs:
+        raise UsageError(f"--min-runs {min_runs} is above --max-runs {max_runs}")
+    try:
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    specs = select_tiers(_load(paths), tiers)
+    cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
+    if not cases:
+        raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}, "
+                         f"--tier {', '.join(tiers) or 'default'})")
+    options = TimerOptions(warmup=warmup, warmup_time=warmup_time, min_time=min_time, min_runs=min_runs,
+                           max_runs=max_runs)
+    folder = OutputFolder(out_dir, stale=tuple(r.filename for r in ALL_REPORTERS))
+    start = runner.now()
+    click.echo(f"timing {len(cases)} cases on {dev}", err=True)
+
+    def record(case, result) -> None:
+        folder.append(result)
+        p = result.perf
+        took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {result.error}"
+        click.echo(f"  {case.id}: {took}", err=True)
+
+    try:
+        results, _ = bench.bench(cases, dev, options, trials=trials, isolate=not no_isolation, on_case=record)
+        env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
+                                 end=runner.now())
+        res = Results(environment=env, summary=verdict.summarize(results), cases=results)
+        try:
+            written = write_reports(res, out_dir)
+        except OSError as exc:
+            raise OutputError(f"--out {out_dir}: cannot write the results: {exc.strerror or exc}") from None
+    finally:
+        folder.close()
+    from acceptance.report import perf
+
+    for line in perf.text_table(res):
+        click.echo(line)
+    for line, colour in _console(res):
+        click.secho(line, fg=colour)
+    click.echo("wrote " + ", ".join(str(p) for p in written))
+    raise SystemExit(res.summary.exit_code)
