@@ -1,13 +1,14 @@
 """Operator accuracy acceptance and CI gating.
 
 ``acceptance.dual_delta`` and ``acceptance.DualDeltaResult`` are the library
-entry points of dual-delta testing; they load on first use so that the command
-line starts without importing torch.
+entry points of dual-delta testing, ``acceptance.assert_accurate`` (and its
+``AccuracyError``) the assertion for hand-written tests; they load on first use
+so that the command line starts without importing torch.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["dual_delta", "DualDeltaResult", "__version__"]
+__all__ = ["dual_delta", "DualDeltaResult", "assert_accurate", "AccuracyError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -15,4 +16,8 @@ def __getattr__(name: str):
         from acceptance import dualdelta
 
         return getattr(dualdelta, name)
+    if name in ("assert_accurate", "AccuracyError"):
+        from acceptance import assertions
+
+        return getattr(assertions, name)
     raise AttributeError(f"module 'acceptance' has no attribute {name!r}")

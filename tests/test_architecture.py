@@ -16,16 +16,16 @@ STAGES: list[tuple[str, ...]] = [
     ("errors", "dtypes", "device", "quant", "quant_kernels"),  # facts, formats and failures every stage may name
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
     ("oracle",),                                          # reference callables (float64, mpmath)
-    ("spec",),                                            # specs -> validated cases and their rules
+    ("spec", "adapters"),                                 # specs -> validated cases and their rules; callable kinds
     ("inputs",),                                          # deterministic inputs
     ("workers",),                                         # where the code under test runs
     ("engine", "diagnose", "peers"),                      # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results",),                                         # results.json
-    ("runner", "dualdelta"),                              # orchestration: spec runs, the library call
+    ("runner", "dualdelta", "assertions", "waivers"),     # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
-    ("cli", "__main__", "docgen", "__init__"),            # the edges
+    ("cli", "__main__", "docgen", "__init__", "pytest_plugin"),  # the edges
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 

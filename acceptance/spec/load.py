@@ -11,6 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from acceptance.spec.checks import dtype_problems, input_case_problems, memory_problems, waiver_problems
 from acceptance.spec.messages import field_path, sentence
 from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, SpecProblem, Waiver
+from acceptance.spec.kinds import ROLES
 from acceptance.spec.schema import SpecModel
 from acceptance.spec.yamlio import read_yaml
 
@@ -61,8 +62,14 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         memory_limit_gib=model.memory_limit_gib if model.memory_limit_gib is not None else default_memory_gib(),
         atomic_runs=model.atomic_runs,
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
-        waivers=[Waiver(w.match, w.reason) for w in model.waivers],
+        waivers=[Waiver(w.match, w.reason, tuple(w.covers), w.expires, w.link) for w in model.waivers],
+        role_params=_role_params(model),
     )
+
+
+def _role_params(model: Any) -> dict[str, dict[str, Any]]:
+    """``<role>_params`` of a spec or a case model, by role, roles without any left out."""
+    return {role: dict(getattr(model, f"{role}_params")) for role in ROLES if getattr(model, f"{role}_params")}
 
 
 def _valid_part(data: dict, name: str, failed: set) -> Any:
@@ -110,7 +117,7 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     inputs = cases = None
     if inputs_model is not None and cases_model is not None:
         inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype) for i in inputs_model]
-        cases = [CaseSpec(dict(c.model_extra or {}), dict(c.params), k) for k, c in enumerate(cases_model)]
+        cases = [CaseSpec(dict(c.model_extra or {}), dict(c.params), k, _role_params(c)) for k, c in enumerate(cases_model)]
         found += input_case_problems(inputs, cases)
     if dtypes is not None:
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
