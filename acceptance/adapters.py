@@ -210,7 +210,7 @@ class Adapter:
             if "weights" in self.decl:
                 state = torch.load(self._path(self.decl["weights"], "weights"), map_location="cpu", weights_only=True)
                 module.load_state_dict(state, strict=True)
-            self._master = module.eval()
+            self._master = module.eval().requires_grad_(False)
         floating = next((t for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
         device = tensors[0].device if tensors else torch.device("cpu")
         module = copy.deepcopy(self._master).to(device)
@@ -234,7 +234,7 @@ class Adapter:
         session = self._session
         feeds = [(i.name, _onnx_numpy_dtype(i.type)) for i in session.get_inputs()]
 
-        def run(*tensors: torch.Tensor, **params: Any) -> tuple[torch.Tensor, ...]:
+        def run(*tensors: torch.Tensor, **params: Any) -> Any:
             if len(tensors) != len(feeds):
                 raise ValueError(f"the ONNX model takes {len(feeds)} inputs ({', '.join(n for n, _ in feeds)}), "
                                  f"the spec gives {len(tensors)}")
@@ -242,8 +242,9 @@ class Adapter:
             arrays = {name: t.detach().cpu().numpy().astype(dtype) for (name, dtype), t in zip(feeds, tensors)}
             outs = session.run(None, arrays)
             device = tensors[0].device
-            return tuple(torch.from_numpy(o).to(device=device, dtype=floating if floating is not None and
+            made = tuple(torch.from_numpy(o).to(device=device, dtype=floating if floating is not None and
                                                  o.dtype.kind == "f" else None) for o in outs)
+            return made[0] if len(made) == 1 else made
 
         return run
 
@@ -286,7 +287,8 @@ class Adapter:
         self._calls += 1
         new_breaks = {k: v - breaks.get(k, 0) for k, v in _graph_breaks().items() if v > breaks.get(k, 0)}
         if new_breaks:
-            first = next(iter(new_breaks)).strip().splitlines()[0]
+            lines = [line.strip() for line in next(iter(new_breaks)).strip().splitlines() if line.strip()]
+            first = "; ".join(lines[:2])
             self._notes.append(f"torch.compile: {sum(new_breaks.values())} graph break(s) in call {self._calls} "
                                f"({first})")
         if c.graphs > graphs and self._calls > 1:

@@ -75,6 +75,20 @@ class CompileOptions(_Model):
         return self
 
 
+def _compile(v: Any) -> Union[bool, dict]:
+    """``compile: true`` (defaults) or a mapping of :class:`CompileOptions` (as written)."""
+    if isinstance(v, bool):
+        return v
+    if not isinstance(v, dict):
+        raise fail(f"expected true, false or a mapping of torch.compile options, got {describe(v)}")
+    try:
+        return CompileOptions.model_validate(v).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise fail(f"{where + ': ' if where else ''}{first['msg']}") from None
+
+
 class Declaration(_Model):
     """A role declared as a mapping (see :mod:`acceptance.adapters` for what each field does)."""
 
@@ -86,7 +100,7 @@ class Declaration(_Model):
     kwargs: Mapping = {}
     weights: Optional[File] = None
     weights_seed: Annotated[int, Field(ge=0)] = 0
-    compile: Union[bool, CompileOptions] = False
+    compile: Annotated[Any, BeforeValidator(lambda v: _compile(v))] = False
     allow_eager: bool = False
     providers: Optional[Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = None
     setup: Optional[Ref] = None
