@@ -186,7 +186,8 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
             runs.append(out)
             timing.impl += seconds
         base, seconds = executor.call("baseline", roles.baseline, t, inputs, kwargs["baseline"],
-                                      device=torch.device("cpu"), timeout=baseline_timeout, limit=baseline_timeout, names=names)
+                                      device=torch.device("cpu"), timeout=baseline_timeout, limit=baseline_timeout,
+                                      names=names)
         timing.baseline += seconds
         ref = None
         if oracle:
