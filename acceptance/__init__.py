@@ -2,13 +2,14 @@
 
 ``acceptance.dual_delta`` and ``acceptance.DualDeltaResult`` are the library
 entry points of dual-delta testing, ``acceptance.tune`` and ``acceptance.compare``
-those of threshold tuning and accuracy regression; they load on first use so
+those of threshold tuning and accuracy regression,
+``acceptance.assert_accurate`` (and its ``AccuracyError``) the assertion for hand-written tests; they load on first use so
 that the command line starts without importing torch.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["dual_delta", "DualDeltaResult", "tune", "compare", "__version__"]
+__all__ = ["dual_delta", "DualDeltaResult", "tune", "compare", "assert_accurate", "AccuracyError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,4 +25,8 @@ def __getattr__(name: str):
         from acceptance.tuning import compare
 
         return compare
+    if name in ("assert_accurate", "AccuracyError"):
+        from acceptance import assertions
+
+        return getattr(assertions, name)
     raise AttributeError(f"module 'acceptance' has no attribute {name!r}")

@@ -111,6 +111,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
     from acceptance.results import JOURNAL, OutputFolder
+    from acceptance.waivers import waiver_records
 
     unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
     if unknown:
@@ -170,7 +171,8 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
                              end=runner.now())
     res = Results(environment=env, summary=verdict.summarize(case_results, interrupted=stopped),
                   cases=case_results, interrupted=stopped is not None,
-                  not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [])
+                  not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [],
+                  waivers=waiver_records(specs, case_results))
     if base_run is not None:
         res = _with_comparison(res, base_run, str(compare_to))
     try:

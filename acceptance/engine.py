@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from acceptance import dtypes, metrics
+from acceptance import adapters, dtypes, metrics
 from acceptance.device import synchronize
 from acceptance.errors import CaseError
 from acceptance.inputs import RoleInputs
@@ -120,7 +120,10 @@ def call(fn: Callable, role: str, trial: int, tensors: Tensors, params: dict) ->
 
 class InProcess:
     """Calls the roles in this process: the library API's executor (no isolation; a SIGALRM deadline in the
-    main thread, which native code can ignore)."""
+    main thread, which native code can ignore). ``notes``: warnings the callables reported, call after call."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
 
     def call(self, role: str, fn: Callable, trial: int, args: Tensors, params: dict, *, device: torch.device,
              timeout: float = math.inf, limit: Optional[float] = None,
@@ -132,6 +135,7 @@ class InProcess:
         with _deadline(timeout, role, trial):
             out = call(fn, role, trial, args, params)
             synchronize(device)
+        self.notes += adapters.take_notes(fn)
         return out, time.perf_counter() - started
 
     def close(self) -> None:
@@ -160,7 +164,8 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
                params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
                baseline_timeout: float = math.inf, oracle_timeout: float = math.inf,
                timing: Optional[Timing] = None, executor: Any = None,
-               names: Optional[list[str]] = None, baseline_repeats: int = 0) -> Iterator[Trial]:
+               names: Optional[list[str]] = None, baseline_repeats: int = 0,
+               role_params: Optional[dict[str, dict]] = None) -> Iterator[Trial]:
     """Run ``trials`` trials and yield each one's tensors (see the module docstring).
 
     ``executor`` calls the roles (:class:`InProcess`, the default, or a
@@ -170,13 +175,21 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     ``timing`` collects seconds per role; ``names`` are the inputs' names;
     ``baseline_repeats`` more baseline runs on the first trial's inputs (its run-to-run check; the
     reference is trusted, so one trial shows a varying one).
+    ``role_params`` maps a role to
+    keyword arguments merged over ``params`` for it. Roles declared as mappings (:mod:`acceptance.adapters`)
+    are set up on trial 0's inputs before it, each under its own timeout, in ``timing.setup``.
     """
     executor = executor if executor is not None else InProcess()
     timing = timing if timing is not None else Timing()
+    role_params = role_params or {}
+    kwargs = {role: {**params, **role_params.get(role, {})} for role in ("impl", "baseline", "oracle")}
     for t in range(trials):
         made = make_inputs(t)
         inputs, reference = (tuple(made.impl), tuple(made.reference)) if isinstance(made, RoleInputs) else (
             (tuple(made),) * 2)
+        if t == 0:
+            _setup(roles, inputs, reference, executor, kwargs, device, timing, oracle, names)
+        params = kwargs["impl"]
         runs = []
         for _ in range(1 + repeats):
             out, seconds = executor.call("impl", roles.impl, t, inputs, params, device=device,
@@ -185,20 +198,36 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
             timing.impl += seconds
         bases = []
         for _ in range(1 + (baseline_repeats if t == 0 else 0)):
-            base, seconds = executor.call("baseline", roles.baseline, t, reference, params, device=torch.device("cpu"),
+            base, seconds = executor.call("baseline", roles.baseline, t, reference, kwargs["baseline"], device=torch.device("cpu"),
                                           timeout=baseline_timeout, limit=baseline_timeout, names=names)
             bases.append(base)
             timing.baseline += seconds
         base = bases[0]
         ref = None
         if oracle:
-            out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(reference), params,
+            out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(reference), kwargs["oracle"],
                                          device=torch.device("cpu"), timeout=oracle_timeout, limit=oracle_timeout,
                                          names=names)
             ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
             timing.oracle += seconds
         _check(t, runs[0], base, ref)
         yield Trial(t, reference, runs[0], base, ref, tuple(runs[1:]), tuple(bases[1:]))
+
+
+def _setup(roles: Roles, inputs: Tensors, reference: Tensors, executor: Any, kwargs: dict[str, dict], device: torch.device,
+           timing: Timing, oracle: bool, names: Optional[list[str]]) -> None:
+    """Set up each declared role once, on trial 0's inputs (float64 for the oracle), not timed as the role."""
+    for role, fn, where, args in (("impl", roles.impl, device, inputs),
+                                  ("baseline", roles.baseline, torch.device("cpu"), reference),
+                                  ("oracle", roles.oracle if oracle else None, torch.device("cpu"),
+                                   float64_inputs(reference))):
+        found = adapters.setup_of(fn)
+        if found is None:
+            continue
+        target, timeout = found
+        _, seconds = executor.call(f"{role} setup", target, 0, args, kwargs[role], device=where, timeout=timeout,
+                                   limit=timeout, names=names)
+        timing.setup += seconds
 
 
 def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None

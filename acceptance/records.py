@@ -257,6 +257,8 @@ class Timing(_Model):
     """Inside the baseline."""
     oracle: JFloat = 0.0
     """Inside the oracle."""
+    setup: JFloat = 0.0
+    """Setting the declared roles up, once per case before the trials (build, compile, warm-up); not in impl."""
 
 
 class UlpStats(_Model):
@@ -447,6 +449,35 @@ class CaseResult(_Model):
     """Message when the run of the case broke (verdict 'error')."""
     perf: Optional[PerfRecord] = None
     """Timing by ``acceptance bench`` (null from ``acceptance run``)."""
+    warnings: list[str] = []
+    """What the code under test reported without breaking: torch.compile graph breaks, recompilations, an
+    allowed fallback to eager."""
+    description: str = ""
+    """The spec's description of the operator."""
+
+
+class WaiverRecord(_Model):
+    """One waiver of a spec and what it did in a run."""
+
+    spec_file: str
+    """The spec that declares it."""
+    operator: str
+    """Its operator."""
+    match: str
+    """Its case-id glob."""
+    reason: str
+    """Why the cases are waived."""
+    covers: list[str] = ["fail"]
+    """The verdicts it waives: fail, error."""
+    expires: Optional[str] = None
+    """Last day it applies (ISO date), null for never."""
+    link: Optional[str] = None
+    """Where its fix is tracked."""
+    status: Literal["applied", "unmatched", "expired"]
+    """applied: it waived a case of this run; unmatched: no case of this run needed it; expired: past its date,
+    it waived nothing."""
+    cases: list[str] = []
+    """Ids of the cases it waived (applied) or would have waived (expired: the cases that failed or errored)."""
 
 
 class Summary(_Model):
@@ -550,6 +581,8 @@ class Results(_Model):
     """Ids of the cases an interrupted run did not run."""
     comparison: Optional[Comparison] = None
     """The comparison with a base run (``acceptance run --compare-to``), when asked for."""
+    waivers: list[WaiverRecord] = []
+    """Every waiver of the specs run, with what it did in this run (applied, unmatched, expired)."""
 
     @model_validator(mode="after")
     def _decided(self) -> "Results":

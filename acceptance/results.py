@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO
 
 from acceptance.errors import OutputError, ResultsError
-from acceptance.records import SCHEMA_VERSION, CaseResult, Results
+from acceptance.records import SCHEMA_VERSION, CaseResult, Results, WaiverRecord
 from acceptance.verdict import summarize
 
 
@@ -81,7 +81,22 @@ def merge(parts: list[Results]) -> Results:
         }
     )
     cases = list(by_id.values())
-    return Results(environment=env, summary=summarize(cases), cases=cases)
+    return Results(environment=env, summary=summarize(cases), cases=cases, waivers=_merged_waivers(parts))
+
+
+def _merged_waivers(parts: list[Results]) -> list[WaiverRecord]:
+    """The waivers of all shards, each once: applied when it applied in any shard, with every case it waived."""
+    by_key: dict[tuple[str, str, str], WaiverRecord] = {}
+    for part in parts:
+        for w in part.waivers:
+            key = (w.spec_file, w.match, w.reason)
+            old = by_key.get(key)
+            if old is None:
+                by_key[key] = w
+                continue
+            status = "applied" if "applied" in (old.status, w.status) else old.status
+            by_key[key] = old.model_copy(update={"status": status, "cases": list(dict.fromkeys(old.cases + w.cases))})
+    return list(by_key.values())
 
 
 _V1_PAIR = re.compile(r"^threshold \((.*)\)$")

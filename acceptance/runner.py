@@ -169,7 +169,7 @@ def _identity(case: Case, trials: int) -> dict[str, Any]:
     return dict(
         id=case.id, operator=spec.name, category=spec.category, spec_file=str(spec.path), dtype=case.dtype,
         params={**case.symbols, **({"params": case.case_params} if case.case_params else {})},
-        trials=trials, seed=spec.seed, waiver=case.waiver,
+        trials=trials, seed=spec.seed, waiver=case.waiver, description=spec.description,
     )
 
 
@@ -215,13 +215,15 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         return CaseResult(**identity, error=f"cannot resolve callables: {exc}")
     spec = case.spec
     extras = faithful.Extras(case)
+    executor = worker if worker is not None else engine.InProcess()
+    noted = len(executor.notes)
     try:
         for t in engine.run_trials(roles, lambda k: generate(case, k), n_trials, device=device, params=case.params,
                                    oracle=True, repeats=faithful.impl_repeats(case),
                                    baseline_repeats=faithful.BASELINE_RUNS - 1,
                                    timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
-                                   oracle_timeout=spec.oracle_timeout, timing=timing, executor=worker,
-                                   names=[inp.name for inp in spec.inputs]):
+                                   oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
+                                   names=[inp.name for inp in spec.inputs], role_params=case.role_params):
             if not outputs:
                 outputs = [_Output(case.dtype) for _ in t.impl]
             extras.add(t)
@@ -265,7 +267,7 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         advisory=peers.advisories(n_trials),
         bad_fraction=bad.bad_fraction if bad else None, bad_location=bad.bad_where if bad else None,
         rel_error_buckets=buckets, atomic_spread=spread, diff4_counts=[acc.diff4 for acc in outputs],
-        dual_delta=records, timing=timing, **extras.fields(),
+        dual_delta=records, timing=timing, **extras.fields(), warnings=executor.notes[noted:],
     )
 
 

@@ -25,7 +25,8 @@ criteria, verdict and reasons:
    baseline's is finite.
 
 A case fails when any criterion fails; a waived failure becomes ``skip``; a
-case whose run broke is ``error``. Reasons list every failed criterion (in
+case whose run broke is ``error`` (``skip`` when its waiver covers errors); an
+expired waiver waives nothing and is named among the reasons. Reasons list every failed criterion (in
 the words of :func:`acceptance.wording.criterion_text`), then every failed
 dual-delta gate, then where the damage is: the fraction of elements over
 tolerance (and where they sit) and the worst element.
@@ -248,7 +249,11 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
     """The case with its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
     (nothing compared, or a constant answer where the oracle varies) fails."""
     if case.error is not None:
-        return case.model_copy(update={"verdict": "error", "reasons": [case.error], "criteria": []})
+        if rules.waiver and "error" in rules.waiver_covers:
+            return case.model_copy(update={"verdict": "skip", "reasons": [f"waived: {rules.waiver}", case.error],
+                                           "criteria": []})
+        expired = [rules.expired_waiver] if rules.expired_waiver else []
+        return case.model_copy(update={"verdict": "error", "reasons": [case.error] + expired, "criteria": []})
     criteria = threshold_criteria(case, rules) + bits_criteria(case, rules) + perf_criteria(case)
     if rules.ulp_check:
         criteria += ulp_criteria(case, rules)
@@ -273,8 +278,10 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
     verdict = "fail" if reasons else "pass"
     if reasons:
         reasons += _where(case)
-    if verdict == "fail" and rules.waiver:
+    if verdict == "fail" and rules.waiver and "fail" in rules.waiver_covers:
         verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
+    elif verdict == "fail" and rules.expired_waiver:
+        reasons.append(rules.expired_waiver)
     return case.model_copy(update={"verdict": verdict, "reasons": reasons, "criteria": criteria,
                                    "dual_delta": records, "tolerance_to_pass": tolerance_to_pass(criteria)})
 

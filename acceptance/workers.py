@@ -53,7 +53,9 @@ from acceptance.errors import CaseError
 
 #: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
 #: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts)
-#: | ("timed", Ref, TimerOptions.key()) (the callable in the timing loop of :mod:`acceptance.timing`, timed where it runs).
+#: | ("timed", Ref, TimerOptions.key()) (the callable in the timing loop of :mod:`acceptance.timing`, timed where it runs)
+#: | ("adapter", declaration JSON, spec_path, role) | ("setup", Ref): the ``setup`` of the adapter the worker
+#: already holds for Ref (see :mod:`acceptance.adapters`).
 Ref = tuple
 
 Tensors = tuple[torch.Tensor, ...]
@@ -85,6 +87,10 @@ def resolve(ref: Ref) -> Callable:
         from acceptance import timing
 
         return timing.Timed(resolve(ref[1]), timing.TimerOptions(**dict(ref[2])))
+    if kind == "adapter":
+        from acceptance.adapters import resolve_adapter
+
+        return resolve_adapter(ref)
     raise ValueError(f"unknown callable reference {ref!r}")
 
 
@@ -138,6 +144,21 @@ def _where(exc: BaseException) -> str:
     return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
+def _cached(cache: dict, ref: Ref) -> Callable:
+    """The callable of ``ref``, resolved once per worker (a setup reference reaches the cached adapter)."""
+    if ref[0] == "setup":
+        return _cached(cache, ref[1]).setup
+    key = ref if ref[0] != "object" else id(ref[1])
+    return cache.get(key) or cache.setdefault(key, resolve(ref))
+
+
+def _notes(fn: Callable) -> list[str]:
+    """Warnings an adapter collected during the call (see :func:`acceptance.adapters.take_notes`)."""
+    from acceptance.adapters import take_notes
+
+    return take_notes(fn)
+
+
 def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int]) -> None:  # pragma: no cover
     """The worker's loop (runs in the child)."""
     os.setsid()
@@ -160,8 +181,7 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
         except EOFError:
             os._exit(0)
         try:
-            key = ref if ref[0] != "object" else id(ref[1])
-            fn = cache.get(key) or cache.setdefault(key, resolve(ref))
+            fn = _cached(cache, ref)
             args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
             before = [_digest(a) for a in args]
             started = time.perf_counter()
@@ -177,7 +197,7 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
                 answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
             else:
                 changed = [(i, a.detach().cpu()) for i, (a, d) in enumerate(zip(args, before)) if _digest(a) != d]
-                answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds)
+                answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, _notes(fn))
         except SystemExit as exc:
             answer = ("bad", f"called sys.exit({exc.code!r})")
         except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
@@ -225,6 +245,8 @@ class Worker:
         self.memory_limit = memory_limit
         self._proc: Optional[multiprocessing.process.BaseProcess] = None
         self._conn: Optional[multiprocessing.connection.Connection] = None
+        #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
+        self.notes: list[str] = []
 
     def _start(self) -> None:
         parent, child = _context().Pipe()
@@ -281,7 +303,8 @@ class Worker:
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
         if answer[0] == "bad":
             raise CaseError(f"{role} {answer[1]} in trial {trial}")
-        _, outs, changed, seconds = answer
+        _, outs, changed, seconds, notes = answer
+        self.notes += notes
         for i, now in changed:
             name = f" (`{names[i]}`)" if names and i < len(names) else ""
             differs = _changed(now, args[i])

@@ -16,16 +16,16 @@ STAGES: list[tuple[str, ...]] = [
     ("errors", "dtypes", "device", "quant", "quant_kernels", "presets", "layouts", "timing"),  # facts, formats, failures
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
     ("oracle", "emulate", "emulation"),                   # reference callables (float64, mpmath, emulated)
-    ("spec",),                                            # specs -> validated cases and their rules
+    ("spec", "adapters"),                                 # specs -> validated cases and their rules; callable kinds
     ("inputs",),                                          # deterministic inputs
     ("workers",),                                         # where the code under test runs
     ("engine", "diagnose", "peers", "determinism"),       # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
-    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench"),  # orchestration: spec runs, the library calls
+    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench", "assertions", "waivers"),  # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
-    ("cli", "cli_tune", "cli_bench", "__main__", "docgen", "__init__"),  # the edges
+    ("cli", "cli_tune", "cli_bench", "__main__", "docgen", "__init__", "pytest_plugin"),  # the edges
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 

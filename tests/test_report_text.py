@@ -54,8 +54,17 @@ def test_margin_tuple_uses_largest_component_and_nan_poisons():
     assert math.isnan(margin(c))
 
 
+def test_margin_of_a_dual_delta_gate_is_factor_over_median_ratio():
+    gate = Criterion(kind="dual_delta", metric="max_hyb", value=1.2, threshold=2.0, comparison="non-inferior",
+                     passed=True)
+    assert margin(gate) == pytest.approx(2.0 / 1.2)
+    loose = Criterion(metric="diff1", value=1e-4, threshold=3e-3, passed=True)  # margin 30
+    case = CaseResult(id="x", operator="x", category="composite", spec_file="x.yaml", dtype="float32", params={},
+                      trials=20, seed=0, verdict="pass", criteria=[loose, gate])
+    assert deciding_criterion(case) is gate  # the dual-delta gate decided: its margin 1.67 is the tightest
+
+
 def test_margin_undefined_for_statistical_and_unevaluated():
-    assert margin(Criterion(metric="d", value=1.2, threshold=2.0, comparison="non-inferior", passed=True)) is None
     assert margin(Criterion(metric="diff4", value=[0.5, 0.5, 40.0], comparison="two-sided", passed=None)) is None
     assert margin(Criterion(metric="diff1", value=1e-3, passed=True)) is None
 

@@ -80,6 +80,14 @@ def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_
     if timings:
         head += ["", timings.rstrip("\n")]
     bad = [c for c in sorted_failures_first(results.cases) if c.verdict in ("fail", "error")]
+    described = {c.operator: c.description for c in bad if c.description}
+    if described:
+        head += ["", *(f"- **{md_escape(op)}**: {md_escape(text, 300)}" for op, text in list(described.items())[:20])]
+    stale = [w for w in results.waivers if w.status != "applied"]
+    if stale:
+        head += ["", f"Waivers that waived nothing: {len(stale)} ("
+                 + ", ".join(f"{md_escape(w.operator)} `{md_escape(w.match, 80)}` {w.status}" for w in stale[:5])
+                 + (", …" if len(stale) > 5 else "") + ")"]
     if not bad:
         return "\n".join(head) + "\n"
     head += ["", "### Failures and errors", "", "| Verdict | Operator | dtype | Case | Deciding metric vs threshold |",

@@ -52,6 +52,7 @@ class SignoffLine:
     waived: int
     thresholds: list[Threshold] = field(default_factory=list)
     failing: list[str] = field(default_factory=list)
+    description: str = ""
 
     @property
     def cases(self) -> int:
@@ -96,6 +97,7 @@ def signoff_lines(results: Results) -> list[SignoffLine]:
                 waived=sum(c.verdict == "skip" and c.waiver is not None for c in cases),
                 thresholds=thresholds_in_force(cases),
                 failing=[c.id for c in cases if c.verdict in ("fail", "error")],
+                description=cases[0].description,
             )
         )
     return lines
@@ -127,4 +129,5 @@ def render_signoff(results: Results, *, results_sha256: Optional[str] = None) ->
         lines=lines,
         operators_failing=sum(line.verdict == "fail" for line in lines),
         waivers=waivers(results),
+        waiver_records=results.waivers,
     )

@@ -23,13 +23,18 @@ def margin(criterion: Criterion) -> Optional[float]:
     - ``>=``: value / threshold.
     - ``==``: ``inf`` when equal, else 0.
 
+    - ``non-inferior`` (a dual-delta gate): factor / median paired ratio
+      delta_1/delta_2, the headroom of the ratio the gate is read by.
+
     Pair values (diff3) use their tightest component (against a pair
     threshold component by component). ``nan`` anywhere gives ``nan``.
-    ``None`` for criteria not evaluated, without a threshold, or compared
-    statistically (``two-sided``, ``non-inferior``).
+    ``None`` for criteria not evaluated, without a threshold or a value, or
+    compared two-sided (diff4).
     """
     if criterion.passed is None or criterion.threshold is None or criterion.value is None:
         return None
+    if criterion.comparison == "non-inferior" and not isinstance(criterion.value, list):
+        return _margin_of(criterion.value, criterion.threshold, "<=")
     if criterion.comparison not in ("<=", ">=", "=="):
         return None
     values = criterion.value if isinstance(criterion.value, list) else [criterion.value]
@@ -103,6 +108,7 @@ def case_details(case: CaseResult) -> str:
     """The full plain-text account of a case (JUnit bodies, consoles): criteria, worst element, dual-delta."""
     lines = [
         f"case: {case.id}",
+        *([f"description: {case.description}"] if case.description else []),
         f"operator: {case.operator} ({case.category}), spec {case.spec_file}",
         f"dtype: {case.dtype}; params: {params_text(case.params) or '-'}; trials: {case.trials}; seed: {case.seed}",
         f"verdict: {case.verdict}",
@@ -120,6 +126,7 @@ def case_details(case: CaseResult) -> str:
             lines.append(f"  {mark} {criterion_text(c)}")
     if case.vacuous:
         lines.append(f"vacuous: {case.vacuous}")
+    lines += [f"warning: {w}" for w in case.warnings]
     if case.worst is not None:
         lines.append(worst_element_text(case.worst))
     for a in case.advisory:

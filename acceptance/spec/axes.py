@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 from acceptance import presets
 from acceptance.layouts import edge_values
@@ -62,9 +62,11 @@ def _edge_symbols(symbols: dict[str, int], edges: Any, inputs: list[InputSpec]) 
     return out
 
 
-def case_specs(models: list[Any], inputs: list[InputSpec]) -> list[CaseSpec]:
+def case_specs(models: list[Any], inputs: list[InputSpec],
+               role_params: Callable[[Any], dict[str, dict[str, Any]]] = lambda c: {}) -> list[CaseSpec]:
     """The cases of a spec from its validated ``cases`` entries: presets and edge sizes expanded, in order
-    (each written case, then its edge variants; a preset list multiplies both)."""
+    (each written case, then its edge variants; a preset list multiplies both); ``role_params`` gives an
+    entry's ``<role>_params``."""
     out: list[CaseSpec] = []
     for c in models:
         symbols, params = dict(c.model_extra or {}), dict(c.params)
@@ -72,7 +74,7 @@ def case_specs(models: list[Any], inputs: list[InputSpec]) -> list[CaseSpec]:
         presets = [c.preset] if isinstance(c.preset, str) or c.preset is None else list(c.preset)
         for syms in variants:
             for p in presets:
-                out.append(CaseSpec(dict(syms), params, len(out), p))
+                out.append(CaseSpec(dict(syms), params, len(out), p, role_params(c)))
     return out
 
 

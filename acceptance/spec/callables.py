@@ -77,13 +77,29 @@ def resolve_callable(ref: str, spec_path: Path) -> Callable:
 
 
 
+def _declared(spec: Any) -> bool:
+    """Whether a role of the spec is a declaration (a mapping run by :mod:`acceptance.adapters`)."""
+    return any(isinstance(r, dict) and "mpmath" not in r for r in (spec.impl, spec.baseline, spec.oracle))
+
+
 def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
     """(impl, baseline, oracle) of an :class:`~acceptance.spec.model.OperatorSpec`.
 
     The baseline defaults to the impl callable (run on the CPU), the oracle to
     the baseline on float64 copies of the inputs; an ``oracle:`` mapping
-    selects an mpmath oracle. Raises :class:`SpecError` or ``ValueError``.
+    selects an mpmath oracle. A role declared as a mapping becomes an
+    :class:`acceptance.adapters.Adapter` (defaults: :func:`acceptance.adapters.default_roles`).
+    Raises :class:`SpecError` or ``ValueError``.
     """
+    if _declared(spec):
+        from acceptance import adapters
+
+        decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
+        made = [adapters.Adapter(d, spec.path, role) if isinstance(d, dict) and "mpmath" not in d
+                else oracle.oracle_from_spec(d) if isinstance(d, dict)
+                else resolve_callable(d, spec.path) if d is not None else None
+                for role, d in zip(("impl", "baseline", "oracle"), decls)]
+        return made[0], made[1], made[2] if made[2] is not None else oracle.float64_oracle(made[1])
     impl = resolve_callable(spec.impl, spec.path)
     baseline = resolve_callable(spec.baseline, spec.path) if spec.baseline else impl
     if isinstance(spec.oracle, dict):
@@ -97,6 +113,15 @@ def role_refs(spec: Any) -> tuple[tuple, tuple, tuple]:
     """(impl, baseline, oracle) of a spec as picklable references a worker process resolves
     (:data:`acceptance.workers.Ref`), with the defaults of :func:`resolve_roles`."""
     path = str(spec.path)
+    if _declared(spec):
+        from acceptance import adapters
+
+        decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
+        refs = [adapters.ref_of(d, spec.path, role) if isinstance(d, dict) and "mpmath" not in d
+                else ("mpmath", d["mpmath"], d.get("dps", oracle.DEFAULT_DPS)) if isinstance(d, dict)
+                else ("callable", d, path) if d is not None else None
+                for role, d in zip(("impl", "baseline", "oracle"), decls)]
+        return refs[0], refs[1], refs[2] if refs[2] is not None else ("float64", refs[1])
     impl = ("callable", spec.impl, path)
     baseline = ("callable", spec.baseline, path) if spec.baseline else impl
     if isinstance(spec.oracle, dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from datetime import date, datetime, timezone
 from typing import Any, Optional
 
 from acceptance.dtypes import TEST_DTYPES
@@ -40,18 +41,31 @@ def case_labels(spec: OperatorSpec) -> list[str]:
     for c in spec.cases:
         parts = [f"{k}={v}" for k, v in c.symbols.items()] + [f"{k}={_compact(v)}" for k, v in c.params.items()]
         parts += [f"preset={c.preset}"] if c.preset else []
+        parts += [f"{role}.{k}={_compact(v)}" for role, given in c.role_params.items() for k, v in given.items()]
         label = "-".join(parts)
         labels.append(f"{label}#{c.index}" if label in labels else label)
     return labels
 
 
-def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, only: Optional[str] = None) -> list[Case]:
+def role_params(spec: OperatorSpec, case_roles: dict[str, dict]) -> dict[str, dict]:
+    """Per role, the spec's ``<role>_params`` with the case's merged over them; an oracle that defaults to the
+    baseline (no ``oracle:``) takes the baseline's params under its own."""
+    roles = {r: {**spec.role_params.get(r, {}), **case_roles.get(r, {})} for r in ("impl", "baseline", "oracle")}
+    if spec.oracle is None:
+        roles["oracle"] = {**roles["baseline"], **roles["oracle"]}
+    return {r: given for r, given in roles.items() if given}
+
+
+def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, only: Optional[str] = None,
+           today: Optional[date] = None) -> list[Case]:
     """All cases to run, operator by operator, then dtype (spec order), then case.
 
     ``dtypes`` keeps only those test dtypes (unknown names raise :class:`SpecError`).
     ``only`` keeps the cases whose operator name or case id matches the glob
     (see :func:`glob_match`). A case's id, and so its seed, does not depend on the filters.
+    ``today`` (default: the UTC date) decides which waivers have expired.
     """
+    today = today or datetime.now(timezone.utc).date()
     if dtypes is not None:
         unknown = [d for d in dtypes if d not in TEST_DTYPES]
         if unknown:
@@ -66,7 +80,13 @@ def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, onl
                 case_id = f"{spec.name}[{dtype}{'-' if label and not label.startswith('#') else ''}{label}]"
                 if only is not None and not (glob_match(spec.name, only) or glob_match(case_id, only)):
                     continue
-                waiver = next((w.reason for w in spec.waivers if glob_match(case_id, w.match)), None)
-                out.append(Case(spec, dtype, dict(c.symbols), {**spec.params, **c.params}, c.index, case_id, waiver,
-                                c.preset))
+                matching = [w for w in spec.waivers if glob_match(case_id, w.match)]
+                active = next((w for w in matching if not w.expired(today)), None)
+                expired = next((w for w in matching if w.expired(today)), None)
+                roles = role_params(spec, c.role_params)
+                out.append(Case(spec, dtype, dict(c.symbols), {**spec.params, **c.params}, c.index, case_id,
+                                active.reason if active else None, preset=c.preset, role_params=roles,
+                                waiver_covers=active.covers if active else ("fail",),
+                                expired_waiver=f"waiver expired on {expired.expires}: {expired.reason}" if expired
+                                else None))
     return out

@@ -188,7 +188,8 @@ class Rules:
     counts as "over tolerance" in diagnostics (0 for bit-exact categories);
     ``bit_exact``: the category is judged bit for bit; ``floor_max``/``floor_mean``: the accuracy floor in
     ulp against the oracle (``None``: none); ``ulp_check``: the ULP criterion applies; ``bias_floor``: the
-    diff4 rule's material-bias floor in ulp; ``waiver``: the reason when the spec waives this case.
+    diff4 rule's material-bias floor in ulp; ``waiver``: the reason when the spec waives this case, for the
+    verdicts in ``waiver_covers``; ``expired_waiver``: an expired waiver matching the case, in words.
     """
 
     category: str
@@ -203,6 +204,8 @@ class Rules:
     ulp_check: bool = False
     bias_floor: float = BIAS_FLOOR_ULP
     waiver: Optional[str] = None
+    waiver_covers: tuple[str, ...] = ("fail",)
+    expired_waiver: Optional[str] = None
 
 
 def category_default(category: str, dtype: str) -> tuple[float, str]:
@@ -311,4 +314,6 @@ def rules_for(case: Case) -> Rules:
         ulp_check=spec.category in ULP_CATEGORIES,
         bias_floor=max(BIAS_FLOOR_ULP, floor_mean or 0.0),
         waiver=case.waiver,
+        waiver_covers=case.waiver_covers,
+        expired_waiver=case.expired_waiver,
     )

@@ -15,6 +15,7 @@ from acceptance.spec.checks import (dtype_problems, input_case_problems, memory_
 from acceptance.spec.messages import field_path, sentence
 from acceptance.spec.overrides import override_problems
 from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
+from acceptance.spec.kinds import ROLES
 from acceptance.spec.schema import SpecModel
 from acceptance.spec.yamlio import read_yaml
 
@@ -65,7 +66,8 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         memory_limit_gib=model.memory_limit_gib if model.memory_limit_gib is not None else default_memory_gib(),
         atomic_runs=model.atomic_runs,
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
-        waivers=[Waiver(w.match, w.reason) for w in model.waivers],
+        waivers=[Waiver(w.match, w.reason, tuple(w.covers), w.expires, w.link) for w in model.waivers],
+        role_params=_role_params(model),
         overrides=[Override(o.match, o.thresholds.model_dump(exclude_none=True) if o.thresholds else {},
                             o.dual_delta.model_dump(exclude_none=True) if o.dual_delta else {}, k)
                    for k, o in enumerate(model.overrides)],
@@ -74,6 +76,11 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         tier=model.tier,
         perf={k: v for k, v in dict(model.perf).items() if v is not None} if model.perf is not None else None,
     )
+
+
+def _role_params(model: Any) -> dict[str, dict[str, Any]]:
+    """``<role>_params`` of a spec or a case model, by role, roles without any left out."""
+    return {role: dict(getattr(model, f"{role}_params")) for role in ROLES if getattr(model, f"{role}_params")}
 
 
 def _valid_part(data: dict, name: str, failed: set) -> Any:
@@ -122,7 +129,7 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     if inputs_model is not None and cases_model is not None:
         inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.layout, i.quant,
                             i.reference or "dequantized") for i in inputs_model]
-        cases = case_specs(cases_model, inputs)
+        cases = case_specs(cases_model, inputs, _role_params)
         found += input_case_problems(inputs, cases)
         if not found:
             found += quant_problems(inputs, cases)

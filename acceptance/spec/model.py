@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -141,14 +142,25 @@ class CaseSpec:
     index: int
     preset: Optional[str] = None
     """The input-range preset of every ``preset`` input in this case (``None``: each input's own)."""
+    role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``impl_params``/``baseline_params``/``oracle_params`` of the case, by role (roles without any left out)."""
 
 
 @dataclass(frozen=True)
 class Waiver:
-    """A failure the spec accepts: case ids matching ``match`` get verdict skip, with ``reason``."""
+    """A failure the spec accepts: case ids matching ``match`` whose verdict is one of ``covers`` (fail, error)
+    get verdict skip, with ``reason``, up to and including the date ``expires`` (ISO, ``None``: never);
+    ``link`` tracks the fix."""
 
     match: str
     reason: str
+    covers: tuple[str, ...] = ("fail",)
+    expires: Optional[str] = None
+    link: Optional[str] = None
+
+    def expired(self, today: date) -> bool:
+        """Whether the waiver no longer applies on ``today`` (it applies through its ``expires`` day)."""
+        return self.expires is not None and today > date.fromisoformat(self.expires)
 
 
 @dataclass(frozen=True)
@@ -203,6 +215,8 @@ class OperatorSpec:
     atomic_add must)."""
     tier: str = "default"
     perf: Optional[dict] = None
+    role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``impl_params``/``baseline_params``/``oracle_params`` of the spec, by role (roles without any left out)."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +232,16 @@ class Case:
     id: str
     waiver: Optional[str] = None
     preset: Optional[str] = None
+    role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per role: the spec's and the case's ``<role>_params`` merged (case over spec); merged over ``params``."""
+    waiver_covers: tuple[str, ...] = ("fail",)
+    """The verdicts the waiver in force turns into skip."""
+    expired_waiver: Optional[str] = None
+    """An expired waiver that matches this case, in words (it no longer applies)."""
+
+    def params_for(self, role: str) -> dict[str, Any]:
+        """Keyword arguments of ``role`` (impl, baseline, oracle): ``params`` with the role's merged over them."""
+        return {**self.params, **self.role_params.get(role, {})}
 
     @property
     def case_params(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from acceptance.errors import SpecError
 from acceptance.metrics import registry
 from acceptance.spec.callables import resolve_callable
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
+from acceptance.spec.kinds import KINDS, RoleValue, WaiverModel, declaration
 from acceptance.spec.messages import describe, fail, is_number, one_of
 from acceptance.spec.emulation import EmulateModel
 from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, Preset, RandInt, Sparse, Specials, Uniform
@@ -330,6 +331,9 @@ class _CaseModel(_Model):
     params: Params = {}
     preset: Optional[Annotated[Union[str, Annotated[list[str], Field(min_length=1)]], AfterValidator(_check_presets)]] = None
     edges: Optional[Union[bool, _EdgesModel]] = None
+    impl_params: Params = {}
+    baseline_params: Params = {}
+    oracle_params: Params = {}
 
 
 class _MetricModel(_Model):
@@ -376,6 +380,8 @@ def _factor(v: Any) -> Union[float, dict[str, float]]:
 def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
     if isinstance(v, str):
         return _check_callable(v, info)
+    if isinstance(v, dict) and any(k in v for k in KINDS):
+        return declaration(v, info)
     if isinstance(v, dict):
         unknown = [k for k in v if k not in ("mpmath", "dps")]
         if unknown:
@@ -419,11 +425,6 @@ class _FloorModel(_Model):
     mean_ulp: Optional[NonNegFloat] = None
 
 
-class _WaiverModel(_Model):
-    match: Annotated[str, Field(min_length=1)]
-    reason: Annotated[str, Field(min_length=1)]
-
-
 class _OverrideModel(_Model):
     """Thresholds and dual-delta settings for the case ids matching a glob."""
 
@@ -444,12 +445,15 @@ class SpecModel(_Model):
     name: Annotated[str, AfterValidator(_check_name)]
     category: Annotated[str, AfterValidator(_check_category)]
     description: str = ""
-    impl: CallableRef
-    baseline: Optional[CallableRef] = None
+    impl: RoleValue
+    baseline: Optional[RoleValue] = None
     oracle: Optional[Annotated[Any, AfterValidator(_oracle)]] = None
     dtypes: Annotated[list[DtypeName], Field(min_length=1)]
     inputs: Annotated[list[_InputModel], Field(min_length=1)]
     params: Params = {}
+    impl_params: Params = {}
+    baseline_params: Params = {}
+    oracle_params: Params = {}
     cases: Annotated[list[_CaseModel], Field(min_length=1)] = [_CaseModel()]
     trials: Annotated[int, Field(ge=1)] = 10
     seed: Annotated[int, Field(ge=0)] = 0
@@ -461,7 +465,7 @@ class SpecModel(_Model):
     memory_limit_gib: Optional[Annotated[float, Field(gt=0)]] = None
     atomic_runs: Annotated[int, Field(ge=2)] = 2
     dual_delta: Optional[_DualDeltaModel] = None
-    waivers: list[_WaiverModel] = []
+    waivers: list[WaiverModel] = []
     overrides: list[_OverrideModel] = []
     emulate: Optional[EmulateModel] = None
     deterministic: Optional[bool] = None

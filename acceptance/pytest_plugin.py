@@ -1,0 +1,197 @@
+"""pytest plugin: operator specs as test items, one per case (registered through the ``pytest11`` entry point).
+
+``pytest operator_specs/`` collects every spec file under the paths named on
+the command line and runs each case as an item whose name is the case id
+(``gelu[float16-N=4097]``), so ``-k``, ``-x``, ``--lf`` and pytest-xdist
+(``-n 4``) work as usual. A YAML file is taken as a spec only when
+
+- it lies under a path given on the command line (never under ``testpaths``
+  or the invocation folder alone), and under one of the ini option
+  ``acceptance_specs`` paths when that option is set, and
+- its top level has both ``category`` and ``impl`` (other YAML is left alone).
+
+A spec with problems is a collection error listing them. An item fails with
+the case's reasons (then its full account); a waived case is skipped with the
+waiver; what the code under test reported without breaking (torch.compile
+graph breaks, an allowed eager fallback) becomes a pytest warning. Each case
+is decided alone (the dual-delta p-values are Holm-corrected over the case's
+own records, not over the session). ``--acceptance-out DIR`` writes
+results.json and the default reports of the session (xdist included).
+
+Options: ``--acceptance-device`` (auto | cpu | cuda[:N]), ``--acceptance-trials N``,
+``--acceptance-no-isolation`` (call the code under test in the pytest process).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+_RESULT_KEY = "acceptance_result"
+
+
+class AcceptanceWarning(UserWarning):
+    """Something the code under test reported without failing the case (e.g. a torch.compile graph break)."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("acceptance", "operator accuracy specs")
+    group.addoption("--acceptance-device", default="auto", help="Device of the impl: auto | cpu | cuda | cuda:N.")
+    group.addoption("--acceptance-trials", type=int, default=None, help="Trials per case (overrides the specs).")
+    group.addoption("--acceptance-no-isolation", action="store_true",
+                    help="Call the code under test in the pytest process instead of a worker process.")
+    group.addoption("--acceptance-out", default=None, metavar="DIR",
+                    help="Write results.json, junit.xml and report.html of the spec cases here.")
+    parser.addini("acceptance_specs", type="paths", default=[],
+                  help="Only YAML files under these paths are collected as operator specs.")
+
+
+def _under(path: Path, roots: list[Path]) -> bool:
+    path = path.resolve()
+    return any(path == r or r in path.parents for r in (Path(r).resolve() for r in roots))
+
+
+def _explicit_args(config: pytest.Config) -> list[Path]:
+    """Paths the user named on the command line (not ``testpaths``, not the invocation folder)."""
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        return []
+    return [Path(config.invocation_params.dir, a.split("::")[0]) for a in config.args]
+
+
+def _looks_like_spec(path: Path) -> bool:
+    from acceptance.spec.yamlio import read_yaml
+
+    data, problem = read_yaml(path)
+    return problem is not None or (isinstance(data, dict) and "category" in data and "impl" in data)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    if file_path.suffix not in (".yaml", ".yml") or file_path.name.startswith(("_", ".")):
+        return None
+    config = parent.config
+    if not _under(file_path, _explicit_args(config)):
+        return None
+    only = config.getini("acceptance_specs")
+    if only and not _under(file_path, list(only)):
+        return None
+    if not _looks_like_spec(file_path):
+        return None
+    return SpecFile.from_parent(parent, path=file_path)
+
+
+class SpecProblems(Exception):
+    """A spec file that does not validate; the problems, one per line."""
+
+
+class SpecFile(pytest.File):
+    """One spec file: one :class:`CaseItem` per case."""
+
+    def collect(self):
+        from acceptance.spec import expand, load_spec
+
+        spec, problems = load_spec(self.path)
+        if problems:
+            raise SpecProblems("\n".join(str(p) for p in problems))
+        for case in expand([spec]):
+            yield CaseItem.from_parent(self, name=case.id, case=case)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
+        if isinstance(excinfo.value, SpecProblems):
+            return f"invalid operator spec:\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+
+class CaseFailed(Exception):
+    """A case that failed or errored; the message is its reasons and its full account."""
+
+
+def _worker(config: pytest.Config) -> Any:
+    """One worker process per pytest process (per xdist worker), closed at the end of the session."""
+    from acceptance.workers import Worker
+
+    if config.getoption("acceptance_no_isolation"):
+        return None
+    worker = getattr(config, "_acceptance_worker", None)
+    if worker is None:
+        worker = config._acceptance_worker = Worker()
+    return worker
+
+
+class CaseItem(pytest.Item):
+    """One case of a spec: measured, decided, and reported as a pytest outcome."""
+
+    def __init__(self, *, case: Any, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.case = case
+        self.add_marker(pytest.mark.acceptance)
+
+    def runtest(self) -> None:
+        from acceptance import runner
+        from acceptance.device import resolve_device
+        from acceptance.report.text import case_details
+        from acceptance.spec import rules_for
+
+        config = self.config
+        device = resolve_device(config.getoption("acceptance_device"))
+        rules = rules_for(self.case)
+        measured = runner.measure(self.case, device, rules, trials=config.getoption("acceptance_trials"),
+                                  worker=_worker(config))
+        (result,) = runner.decide_all([(measured, rules)])
+        self.user_properties.append((_RESULT_KEY, result.model_dump_json()))
+        for note in result.warnings:
+            warnings.warn(AcceptanceWarning(f"{self.case.id}: {note}"), stacklevel=1)
+        if result.verdict == "skip":
+            pytest.skip(result.reasons[0] if result.reasons else "skipped")
+        if result.verdict in ("fail", "error"):
+            raise CaseFailed("\n".join([f"{result.verdict}: {r}" if k == 0 else f"  {r}"
+                                        for k, r in enumerate(result.reasons)] + ["", case_details(result)]))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, Optional[int], str]:
+        return self.path, None, f"acceptance case {self.case.id}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "acceptance: a case of an operator spec (acceptance plugin)")
+    _RESULTS.clear()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":  # on the xdist controller too: user_properties travel with the report
+        for key, value in report.user_properties:
+            if key == _RESULT_KEY:
+                _RESULTS.append(value)
+
+
+_RESULTS: list[str] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    worker = getattr(session.config, "_acceptance_worker", None)
+    if worker is not None:
+        worker.close()
+    out = session.config.getoption("acceptance_out")
+    if out and _RESULTS and not hasattr(session.config, "workerinput"):  # the xdist controller or a plain run
+        _write(Path(out), session.config)
+
+
+def _write(out: Path, config: pytest.Config) -> None:
+    from acceptance import runner
+    from acceptance.cli import write_reports
+    from acceptance.device import resolve_device
+    from acceptance.records import CaseResult, Results
+    from acceptance.verdict import summarize
+
+    cases = list({c.id: c for c in (CaseResult.model_validate(json.loads(v)) for v in _RESULTS)}.values())
+    now = runner.now()
+    env = runner.environment(resolve_device(config.getoption("acceptance_device")),
+                             command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now)
+    write_reports(Results(environment=env, summary=summarize(cases), cases=cases), out)

@@ -1,0 +1,45 @@
+"""What each waiver of a run did: applied, unmatched (no case of the run needed it) or expired.
+
+A waiver (``waivers:`` of a spec, :class:`~acceptance.spec.model.Waiver`)
+waives the cases whose id matches its glob and whose verdict is one it
+``covers`` (fail, error), through its ``expires`` date. After a run,
+:func:`waiver_records` tells, per waiver of the specs run, what it did, so the
+reports can list the waivers that matched nothing (candidates for removal)
+and those that expired (their failures count again).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Optional
+
+from acceptance.records import CaseResult, WaiverRecord
+from acceptance.spec.cases import glob_match
+from acceptance.spec.model import OperatorSpec
+
+
+def waiver_records(specs: list[OperatorSpec], cases: list[CaseResult], *,
+                   today: Optional[date] = None) -> list[WaiverRecord]:
+    """One record per waiver of ``specs``: ``applied`` with the cases it turned into skip, ``expired`` with the
+    failed or errored cases it matches, or ``unmatched``. A case is waived by the first active waiver that
+    matches it (as :func:`acceptance.spec.expand` picks it)."""
+    today = today or date.today()
+    out = []
+    for spec in specs:
+        mine = [c for c in cases if c.spec_file == str(spec.path)]
+        for w in spec.waivers:
+            matching = [c for c in mine if glob_match(c.id, w.match)]
+            base = dict(spec_file=str(spec.path), operator=spec.name, match=w.match, reason=w.reason,
+                        covers=list(w.covers), expires=w.expires, link=w.link)
+            if w.expired(today):
+                hit = [c.id for c in matching if c.verdict in ("fail", "error")]
+                out.append(WaiverRecord(**base, status="expired", cases=hit))
+                continue
+            waived = [c.id for c in matching if c.verdict == "skip" and c.waiver == w.reason]
+            out.append(WaiverRecord(**base, status="applied" if waived else "unmatched", cases=waived))
+    return out
+
+
+def unmatched(records: list[WaiverRecord]) -> list[WaiverRecord]:
+    """The waivers that waived nothing in the run (expired ones included)."""
+    return [r for r in records if r.status != "applied"]
