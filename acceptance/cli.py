@@ -16,18 +16,18 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
 import acceptance
-from acceptance import results as results_mod
-from acceptance.records import Results, json_float
-from acceptance.wording import safe
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
+
+if TYPE_CHECKING:
+    from acceptance.records import Results
 
 DEFAULT_SPECS = Path("operator_specs")
 DEFAULT_OUT = Path("reports/latest")
@@ -90,6 +90,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
+    from acceptance.records import Results
     from acceptance.results import JOURNAL, OutputFolder
 
     unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
@@ -192,6 +193,8 @@ def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
 @contextlib.contextmanager
 def _progress(total: int, label: str, done: int = 0):
     """A progress bar on a terminal; elsewhere (CI logs) a line every ~5 % and at once for every failure."""
+    from acceptance.wording import safe
+
     if sys.stderr.isatty():
         with click.progressbar(length=total, label=label, file=sys.stderr,
                                item_show_func=lambda c: safe(c.id, 80) if c else "") as bar:
@@ -235,6 +238,8 @@ def _console(res):
 
 def write_reports(res: Results, out_dir: Path) -> list[Path]:
     """results.json first (atomically), then every default reporter rendered from it."""
+    from acceptance import results as results_mod
+
     results_path = results_mod.write(res, out_dir / "results.json")
     context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
     written = [results_path]
@@ -291,6 +296,8 @@ def _reporter_options(command):
 @click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
 def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
     """Re-render reports from results.json (several files = shards, merged)."""
+    from acceptance import results as results_mod
+
     parts = [results_mod.load(p) for p in results_files]
     res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
     if len(parts) == 1:
@@ -344,6 +351,8 @@ def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: 
 
 
 def _jsonable(value):
+    from acceptance.records import json_float
+
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     return json_float(value)
