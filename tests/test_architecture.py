@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "acceptance"
 
 #: Stages in data-flow order; a module may import from its own stage and earlier ones only.
 STAGES: list[tuple[str, ...]] = [
-    ("errors", "dtypes", "device", "quant", "quant_kernels"),  # facts, formats and failures every stage may name
+    ("errors", "dtypes", "device", "quant", "quant_kernels", "cache"),  # facts, formats, failures, stored references
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
     ("oracle",),                                          # reference callables (float64, mpmath)
     ("spec",),                                            # specs -> validated cases and their rules
