@@ -84,9 +84,13 @@ def main() -> None:
 @click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
 @click.option("--no-isolation", is_flag=True,
               help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+              help="Cases measured at once, each in its own process and worker [default: the CPU cores].")
+@click.option("--no-cache", is_flag=True,
+              help="Neither read nor write the reference cache (inputs, baseline and oracle outputs).")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
-        no_isolation: bool) -> None:
+        no_isolation: bool, jobs: Optional[int] = None, no_cache: bool = False) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -132,7 +136,8 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
             runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
-                       isolate=not no_isolation, guard=folder.path)
+                       isolate=not no_isolation, guard=folder.path, cache=_reference_cache(not no_cache),
+                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation))
         except KeyboardInterrupt as exc:
             stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     measured.sort(key=lambda m: order[m[0].id])
@@ -160,6 +165,24 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases: the results hold those, the run "
                     f"is not a pass; finish it with --resume", fg="red", err=True)
     sys.exit(res.summary.exit_code)
+
+
+def _jobs(jobs: Optional[int], cases: int, *, isolate: bool) -> int:
+    """``--jobs``, by default the CPU cores; one job for a single case or without isolation (the code under
+    test then runs in this process)."""
+    from acceptance.parallel import default_jobs
+
+    wanted = jobs if jobs is not None else default_jobs()
+    return 1 if not isolate or cases < 2 else min(wanted, cases)
+
+
+def _reference_cache(enabled: bool):
+    from acceptance.cache import ReferenceCache
+
+    try:
+        return ReferenceCache(enabled=enabled)
+    except ValueError as exc:
+        raise UsageError(f"reference cache: {exc}") from None
 
 
 class _Terminated(KeyboardInterrupt):
@@ -356,3 +379,28 @@ def _jsonable(value):
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     return json_float(value)
+
+
+@main.group("cache")
+def cache_group() -> None:
+    """The reference cache: generated inputs, baseline and oracle outputs kept between runs
+    (folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache folder)."""
+
+
+@cache_group.command("info")
+def cache_info() -> None:
+    """Where the cache is, how many entries and bytes it holds, and its size cap."""
+    info = _reference_cache(True).info()
+    click.echo(f"folder:   {info.root}")
+    click.echo(f"entries:  {info.entries}")
+    click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
+    if info.stale_bytes:
+        click.echo(f"stale:    {info.stale_bytes / 2**20:.1f} MiB (other format versions, temporary files)")
+
+
+@cache_group.command("clear")
+def cache_clear() -> None:
+    """Remove every entry (of any format version) from the cache folder."""
+    cache = _reference_cache(True)
+    removed = cache.clear()
+    click.echo(f"removed {removed} file(s) from {cache.root}")

@@ -155,7 +155,7 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
                params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
                baseline_timeout: float = math.inf, oracle_timeout: float = math.inf,
                timing: Optional[Timing] = None, executor: Any = None,
-               names: Optional[list[str]] = None) -> Iterator[Trial]:
+               names: Optional[list[str]] = None, references: Any = None) -> Iterator[Trial]:
     """Run ``trials`` trials and yield each one's tensors (see the module docstring).
 
     ``executor`` calls the roles (:class:`InProcess`, the default, or a
@@ -163,6 +163,9 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     ``timeout`` is the impl's budget in seconds over all its calls of the case,
     ``baseline_timeout`` and ``oracle_timeout`` bound each of their calls;
     ``timing`` collects seconds per role; ``names`` are the inputs' names.
+    ``references`` (e.g. :class:`acceptance.references.CaseReferences`) may hold the baseline and oracle
+    outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs), and
+    ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses.
     """
     executor = executor if executor is not None else InProcess()
     timing = timing if timing is not None else Timing()
@@ -174,16 +177,22 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
                                          timeout=timeout - timing.impl, limit=timeout, names=names)
             runs.append(out)
             timing.impl += seconds
-        base, seconds = executor.call("baseline", roles.baseline, t, inputs, params, device=torch.device("cpu"),
-                                      timeout=baseline_timeout, limit=baseline_timeout, names=names)
-        timing.baseline += seconds
+        base = references.get("baseline", t) if references is not None else None
+        if base is None:
+            base, seconds = executor.call("baseline", roles.baseline, t, inputs, params, device=torch.device("cpu"),
+                                          timeout=baseline_timeout, limit=baseline_timeout, names=names)
+            timing.baseline += seconds
+            base = references.put("baseline", t, base) if references is not None else base
         ref = None
         if oracle:
+            ref = references.get("oracle", t) if references is not None else None
+        if oracle and ref is None:
             out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(inputs), params,
                                          device=torch.device("cpu"), timeout=oracle_timeout, limit=oracle_timeout,
                                          names=names)
             ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
             timing.oracle += seconds
+            ref = references.put("oracle", t, ref) if references is not None else ref
         _check(t, runs[0], base, ref)
         yield Trial(t, inputs, runs[0], base, ref, tuple(runs[1:]))
 

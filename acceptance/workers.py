@@ -34,6 +34,7 @@ on the CPU.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import multiprocessing
 import multiprocessing.connection
@@ -52,7 +53,7 @@ import torch
 from acceptance.errors import CaseError
 
 #: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
-#: dps) | ("object", a picklable callable).
+#: dps) | ("object", a picklable callable) | ("fingerprint", Ref): a call giving the hex SHA-256 of Ref's fingerprint.
 Ref = tuple
 
 Tensors = tuple[torch.Tensor, ...]
@@ -72,7 +73,20 @@ def resolve(ref: Ref) -> Callable:
         return oracle.mpmath_oracle(ref[1], ref[2])
     if kind == "object":
         return ref[1]
+    if kind == "fingerprint":
+        return _fingerprinter(resolve(ref[1]))
     raise ValueError(f"unknown callable reference {ref!r}")
+
+
+def _fingerprinter(fn: Callable) -> Callable[[], torch.Tensor]:
+    """A call that returns the SHA-256 of ``fn``'s :func:`acceptance.cache.callable_fingerprint` (hex, as a uint8
+    tensor), so that the runner can key cached references without importing the code under test."""
+    def fingerprint() -> torch.Tensor:
+        from acceptance.cache import callable_fingerprint, canonical_json
+
+        hexdigest = hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
+        return torch.frombuffer(bytearray(hexdigest.encode()), dtype=torch.uint8)
+    return fingerprint
 
 
 def _digest(t: torch.Tensor) -> int:

@@ -23,7 +23,7 @@ STAGES: list[tuple[str, ...]] = [
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results",),                                         # results.json
-    ("runner", "dualdelta"),                              # orchestration: spec runs, the library call
+    ("runner", "dualdelta", "references", "parallel"),                              # orchestration: spec runs, the library call
     ("report",),                                          # reporters
     ("cli", "__main__", "docgen", "__init__"),            # the edges
 ]
