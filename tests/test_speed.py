@@ -82,3 +82,79 @@ def test_command_line_starts_without_torch_or_scipy():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# ----------------------------------------------------------------------------- cache and jobs in runs
+
+from click.testing import CliRunner  # noqa: E402
+
+from acceptance.cli import main  # noqa: E402
+
+SPEC = ROOT / "operator_specs" / "softmax.yaml"
+VOLATILE_ENV = ("start_time", "end_time", "command_line")
+
+
+def _run(out: Path, *flags: str) -> dict:
+    r = CliRunner().invoke(main, ["run", str(SPEC), "--out", str(out), "--trials", "3", "--dtype", "float16",
+                                  "--only", "*-M=1*", *flags], catch_exceptions=False)
+    assert r.exit_code in (0, 1), r.output
+    return json.loads((out / "results.json").read_text())
+
+
+def _stripped(results: dict) -> dict:
+    """results.json without what legitimately differs between two runs: when they ran, the command typed, and
+    the seconds each case took."""
+    results = json.loads(json.dumps(results))
+    for k in VOLATILE_ENV:
+        results["environment"].pop(k)
+    for case in results["cases"]:
+        case.pop("timing")
+    return results
+
+
+def test_results_identical_across_cache_states_and_job_counts(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    cold = _run(tmp_path / "cold", "--jobs", "1")
+    files = list((tmp_path / "cache").rglob("*.ref"))
+    cases = len(cold["cases"])
+    assert cases == 2 and len(files) == 3 * 3 * cases  # inputs, baseline, oracle for 3 trials of every case
+    warm = _run(tmp_path / "warm", "--jobs", "1")
+    assert all(c["timing"]["baseline"] == 0 and c["timing"]["oracle"] == 0 for c in warm["cases"])  # not called
+    assert all(c["timing"]["impl"] > 0 for c in warm["cases"])  # the impl always runs
+    parallel = _run(tmp_path / "jobs2", "--jobs", "2", "--no-cache")
+    assert all(c["timing"]["baseline"] > 0 for c in parallel["cases"])
+    assert [c["id"] for c in parallel["cases"]] == [c["id"] for c in cold["cases"]]
+    assert _stripped(warm) == _stripped(cold)
+    assert _stripped(parallel) == _stripped(cold)
+
+
+def test_cache_info_and_clear(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    _run(tmp_path / "out", "--jobs", "1")
+    files = list((tmp_path / "cache").rglob("*.ref"))
+    assert files
+    info = CliRunner().invoke(main, ["cache", "info"]).output
+    assert f"entries:  {len(files)}" in info and str(tmp_path / "cache") in info
+    size_mib = sum(f.stat().st_size for f in files) / 2**20
+    assert f"size:     {size_mib:.1f} MiB" in info
+    cleared = CliRunner().invoke(main, ["cache", "clear"]).output
+    assert f"removed {len(files)} file(s)" in cleared
+    assert not list((tmp_path / "cache").rglob("*.ref"))
+
+
+def test_reference_key_ignores_the_impl_and_thresholds_but_not_inputs():
+    import dataclasses
+
+    from acceptance.references import spec_part
+    from acceptance.spec import expand, load_spec
+
+    spec, problems = load_spec(SPEC)
+    assert not problems
+    case = expand([spec])[0]
+    same = dataclasses.replace(case, spec=dataclasses.replace(case.spec, impl="torch:exp", thresholds={"x": {}},
+                                                              trials=99, timeout=1.0))
+    assert spec_part(same) == spec_part(case)
+    other_seed = dataclasses.replace(case, spec=dataclasses.replace(case.spec, seed=case.spec.seed + 1))
+    other_inputs = dataclasses.replace(case, spec=dataclasses.replace(case.spec, inputs=case.spec.inputs[:0]))
+    other_baseline = dataclasses.replace(case, spec=dataclasses.replace(case.spec, baseline="torch:exp"))
+    assert len({spec_part(case), spec_part(other_seed), spec_part(other_inputs), spec_part(other_baseline)}) == 4
