@@ -135,6 +135,12 @@ def main() -> None:
             print(f"{label:<22} wall {wall:7.1f} s   inside callables {ins[-1]:6.1f} s   "
                   f"outside/inside {(wall - ins[-1]) / ins[-1]:5.2f}")
         same = all(stripped(f) == stripped(files[0]) for f in files[1:])
+        for label_f, f in zip(runs[1:], files[1:]):
+            a, b = stripped(files[0]), stripped(f)
+            diff = sorted({(ca["id"], k) for ca, cb in zip(a["cases"], b["cases"]) for k in ca if ca[k] != cb.get(k)})
+            if a["summary"] != b["summary"] or diff:
+                print(f"  differs from the cold run in {label_f[0]}: summary {a['summary'] != b['summary']}, "
+                      f"{len(diff)} case fields, e.g. {diff[:3]}")
         help_s = min(acceptance("--help") for _ in range(5))
         report_s = min(acceptance("report", str(files[0])) for _ in range(5))
         cases = len(json.loads(files[0].read_text())["cases"])
