@@ -16,18 +16,18 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
 import acceptance
-from acceptance import results as results_mod
-from acceptance.records import Results, json_float
-from acceptance.wording import safe
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
+
+if TYPE_CHECKING:
+    from acceptance.records import Results
 
 DEFAULT_SPECS = Path("operator_specs")
 DEFAULT_OUT = Path("reports/latest")
@@ -103,13 +103,19 @@ def main() -> None:
 @click.option("--sanitize", is_flag=True,
               help="Run each impl once more under compute-sanitizer (memcheck, racecheck); needs CUDA and the tool.")
 @tier_option
+@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+              help="Cases measured at once, each in its own process and worker [default: the CPU cores].")
+@click.option("--no-cache", is_flag=True,
+              help="Neither read nor write the reference cache (inputs, baseline and oracle outputs).")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
         no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None,
-        tiers: tuple[str, ...] = ()) -> None:
+        tiers: tuple[str, ...] = (),
+        jobs: Optional[int] = None, no_cache: bool = False) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
+    from acceptance.records import Results
     from acceptance.results import JOURNAL, OutputFolder
     from acceptance.waivers import waiver_records
 
@@ -162,7 +168,9 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
             runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
-                       isolate=not no_isolation, guard=folder.path, sanitize=sanitize)
+                       isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
+                       cache=_reference_cache(not no_cache),
+                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation))
         except KeyboardInterrupt as exc:
             stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     measured.sort(key=lambda m: order[m[0].id])
@@ -193,6 +201,24 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases: the results hold those, the run "
                     f"is not a pass; finish it with --resume", fg="red", err=True)
     sys.exit(res.summary.exit_code)
+
+
+def _jobs(jobs: Optional[int], cases: int, *, isolate: bool) -> int:
+    """``--jobs``, by default the CPU cores; one job for a single case or without isolation (the code under
+    test then runs in this process)."""
+    from acceptance.parallel import default_jobs
+
+    wanted = jobs if jobs is not None else default_jobs()
+    return 1 if not isolate or cases < 2 else min(wanted, cases)
+
+
+def _reference_cache(enabled: bool):
+    from acceptance.cache import ReferenceCache
+
+    try:
+        return ReferenceCache(enabled=enabled)
+    except ValueError as exc:
+        raise UsageError(f"reference cache: {exc}") from None
 
 
 class _Terminated(KeyboardInterrupt):
@@ -226,6 +252,8 @@ def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
 @contextlib.contextmanager
 def _progress(total: int, label: str, done: int = 0):
     """A progress bar on a terminal; elsewhere (CI logs) a line every ~5 % and at once for every failure."""
+    from acceptance.wording import safe
+
     if sys.stderr.isatty():
         with click.progressbar(length=total, label=label, file=sys.stderr,
                                item_show_func=lambda c: safe(c.id, 80) if c else "") as bar:
@@ -269,6 +297,8 @@ def _console(res):
 
 def write_reports(res: Results, out_dir: Path) -> list[Path]:
     """results.json first (atomically), then every default reporter rendered from it."""
+    from acceptance import results as results_mod
+
     results_path = results_mod.write(res, out_dir / "results.json")
     context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
     written = [results_path]
@@ -325,6 +355,8 @@ def _reporter_options(command):
 @click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
 def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
     """Re-render reports from results.json (several files = shards, merged)."""
+    from acceptance import results as results_mod
+
     parts = [results_mod.load(p) for p in results_files]
     res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
     if len(parts) == 1:
@@ -378,6 +410,8 @@ def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: 
 
 
 def _jsonable(value):
+    from acceptance.records import json_float
+
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     return json_float(value)
@@ -407,3 +441,28 @@ from acceptance.cli_tune import compare_cmd, tune_cmd  # noqa: E402  (commands r
 main.add_command(tune_cmd)
 main.add_command(compare_cmd)
 from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance bench` on the group)
+
+
+@main.group("cache")
+def cache_group() -> None:
+    """The reference cache: generated inputs, baseline and oracle outputs kept between runs
+    (folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache folder)."""
+
+
+@cache_group.command("info")
+def cache_info() -> None:
+    """Where the cache is, how many entries and bytes it holds, and its size cap."""
+    info = _reference_cache(True).info()
+    click.echo(f"folder:   {info.root}")
+    click.echo(f"entries:  {info.entries}")
+    click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
+    if info.stale_bytes:
+        click.echo(f"stale:    {info.stale_bytes / 2**20:.1f} MiB (other format versions, temporary files)")
+
+
+@cache_group.command("clear")
+def cache_clear() -> None:
+    """Remove every entry (of any format version) from the cache folder."""
+    cache = _reference_cache(True)
+    removed = cache.clear()
+    click.echo(f"removed {removed} file(s) from {cache.root}")

@@ -30,7 +30,7 @@ once, here, and the torch cast then only copies exactly representable values.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 import torch
@@ -199,6 +199,49 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     row = lookup(dtype)
     if not row.is_float or row.name == "float64":
         return x
+    fast = _FAST.get(row.name)
+    if fast is not None:
+        return fast(x)
+    return _round_general(x, row)
+
+
+def _round_cast(target: type) -> Callable[[np.ndarray], np.ndarray]:
+    """float64 → ``target`` → float64 by NumPy's cast: IEEE round-to-nearest-even from the float64 bits in one
+    step (no intermediate format), overflow to ±inf, subnormals, NaN and signed zeros as the format has them."""
+    def cast(x: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return x.astype(target).astype(np.float64)
+    return cast
+
+
+def _round_bits(x: np.ndarray, row: "DType") -> np.ndarray:
+    """:func:`round_to` on the float64 bit pattern: with ``d = 53 - p`` dropped bits, ``u`` the bits of ``|x|``,
+    ``r = (u + 2^(d-1) - 1 + bit_d(u)) & ~(2^d - 1)`` is round-to-nearest-even of the significand (a carry moves
+    into the exponent as it should). Exact where the format's spacing is ``2^(E-p+1)``, i.e. ``|x| ≥ 2^emin``;
+    the few subnormal-range values and results past the largest finite value go through the general formula."""
+    drop = np.uint64(53 - row.precision)
+    shape = x.shape
+    x = np.ascontiguousarray(x)
+    u = x.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
+    r = (u + ((np.uint64(1) << (drop - np.uint64(1))) - np.uint64(1) + ((u >> drop) & np.uint64(1))))
+    r &= ~((np.uint64(1) << drop) - np.uint64(1))
+    out = np.copysign(r.view(np.float64), x)
+    with np.errstate(invalid="ignore"):
+        odd = np.flatnonzero(~(np.abs(out) <= row.max) | (np.abs(x) < 2.0 ** row.emin))  # NaN, inf, over, subnormal
+    if odd.size:
+        out.flat[odd] = _round_general(x.flat[odd], row)
+    return out.reshape(shape)
+
+
+#: Exact rounding by NumPy casts for the formats NumPy has, on the float64 bits for bfloat16; 2-5x faster than
+#: the general formula below, which they equal bit for bit (tests/test_speed.py).
+_FAST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "float16": _round_cast(np.float16), "float32": _round_cast(np.float32), "bfloat16": lambda x: _round_bits(x, TABLE["bfloat16"]),
+}
+
+
+def _round_general(x: np.ndarray, row: "DType") -> np.ndarray:
+    """:func:`round_to` for any float format of the table, by the formula of its docstring."""
     _, e = np.frexp(x)
     q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, row.emin) - (row.precision - 1))
     with np.errstate(invalid="ignore", over="ignore"):

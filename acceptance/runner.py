@@ -38,6 +38,7 @@ from acceptance.inputs import generate
 from acceptance.metrics import registry
 from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
+from acceptance.references import RunReferences
 from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
 from acceptance.workers import Worker
 
@@ -194,10 +195,11 @@ def _floor_of(metric: str, rules: Rules) -> Optional[float]:
 
 
 def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
-            worker: Optional[Worker] = None) -> CaseResult:
+            worker: Optional[Worker] = None, references: Optional[RunReferences] = None) -> CaseResult:
     """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
     for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
-    runner never imports the code under test); without, in this process."""
+    runner never imports the code under test); without, in this process. ``references``: the run's cache of
+    inputs, baseline and oracle outputs (:mod:`acceptance.references`)."""
     n_trials = trials_of(case, rules, trials)
     identity = _identity(case, n_trials)
     timing = Timing()
@@ -217,8 +219,11 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     extras = faithful.Extras(case)
     executor = worker if worker is not None else engine.InProcess()
     noted = len(executor.notes)
+    refs = references.for_case(case, roles, worker) if references is not None else None
+    cache_inputs = refs is not None and not any(inp.quant for inp in spec.inputs)  # packed blocks: not cached
+    make = (lambda k: refs.inputs(k, lambda j: generate(case, j))) if cache_inputs else (lambda k: generate(case, k))
     try:
-        for t in engine.run_trials(roles, lambda k: generate(case, k), n_trials, device=device, params=case.params,
+        for t in engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
                                    oracle=True, repeats=faithful.impl_repeats(case),
                                    baseline_repeats=faithful.BASELINE_RUNS - 1,
                                    timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
@@ -288,7 +293,8 @@ def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False
 def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
         on_case: Optional[Callable[[Case, CaseResult], None]] = None,
         measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
-        isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False) -> list[CaseResult]:
+        isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False,
+        cache: Any = None, jobs: int = 1) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
@@ -298,8 +304,18 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     output folder; a case during which a file appears or changes there (other than the run's own journal and
     lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
     compute-sanitizer (:mod:`acceptance.sanitize`); a finding makes the case an error.
+    ``cache``: an :class:`acceptance.cache.ReferenceCache` for
+    inputs, baseline and oracle outputs (``None``: none). ``jobs``: cases measured at once, each job in its
+    own process with its own worker (:mod:`acceptance.parallel`); the results are the same for any count.
     """
     measured = measured if measured is not None else []
+    if jobs > 1:
+        from acceptance import parallel
+
+        parallel.measure_all(cases, device, jobs=jobs, trials=trials, on_case=on_case, measured=measured,
+                             isolate=isolate, guard=guard, cache=cache, sanitize=sanitize)
+        return decide_all(measured, strict=strict)
+    references = RunReferences(cache)
     done = {m.id for m, _ in measured}
     worker: Optional[Worker] = None
     threads = torch.get_num_threads()
@@ -315,17 +331,11 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                 if worker is not None:
                     worker.close()
                 worker = Worker(memory_limit=limit)
-            before = _snapshot(guard)
-            result = measure(case, device, rules, trials=trials, worker=worker)
+            before = snapshot(guard)
+            result = measure(case, device, rules, trials=trials, worker=worker, references=references)
             if sanitize:
                 result = sanitizer.check(case.id, case.spec.path, result, str(device))
-            touched = sorted(name for name, stamp in _snapshot(guard).items() if before.get(name) != stamp)
-            if touched:
-                for name in touched:
-                    (guard / name).unlink(missing_ok=True)
-                result = result.model_copy(update={
-                    "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
-                             "the files were removed"})
+            result = guarded(result, guard, before)
             measured.append((result, rules))
             if on_case:
                 on_case(case, result)
@@ -336,7 +346,20 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     return decide_all(measured, strict=strict)
 
 
-def _snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
+def guarded(result: CaseResult, guard: Optional[Path], before: dict[str, tuple[int, int]]) -> CaseResult:
+    """``result``, or an error when a file of the output folder ``guard`` appeared or changed since the
+    snapshot ``before`` (the files are removed)."""
+    touched = sorted(name for name, stamp in snapshot(guard).items() if before.get(name) != stamp)
+    if not touched:
+        return result
+    for name in touched:
+        (guard / name).unlink(missing_ok=True)
+    return result.model_copy(update={
+        "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
+                 "the files were removed"})
+
+
+def snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
     """(size, mtime in ns) of the files of the output folder, but the run's own journal and lock."""
     if folder is None:
         return {}

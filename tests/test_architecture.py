@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "acceptance"
 
 #: Stages in data-flow order; a module may import from its own stage and earlier ones only.
 STAGES: list[tuple[str, ...]] = [
-    ("errors", "dtypes", "device", "quant", "quant_kernels", "presets", "layouts", "timing"),  # facts, formats, failures
+    ("errors", "dtypes", "device", "quant", "quant_kernels", "presets", "layouts", "timing", "cache"),  # facts, formats, failures
     ("records", "metrics", "wording"),                    # record types, the metric math, sentences
     ("oracle", "emulate", "emulation"),                   # reference callables (float64, mpmath, emulated)
     ("spec", "adapters"),                                 # specs -> validated cases and their rules; callable kinds
@@ -23,7 +23,7 @@ STAGES: list[tuple[str, ...]] = [
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
-    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench", "assertions", "waivers"),  # orchestration: spec runs, the library calls
+    ("runner", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench", "assertions", "waivers", "references", "parallel"),  # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
     ("cli", "cli_tune", "cli_bench", "__main__", "docgen", "__init__", "pytest_plugin"),  # the edges
 ]

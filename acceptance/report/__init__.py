@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from acceptance.records import Results
+if TYPE_CHECKING:  # pydantic loads only when a reporter renders
+    from acceptance.records import Results
 
 
 @dataclass(frozen=True)

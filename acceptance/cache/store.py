@@ -1,0 +1,438 @@
+"""Reference cache entries on disk: layout, checksums, atomic writes, the size cap (see :mod:`acceptance.cache`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+
+from acceptance.cache.keys import _contiguous_bytes
+
+log = logging.getLogger("acceptance.cache")
+
+#: Version of the on-disk entry layout; entries of another version are never read.
+FORMAT_VERSION = 1
+#: Environment variable naming the cache root (overrides the platform default).
+ENV_VAR = "ACCEPTANCE_CACHE_DIR"
+#: Default size cap: 2 GiB.
+DEFAULT_MAX_BYTES = 2 * 1024**3
+#: Eviction brings the total down to this fraction of the cap.
+EVICT_TO = 0.9
+#: A temporary file older than this (seconds) was left by a crashed writer.
+STALE_TEMP_S = 3600.0
+
+_MAGIC = b"ACCREF\r\n"
+_PREFIX = struct.Struct("<8sII")  # magic, format version, header length
+_DIGEST = 32  # bytes of SHA-256
+_SUFFIX = ".ref"
+_MAX_HEADER = 1 << 20
+
+#: Dtypes an entry can hold: every plain (non-quantized, byte-addressable) torch dtype
+#: present in this torch build, by canonical name (``str(dtype)`` without ``torch.``).
+DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name)
+    for name in (
+        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+        "float4_e2m1fn_x2",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+
+
+
+# --------------------------------------------------------------------------- entries
+
+
+_KEY_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_key(key: str) -> str:
+    if not (isinstance(key, str) and _KEY_RE.fullmatch(key)):
+        raise ValueError(f"cache key must be 64 lowercase hex digits (from acceptance.cache.key), got {key!r}")
+    return key
+
+
+def _prepare(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Validate a put's tensors; ``TypeError``/``ValueError`` naming ``tensors[i]``."""
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (tuple, list)):
+        raise TypeError(f"tensors: expected a tuple or list of tensors, got {type(tensors).__name__}")
+    out = []
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"tensors[{i}]: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise ValueError(f"tensors[{i}] is on {t.device}; the reference cache holds CPU tensors")
+        if t.layout != torch.strided or t.is_quantized:
+            raise TypeError(f"tensors[{i}]: a {t.layout} tensor of {t.dtype} cannot be cached (strided, "
+                            "non-quantized tensors only)")
+        if _dtype_name(t.dtype) not in DTYPES:
+            raise TypeError(f"tensors[{i}]: dtype {t.dtype} cannot be cached (supported: {', '.join(DTYPES)})")
+        out.append(t.detach())
+    return out
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class _Corrupt(Exception):
+    """An entry that fails a check (internal; turned into a miss)."""
+
+
+def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+def _parse_header(raw: bytes, key: str) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    try:
+        header = json.loads(raw.decode())
+        if header["key"] != key:
+            raise _Corrupt(f"header names key {header['key']!r}")
+        out = []
+        for name, shape in header["tensors"]:
+            if name not in DTYPES:
+                raise _Corrupt(f"unknown dtype {name!r}")
+            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+                raise _Corrupt(f"bad shape {shape!r}")
+            out.append((DTYPES[name], tuple(shape)))
+        return out
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise _Corrupt(f"unreadable header: {exc}") from None
+
+
+def _read_exact(f: Any, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise _Corrupt("file shorter than its header says")
+        got += n
+
+
+def _read_entry(f: Any, size: int, key: str) -> tuple[torch.Tensor, ...]:
+    """Read and verify one entry from the open binary file ``f`` of ``size`` bytes."""
+    prefix = f.read(_PREFIX.size)
+    if len(prefix) != _PREFIX.size:
+        raise _Corrupt("shorter than the fixed prefix")
+    magic, version, header_len = _PREFIX.unpack(prefix)
+    if magic != _MAGIC:
+        raise _Corrupt("bad magic bytes")
+    if version != FORMAT_VERSION:
+        raise _Corrupt(f"format version {version} in the folder of version {FORMAT_VERSION}")
+    if header_len > _MAX_HEADER or _PREFIX.size + header_len + _DIGEST > size:
+        raise _Corrupt("bad header length")
+    raw = f.read(header_len)
+    if len(raw) != header_len:
+        raise _Corrupt("truncated header")
+    layout = _parse_header(raw, key)
+    if _PREFIX.size + header_len + sum(_nbytes(d, s) for d, s in layout) + _DIGEST != size:
+        raise _Corrupt("file size does not match its header")  # checked before any allocation
+    h = hashlib.sha256(prefix)
+    h.update(raw)
+    tensors = []
+    for dtype, shape in layout:
+        t = torch.empty(shape, dtype=dtype)
+        if t.numel():
+            buf = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            _read_exact(f, buf)
+            h.update(buf)
+        tensors.append(t)
+    digest = f.read(_DIGEST + 1)
+    if digest != h.digest():
+        raise _Corrupt("checksum mismatch")
+    return tuple(tensors)
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheInfo:
+    """State of a reference cache.
+
+    ``entries``/``bytes``: readable entries of this format version on disk and
+    their total size (bytes, headers included); ``stale_bytes``: files of other
+    format versions and temporary files, which :meth:`ReferenceCache.clear`
+    removes. ``hits``/``misses``/``corrupt``/``write_errors`` count this
+    process's calls on this cache object (``corrupt``: entries that failed a
+    check on read and were deleted).
+    """
+
+    root: Path
+    enabled: bool
+    max_bytes: int
+    entries: int
+    bytes: int
+    stale_bytes: int
+    hits: int
+    misses: int
+    corrupt: int
+    write_errors: int
+
+
+def default_root() -> Path:
+    """``$ACCEPTANCE_CACHE_DIR`` when set and non-empty, else
+    ``platformdirs.user_cache_dir("acceptance")`` (``~/.cache/acceptance`` on Linux)."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("acceptance"))
+
+
+class ReferenceCache:
+    """Disk cache of reference tensors (inputs, baseline and oracle outputs) by :func:`key`.
+
+    ``root``: cache folder (default :func:`default_root`); nothing is created
+    until the first write. ``max_bytes``: size cap in bytes, enforced by
+    least-recently-used eviction (see the module docstring). ``enabled=False``:
+    :meth:`get` always misses and :meth:`put` writes nothing (``info``/``clear``
+    still work on the folder). Safe to share between threads and processes.
+    """
+
+    def __init__(self, root: Path | str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+                 enabled: bool = True) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+            raise ValueError(f"max_bytes: expected a positive integer number of bytes, got {max_bytes!r}")
+        self.root = Path(root).expanduser() if root is not None else default_root()
+        self.max_bytes = max_bytes
+        self.enabled = bool(enabled)
+        self._dir = self.root / f"reference-v{FORMAT_VERSION}"
+        self._lock = threading.Lock()
+        self._total: Optional[int] = None  # bytes on disk: last scan plus own writes since
+        self._stamp = 0
+        self._hits = self._misses = self._corrupt = self._write_errors = 0
+
+    # ------------------------------------------------------------------ paths and time
+
+    def path(self, key: str) -> Path:
+        """File of the entry for ``key``."""
+        _check_key(key)
+        return self._dir / key[:2] / f"{key}{_SUFFIX}"
+
+    def _now(self) -> int:
+        """Strictly increasing nanosecond stamps within this object (last-use times)."""
+        with self._lock:
+            self._stamp = max(time.time_ns(), self._stamp + 1)
+            return self._stamp
+
+    def _count(self, field: str) -> None:
+        with self._lock:
+            setattr(self, field, getattr(self, field) + 1)
+
+    # ------------------------------------------------------------------ get / put
+
+    def get(self, key: str) -> Optional[tuple[torch.Tensor, ...]]:
+        """The tensors stored under ``key`` (fresh, contiguous CPU tensors), or
+        ``None`` on a miss. A corrupt entry is deleted, counted, and is a miss."""
+        path = self.path(key)
+        if not self.enabled:
+            self._count("_misses")
+            return None
+        try:
+            f = open(path, "rb", buffering=0)
+        except OSError:
+            self._count("_misses")
+            return None
+        with f:
+            st = os.fstat(f.fileno())
+            try:
+                tensors = _read_entry(f, st.st_size, key)
+            except _Corrupt as exc:
+                self._drop(path, st, str(exc))
+                self._count("_misses")
+                return None
+            except OSError:
+                self._count("_misses")
+                return None
+        stamp = self._now()
+        try:
+            os.utime(path, ns=(stamp, stamp))  # last use, for eviction
+        except OSError:
+            pass
+        self._count("_hits")
+        return tensors
+
+    def _drop(self, path: Path, st: os.stat_result, why: str) -> None:
+        """Delete a corrupt entry unless another writer has replaced it since it was opened."""
+        self._count("_corrupt")
+        log.warning("reference cache: dropped corrupt entry %s (%s)", path, why)
+        try:
+            now = os.stat(path)
+            if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                os.unlink(path)
+        except OSError:
+            pass
+
+    def put(self, key: str, tensors: Sequence[torch.Tensor]) -> bool:
+        """Store ``tensors`` (CPU, any supported dtype and shape; non-contiguous ones
+        are stored contiguous) under ``key``. Returns whether an entry was written:
+        ``False`` when disabled, when the entry alone exceeds ``max_bytes``, or on
+        an I/O error (counted in ``write_errors`` and logged, never raised)."""
+        path = self.path(key)
+        tensors = _prepare(tensors)
+        if not self.enabled:
+            return False
+        header = json.dumps({"key": key, "tensors": [[_dtype_name(t.dtype), list(t.shape)] for t in tensors]},
+                            separators=(",", ":")).encode()
+        size = _PREFIX.size + len(header) + sum(_nbytes(t.dtype, t.shape) for t in tensors) + _DIGEST
+        if size > self.max_bytes:
+            return False
+        tmp = path.parent / f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+            try:
+                fd = os.open(tmp, flags, 0o644)
+            except FileNotFoundError:  # first entry in this folder
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(tmp, flags, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                prefix = _PREFIX.pack(_MAGIC, FORMAT_VERSION, len(header))
+                h = hashlib.sha256(prefix)
+                h.update(header)
+                f.write(prefix)
+                f.write(header)
+                for t in tensors:
+                    data = _contiguous_bytes(t)
+                    if data is not None:
+                        h.update(data)
+                        f.write(memoryview(data))
+                f.write(h.digest())
+            stamp = self._now()
+            os.utime(tmp, ns=(stamp, stamp))
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._count("_write_errors")
+            log.warning("reference cache: cannot write %s: %s", path, exc)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return False
+        with self._lock:
+            grown = None if self._total is None else self._total + size
+            self._total = grown
+        if grown is None or grown > self.max_bytes:
+            self._evict()
+        return True
+
+    # ------------------------------------------------------------------ size cap
+
+    def _scan(self) -> tuple[list[tuple[int, str, int]], int]:
+        """Entries of this format as (last use ns, path, bytes), and the bytes of
+        stale files (other formats, temporary files); old temporary files are removed."""
+        entries: list[tuple[int, str, int]] = []
+        stale = 0
+        if not self.root.is_dir():
+            return entries, stale
+        now = time.time()
+        for top in _scandir(self.root):
+            if not (top.name.startswith("reference-v") and top.is_dir(follow_symlinks=False)):
+                continue
+            current = top.name == self._dir.name
+            for sub in _scandir(top.path):
+                if not sub.is_dir(follow_symlinks=False):
+                    continue
+                for e in _scandir(sub.path):
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if current and e.name.endswith(_SUFFIX) and not e.name.startswith("."):
+                        entries.append((st.st_mtime_ns, e.path, st.st_size))
+                        continue
+                    if e.name.endswith(".tmp") and now - st.st_mtime > STALE_TEMP_S:
+                        try:
+                            os.unlink(e.path)
+                            continue
+                        except OSError:
+                            pass
+                    stale += st.st_size
+        return entries, stale
+
+    def _evict(self) -> None:
+        """Delete least-recently-used entries until at most ``EVICT_TO * max_bytes`` remain
+        (only when the total exceeds ``max_bytes``)."""
+        entries, _ = self._scan()
+        total = sum(size for _, _, size in entries)
+        if total > self.max_bytes:
+            target = int(EVICT_TO * self.max_bytes)
+            for _, path, size in sorted(entries):
+                if total <= target:
+                    break
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
+                total -= size
+        with self._lock:
+            self._total = total
+
+    # ------------------------------------------------------------------ info / clear
+
+    def info(self) -> CacheInfo:
+        """What is on disk under :attr:`root` and this object's counters."""
+        entries, stale = self._scan()
+        with self._lock:
+            return CacheInfo(
+                root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, entries=len(entries),
+                bytes=sum(size for _, _, size in entries), stale_bytes=stale, hits=self._hits,
+                misses=self._misses, corrupt=self._corrupt, write_errors=self._write_errors,
+            )
+
+    def clear(self) -> int:
+        """Delete every entry of every format version (the ``reference-v*`` folders
+        under :attr:`root`; nothing else there is touched). Returns the number of files removed."""
+        removed = 0
+        if self.root.is_dir():
+            for top in _scandir(self.root):
+                if not (top.name.startswith("reference-v") and top.is_dir(follow_symlinks=False)):
+                    continue
+                for sub in _scandir(top.path):
+                    if sub.is_dir(follow_symlinks=False):
+                        for e in _scandir(sub.path):
+                            try:
+                                os.unlink(e.path)
+                                removed += 1
+                            except OSError:
+                                pass
+                        _rmdir(sub.path)
+                    else:
+                        try:
+                            os.unlink(sub.path)
+                            removed += 1
+                        except OSError:
+                            pass
+                _rmdir(top.path)
+        with self._lock:
+            self._total = 0 if self._total is not None else None
+        return removed
+
+
+def _scandir(path: str | Path) -> Iterator[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            yield from list(it)
+    except OSError:
+        return
+
+
+def _rmdir(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:  # not empty: a concurrent writer
+        pass

@@ -1,0 +1,128 @@
+"""``--jobs N``: measure N cases at once, each job a process with its own worker, results as with one job.
+
+Each job process (started from a fork server, like the workers) measures whole
+cases with :func:`acceptance.runner.measure`: it sends the impl, baseline and
+oracle calls to its own :class:`~acceptance.workers.Worker` and computes the
+metrics, diagnostics and statistics itself, so the CPU work of one case
+overlaps with the callables of the cases the other jobs run. A case's inputs
+depend only on the spec seed, its id and the trial, and every metric of a case
+is computed inside one process, so a case's record is the same whichever job
+measured it; the caller sorts the records back into case order and decides
+them together (Holm over the run) as with one job. The records' timings
+(seconds) naturally differ.
+
+Jobs ignore SIGINT (a terminal's Ctrl-C reaches the runner only, which stops
+them); a job that dies takes only its in-flight cases down, each recorded as
+an error. The output-folder guard compares the folder before a case was
+submitted and when it finished; with several cases in flight a file the code
+under test writes is charged to the first of them that finishes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+
+from acceptance.records import CaseResult
+from acceptance.spec import Case, Rules, rules_for
+
+_STATE: dict[str, Any] = {}
+
+
+def default_jobs() -> int:
+    """CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _init(device: torch.device, trials: Optional[int], isolate: bool, cache: Optional[tuple]) -> None:  # pragma: no cover
+    """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache."""
+    from acceptance.cache import ReferenceCache
+    from acceptance.references import RunReferences
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
+    _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
+                  worker=None)
+
+
+def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job process
+    from acceptance import runner
+    from acceptance.workers import Worker
+
+    worker = None
+    if _STATE["isolate"]:
+        limit = int(case.spec.memory_limit_gib * 2**30)
+        worker = _STATE["worker"]
+        if worker is None or worker.memory_limit != limit:
+            if worker is not None:
+                worker.close()
+            worker = _STATE["worker"] = Worker(memory_limit=limit)
+    return runner.measure(case, _STATE["device"], rules_for(case), trials=_STATE["trials"], worker=worker,
+                          references=_STATE["references"])
+
+
+def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trials: Optional[int] = None,
+                on_case: Optional[Callable[[Case, CaseResult], None]] = None,
+                measured: list[tuple[CaseResult, Rules]], isolate: bool = True, guard: Optional[Path] = None,
+                cache: Any = None, sanitize: bool = False) -> None:
+    """Measure ``cases`` (but those already in ``measured``) in ``jobs`` processes; append (result, rules) to
+    ``measured`` in case order once all finished (``on_case`` hears of each as it finishes). ``sanitize``: each
+    measured impl runs once more under compute-sanitizer, from this process (:mod:`acceptance.sanitize`)."""
+    from acceptance import runner
+
+    done = {m.id for m, _ in measured}
+    todo = [case for case in cases if case.id not in done]
+    if not todo:
+        return
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "acceptance.workers"])  # the workers' fork server: torch loaded once
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context,
+                                                  initializer=_init, initargs=(device, trials, isolate,
+                                                            (cache.root, cache.max_bytes, cache.enabled) if cache else None))
+    finished: dict[str, tuple[CaseResult, Rules]] = {}
+    complete = False
+    try:
+        pending: dict[concurrent.futures.Future, tuple[Case, dict]] = {}
+        queue = iter(todo)
+
+        def submit() -> None:
+            case = next(queue, None)
+            if case is not None:
+                pending[pool.submit(_measure, case)] = (case, runner.snapshot(guard))
+
+        for _ in range(2 * jobs):  # a little ahead of the jobs, so none waits for the next case
+            submit()
+        while pending:
+            ready, _ = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in ready:
+                case, before = pending.pop(future)
+                try:
+                    result = future.result()
+                except Exception as exc:  # the job process died (a worker is what the code under test can kill)
+                    result = CaseResult(**runner._identity(case, runner.trials_of(case, rules_for(case), trials)),
+                                        error=f"the job measuring this case failed: {type(exc).__name__}: {exc}")
+                if sanitize:
+                    from acceptance import sanitize as sanitizer
+
+                    result = sanitizer.check(case.id, case.spec.path, result, str(device))
+                result = runner.guarded(result, guard, before)
+                finished[case.id] = (result, rules_for(case))
+                if on_case:
+                    on_case(case, result)
+                submit()
+        complete = True
+    finally:
+        if not complete:  # interrupted: do not wait for the cases in flight
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()
+        pool.shutdown(wait=complete, cancel_futures=True)
+        measured.extend(finished[case.id] for case in todo if case.id in finished)

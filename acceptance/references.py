@@ -1,0 +1,152 @@
+"""Cached references of a spec run: a case's generated inputs, baseline outputs and oracle outputs on disk.
+
+The run asks :class:`RunReferences` for each case's :class:`CaseReferences`;
+the trial engine then takes a trial's inputs, baseline and oracle outputs from
+the :class:`~acceptance.cache.ReferenceCache` when present, and stores them
+when it computed them. The implementation's outputs are never cached.
+
+Key of one entry (:func:`acceptance.cache.key`, which adds the installation:
+torch, NumPy, acceptance and Python versions, CPU ISA, thread count)::
+
+    role      "inputs" | "baseline" | "oracle"
+    case      case id            trial   trial number     dtype   test dtype
+    seed      spec seed          params  the case's keyword arguments (repr)
+    spec      repr of every spec field except those that cannot change a reference
+              (impl, thresholds, floors, dual_delta, waivers, timeouts, memory limit,
+              atomic runs, trials, description, name, category, dtypes, cases, path):
+              inputs, params, baseline, oracle and any field added later
+    generator fingerprint of :func:`acceptance.inputs.generate` (its source and helpers)
+    fn        for baseline and oracle: SHA-256 of the callable's fingerprint
+              (:func:`acceptance.cache.callable_fingerprint`), computed in the worker
+              process so the runner never imports the code under test
+
+A callable that cannot be fingerprinted, or a spec whose repr shows a memory
+address, is simply not cached. Outputs are made contiguous whether they come
+from the cache or from the call, so a warm run computes on the same bytes in
+the same order as a cold one and writes the same results.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from typing import Any, Callable, Optional
+
+import torch
+
+from acceptance.cache import FingerprintError, ReferenceCache, callable_fingerprint, canonical_json, key
+from acceptance.errors import CaseError
+from acceptance.spec import Case
+
+Tensors = tuple[torch.Tensor, ...]
+
+#: Spec fields that cannot change an input, a baseline output or an oracle output.
+NOT_IN_KEY = frozenset({
+    "path", "name", "category", "description", "impl", "dtypes", "cases", "trials", "thresholds", "floors",
+    "timeout", "baseline_timeout", "oracle_timeout", "memory_limit_gib", "atomic_runs", "dual_delta", "waivers",
+})
+
+#: Seconds a worker may take to fingerprint one callable (it imports the callable's module first).
+FINGERPRINT_TIMEOUT = 120.0
+
+
+def _fingerprint_hex(fn: Callable) -> str:
+    return hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def generator_fingerprint() -> str:
+    """SHA-256 of :func:`acceptance.inputs.generate`'s fingerprint (its file and the helpers it names)."""
+    from acceptance.inputs import generate
+
+    return _fingerprint_hex(generate)
+
+
+def spec_part(case: Case) -> Optional[str]:
+    """The repr of the spec fields a reference depends on (see the module docstring), or ``None`` when a repr
+    shows a memory address (an object without a stable text form: such a case is not cached)."""
+    fields = {f.name: getattr(case.spec, f.name) for f in dataclasses.fields(case.spec) if f.name not in NOT_IN_KEY}
+    text = repr(sorted(fields.items())) + "|" + repr(sorted(case.params.items(), key=lambda kv: kv[0]))
+    return None if " at 0x" in text else text
+
+
+class CaseReferences:
+    """The references of one case, for :func:`acceptance.engine.run_trials` (``get``/``put``) and for input
+    generation (:meth:`inputs`). ``fns`` maps "baseline"/"oracle" to the callable's fingerprint (``None``:
+    not cached); ``base`` is ``None`` when the case is not cached at all."""
+
+    def __init__(self, cache: ReferenceCache, base: Optional[dict[str, Any]], fns: dict[str, Optional[str]]):
+        self.cache = cache
+        self.base = base
+        self.fns = fns
+
+    def _key(self, role: str, trial: int) -> Optional[str]:
+        if self.base is None or not self.cache.enabled:
+            return None
+        if role != "inputs" and self.fns.get(role) is None:
+            return None
+        return key(role=role, trial=trial, fn=self.fns.get(role), **self.base)
+
+    def get(self, role: str, trial: int) -> Optional[Tensors]:
+        k = self._key(role, trial)
+        return self.cache.get(k) if k is not None else None
+
+    def put(self, role: str, trial: int, tensors: Tensors) -> Tensors:
+        """Store ``tensors`` (made contiguous) and return them as the trial uses them."""
+        tensors = tuple(t.contiguous() for t in tensors)
+        k = self._key(role, trial)
+        if k is not None:
+            self.cache.put(k, tensors)
+        return tensors
+
+    def inputs(self, trial: int, make: Callable[[int], Any]) -> Tensors:
+        """The inputs of ``trial``: from the cache, else ``make(trial)`` (stored)."""
+        found = self.get("inputs", trial)
+        return found if found is not None else self.put("inputs", trial, tuple(make(trial)))
+
+
+class RunReferences:
+    """The cache of one run and the fingerprints found so far (one worker call per distinct callable)."""
+
+    def __init__(self, cache: Optional[ReferenceCache] = None):
+        self.cache = cache if cache is not None else ReferenceCache(enabled=False)
+        self._fps: dict[Any, Optional[str]] = {}
+
+    def _fingerprint(self, role: str, ref: Any, worker: Any) -> Optional[str]:
+        """Fingerprint of a role's callable: resolved in the worker (``ref`` a :data:`acceptance.workers.Ref`)
+        or, without one, ``ref`` is the callable itself. ``None`` when it cannot be identified."""
+        memo = ref if worker is not None else id(ref)
+        if memo in self._fps:
+            return self._fps[memo]
+        found: Optional[str] = None
+        try:
+            if worker is None:
+                found = _fingerprint_hex(ref)
+            else:
+                outs, _ = worker.call(f"{role} fingerprint", ("fingerprint", ref), 0, (), {},
+                                      device=torch.device("cpu"), timeout=FINGERPRINT_TIMEOUT)
+                found = bytes(outs[0].numpy()).decode("ascii")
+        except (CaseError, FingerprintError, TypeError, ValueError, RecursionError):
+            found = None
+        self._fps[memo] = found
+        return found
+
+    def for_case(self, case: Case, roles: Any, worker: Any = None) -> CaseReferences:
+        """The references of ``case`` whose callables are ``roles`` (an :class:`acceptance.engine.Roles` of
+        references when ``worker`` runs them, of callables otherwise)."""
+        if not self.cache.enabled:
+            return CaseReferences(self.cache, None, {})
+        spec = spec_part(case)
+        try:
+            generator = generator_fingerprint()
+        except (FingerprintError, TypeError, ValueError, RecursionError):
+            generator = None
+        if spec is None or generator is None:
+            return CaseReferences(self.cache, None, {})
+        seed = case.spec.seed
+        base = dict(case=case.id, dtype=case.dtype, seed=seed, spec=spec,
+                    generator=generator)
+        fns = {"baseline": self._fingerprint("baseline", roles.baseline, worker),
+               "oracle": self._fingerprint("oracle", roles.oracle, worker)}
+        return CaseReferences(self.cache, base, fns)
