@@ -429,6 +429,7 @@ def _compare_base(path: Optional[Path]):
 def _with_comparison(res: Results, base: Results, label: str) -> Results:
     """The run with its comparison to ``base`` recorded and put into the gate."""
     from acceptance import regression, verdict
+    from acceptance.wording import safe
 
     cmp = regression.compare_results(base, res, base_label=label)
     for line in cmp.regressions[:10]:

@@ -11,44 +11,30 @@ decides (:class:`Criterion`, the verdict and reasons).
 Floats that are not finite (``inf``, ``nan``) are written as the JSON strings
 ``"inf"``, ``"-inf"`` and ``"nan"`` so the file stays strict JSON; they load
 back as floats.
+
+The pieces live in submodules (the shared base; bench timing; waiver
+records; run comparison) and are all importable from here.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, model_validator
+from pydantic import model_validator
 
-SCHEMA_VERSION = 2
+from acceptance.records.base import (SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Model as _Model, Verdict,
+                                     json_float)
+from acceptance.records.comparison import CaseComparison, Comparison, MetricRatio
+from acceptance.records.perf import PerfRecord
+from acceptance.records.waivers import WaiverRecord
 
-Verdict = Literal["pass", "fail", "error", "skip"]
-VERDICT_ORDER: dict[str, int] = {"fail": 0, "error": 1, "skip": 2, "pass": 3}
-
-
-def json_float(x: float) -> Union[float, str]:
-    """``inf``, ``-inf`` and ``nan`` as the strings strict JSON can hold; other values unchanged."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
-
-
-def _float_in(x: Any) -> Any:
-    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
-        return float(x)
-    return x
-
-
-#: A float that survives JSON even when it is ``inf`` or ``nan``.
-JFloat = Annotated[float, BeforeValidator(_float_in), PlainSerializer(json_float)]
-
-#: One metric value: a float, or a tuple of floats for ``diff3`` (m1, m2) and
-#: ``diff4`` (p1, p2, n).
-MetricValue = Union[JFloat, list[JFloat], None]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+__all__ = [
+    "SCHEMA_VERSION", "VERDICT_ORDER", "JFloat", "MetricValue", "Verdict", "json_float",
+    "CaseComparison", "Comparison", "MetricRatio", "PerfRecord", "WaiverRecord",
+    "Environment", "CriterionKind", "Criterion", "WorstElement", "Describe", "StatTest", "DualDeltaRecord",
+    "Determinism", "Timing", "UlpStats", "Bias", "Advisory", "Diff4Counts", "CaseResult", "Summary", "Results",
+    "sorted_failures_first",
+]
 
 
 class Environment(_Model):
@@ -318,54 +304,6 @@ class Diff4Counts(_Model):
     """Positions with baseline < oracle."""
 
 
-class PerfRecord(_Model):
-    """Timing of a case by ``acceptance bench``: the impl on the test device, timed where it runs (in the worker),
-    warm-up calls excluded; rates from the spec's ``perf.flops`` / ``perf.bytes`` and the median time."""
-
-    timer: Literal["cuda_events", "perf_counter"]
-    """How each call was timed: CUDA events on a CUDA device; perf_counter with synchronisation on the CPU."""
-    device: str
-    """Device the calls ran on."""
-    runs: int
-    """Timed calls."""
-    warmup_runs: int
-    """Warm-up calls before them (not in any statistic)."""
-    first_call_s: Optional[JFloat] = None
-    """Seconds of the first warm-up call (compilation, caches)."""
-    median_s: JFloat
-    """Median seconds per call."""
-    min_s: JFloat
-    """Fastest call, seconds."""
-    p10_s: JFloat
-    """10th percentile (linear interpolation), seconds."""
-    p90_s: JFloat
-    """90th percentile, seconds."""
-    mean_s: JFloat
-    """Mean seconds per call."""
-    flops: Optional[int] = None
-    """Floating-point operations per call (perf.flops for this case)."""
-    bytes: Optional[int] = None
-    """Bytes moved per call (perf.bytes for this case)."""
-    gflops: Optional[JFloat] = None
-    """flops / median_s / 1e9."""
-    gbps: Optional[JFloat] = None
-    """bytes / median_s / 1e9."""
-    copy_gbps: Optional[JFloat] = None
-    """The device's measured copy bandwidth, GB/s (2 x bytes copied / median copy time / 1e9)."""
-    bandwidth_fraction: Optional[JFloat] = None
-    """gbps / copy_gbps: the fraction of the measured copy bandwidth (the roofline figure)."""
-    baseline: Optional[str] = None
-    """The perf baseline callable (perf.baseline), timed the same way on the same device and inputs."""
-    baseline_runs: Optional[int] = None
-    """Its timed calls."""
-    baseline_median_s: Optional[JFloat] = None
-    """Its median seconds per call."""
-    speedup: Optional[JFloat] = None
-    """baseline_median_s / median_s."""
-    min_speedup: Optional[JFloat] = None
-    """The gate: speedup must be >= this (perf.min_speedup)."""
-
-
 class CaseResult(_Model):
     """One (operator, dtype, case): what was measured and what was decided about it.
 
@@ -456,30 +394,6 @@ class CaseResult(_Model):
     """The spec's description of the operator."""
 
 
-class WaiverRecord(_Model):
-    """One waiver of a spec and what it did in a run."""
-
-    spec_file: str
-    """The spec that declares it."""
-    operator: str
-    """Its operator."""
-    match: str
-    """Its case-id glob."""
-    reason: str
-    """Why the cases are waived."""
-    covers: list[str] = ["fail"]
-    """The verdicts it waives: fail, error."""
-    expires: Optional[str] = None
-    """Last day it applies (ISO date), null for never."""
-    link: Optional[str] = None
-    """Where its fix is tracked."""
-    status: Literal["applied", "unmatched", "expired"]
-    """applied: it waived a case of this run; unmatched: no case of this run needed it; expired: past its date,
-    it waived nothing."""
-    cases: list[str] = []
-    """Ids of the cases it waived (applied) or would have waived (expired: the cases that failed or errored)."""
-
-
 class Summary(_Model):
     """Counts per verdict and the outcome of the run."""
 
@@ -497,71 +411,6 @@ class Summary(_Model):
     """fail on any fail or error; interrupted when the run did not finish (never pass)."""
     exit_code: int
     """The exit code of the run."""
-
-
-class MetricRatio(_Model):
-    """One error metric of one case output in two runs: the impl's error against the rounded oracle (against the
-    baseline when no oracle ran), and how it moved."""
-
-    metric: str
-    """The metric."""
-    output: int = 0
-    """Output index."""
-    base: JFloat
-    """Its value in the base run."""
-    new: JFloat
-    """Its value in the new run."""
-    ratio: JFloat
-    """max(new, floor) / max(base, floor), floor the dtype's rounding floor of the metric."""
-    normalized: Optional[JFloat] = None
-    """The same ratio with each run's impl error divided by its own baseline's error against the oracle (the
-    input draw cancels); null without an oracle."""
-    grew: bool = False
-    """Both ratios exceed the allowed factor and the new error is above the floor."""
-
-
-class CaseComparison(_Model):
-    """One case id in two runs."""
-
-    id: str
-    """Case id."""
-    operator: str
-    """Operator."""
-    dtype: str
-    """Dtype."""
-    base_verdict: Optional[Verdict] = None
-    """Verdict in the base run (null: not in it)."""
-    new_verdict: Optional[Verdict] = None
-    """Verdict in the new run (null: not in it)."""
-    change: Literal["same", "regressed", "fixed", "changed", "new", "removed"] = "same"
-    """How the verdict moved: regressed (pass or skip to fail or error), fixed (the reverse), new, removed."""
-    ratios: list[MetricRatio] = []
-    """Per compared metric and output."""
-    worst_ratio: Optional[JFloat] = None
-    """The largest ratio NEW/BASE over the metrics."""
-    grew: bool = False
-    """Some metric's error grew by more than the allowed factor."""
-    time_ratio: Optional[JFloat] = None
-    """Total case time NEW/BASE, when both runs recorded it (advisory)."""
-
-
-class Comparison(_Model):
-    """A run compared with a base run: verdict changes, error ratios, waivers that can go."""
-
-    base: str
-    """What the base run was (a path, or a label)."""
-    max_ratio: JFloat
-    """An error may grow by this factor before the case is flagged."""
-    metrics: list[str]
-    """The metrics compared."""
-    cases: list[CaseComparison]
-    """Every case id of either run."""
-    regressions: list[str] = []
-    """One sentence per regression (a worse verdict, or an error grown past max_ratio)."""
-    waivers_passing: list[str] = []
-    """Waived case ids that pass in the new run: their waiver can go."""
-    passed: bool = True
-    """No regression."""
 
 
 class Results(_Model):

@@ -1,0 +1,40 @@
+"""Shared pieces of the records: the schema version, verdict names, JSON-safe floats, the base model."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+
+SCHEMA_VERSION = 2
+
+Verdict = Literal["pass", "fail", "error", "skip"]
+VERDICT_ORDER: dict[str, int] = {"fail": 0, "error": 1, "skip": 2, "pass": 3}
+
+
+def json_float(x: float) -> Union[float, str]:
+    """``inf``, ``-inf`` and ``nan`` as the strings strict JSON can hold; other values unchanged."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def _float_in(x: Any) -> Any:
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
+    return x
+
+
+#: A float that survives JSON even when it is ``inf`` or ``nan``.
+JFloat = Annotated[float, BeforeValidator(_float_in), PlainSerializer(json_float)]
+
+#: One metric value: a float, or a tuple of floats for ``diff3`` (m1, m2) and
+#: ``diff4`` (p1, p2, n).
+MetricValue = Union[JFloat, list[JFloat], None]
+
+
+class Model(BaseModel):
+    """Base of every record: unknown fields are an error; attribute docstrings document the schema."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
