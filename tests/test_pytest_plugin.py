@@ -53,10 +53,21 @@ def repo(pytester):
     return pytester
 
 
+def _installed() -> bool:
+    """Whether the installed distribution's ``pytest11`` entry point loads the plugin already (a regular
+    install); without it (running from a bare checkout) the tests name the plugin with ``-p``."""
+    from importlib.metadata import entry_points
+
+    return any(ep.value == "acceptance.pytest_plugin" for ep in entry_points(group="pytest11"))
+
+
+PLUGIN = () if _installed() else ("-p", "acceptance.pytest_plugin")
+
+
 def run(pytester, *args, isolated=False):
     """pytest with the plugin, in this process; the code under test in this process too unless ``isolated``."""
     isolation = () if isolated else ("--acceptance-no-isolation",)
-    return pytester.runpytest("-p", "acceptance.pytest_plugin", "-p", "no:cacheprovider", *isolation,
+    return pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", *isolation,
                               "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
 
 
@@ -114,7 +125,7 @@ def test_the_example_repository_runs_as_pytest_items_under_xdist(pytester):
     pytest.importorskip("xdist")
     shutil.copytree(EXAMPLE, pytester.path / "example")
     # a fresh process, as a kernel repository runs it (the plugin's entry point stands in for -p there)
-    result = pytester.runpytest_subprocess("-p", "acceptance.pytest_plugin", "-p", "no:cacheprovider",
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider",
                                            "example/specs", "example/tests", "-q", "-n", "2",
                                            timeout=300)
     result.assert_outcomes(passed=12)  # 10 spec cases + 2 hand-written tests
