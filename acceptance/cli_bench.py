@@ -53,6 +53,7 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
     from acceptance.records import Results
     from acceptance.results import OutputFolder
     from acceptance.timing import TimerOptions
+    from acceptance.waivers import waiver_records
 
     if min_runs > max_runs:
         raise UsageError(f"--min-runs {min_runs} is above --max-runs {max_runs}")
@@ -82,7 +83,8 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
         results, _ = bench.bench(cases, dev, options, trials=trials, isolate=not no_isolation, on_case=record)
         env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                                  end=runner.now())
-        res = Results(environment=env, summary=verdict.summarize(results), cases=results)
+        res = Results(environment=env, summary=verdict.summarize(results), cases=results,
+                      waivers=waiver_records(specs, results))
         if base_run is not None:
             res = _with_comparison(res, base_run, str(compare_to), max_slowdown=max_slowdown)
         try:

@@ -316,5 +316,6 @@ def render_html(results: Results, *, results_sha256: Optional[str] = None) -> st
         unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
         comparison=_comparison_view(results),
         bucket_table=bucket_table(results.cases),
+        waiver_records=results.waivers,
     )
     return page
