@@ -146,7 +146,8 @@ def time_case(case: Case, bencher: Bencher, copy_gbps: Optional[float]) -> PerfR
     args = tuple(made.impl if isinstance(made, RoleInputs) else made)
     spec = case.spec
     budget = _budget(case, bencher.options)
-    warm, runs = bencher.time("impl", ("callable", spec.impl, str(spec.path)), args, case.params, timeout=budget)
+    warm, runs = bencher.time("impl", ("callable", spec.impl, str(spec.path)), args, case.params_for("impl"),
+                              timeout=budget)
     baseline_runs = None
     if spec.perf and spec.perf.get("baseline"):
         _, baseline_runs = bencher.time("perf baseline", ("callable", spec.perf["baseline"], str(spec.path)), args,

@@ -98,6 +98,9 @@ def main() -> None:
               help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
 @click.option("--compare-to", type=click.Path(path_type=Path), metavar="BASE",
               help="Compare with a base run (results.json or folder): a regression fails the gate.")
+@click.option("--max-slowdown", type=float, default=1.25, show_default=True,
+              help="With --compare-to: fail a case timed in both runs whose median time grew by more than this "
+                   "factor (and whose p10 is above the base run's p90).")
 @click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Run every case under N spec seeds (seed, seed+1, ...); each is a case, all must pass.")
 @click.option("--sanitize", is_flag=True,
@@ -111,7 +114,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
         no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None,
         tiers: tuple[str, ...] = (),
-        jobs: Optional[int] = None, no_cache: bool = False) -> None:
+        jobs: Optional[int] = None, no_cache: bool = False, max_slowdown: float = 1.25) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
@@ -131,7 +134,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
 
         if unavailable(dev.type):
             raise UsageError(unavailable(dev.type))
-    base_run = _compare_base(compare_to)
+    base_run = _compare_base(compare_to, max_slowdown)
     folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
     try:
         specs = select_tiers(_load(paths), tiers)
@@ -182,7 +185,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
                   not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [],
                   waivers=waiver_records(specs, case_results))
     if base_run is not None:
-        res = _with_comparison(res, base_run, str(compare_to))
+        res = _with_comparison(res, base_run, str(compare_to), max_slowdown=max_slowdown)
     try:
         written = write_reports(res, out_dir)
     except OSError as exc:
@@ -417,21 +420,23 @@ def _jsonable(value):
     return json_float(value)
 
 
-def _compare_base(path: Optional[Path]):
-    """The base run of ``--compare-to``, loaded before anything runs (a bad path is a usage error at once)."""
+def _compare_base(path: Optional[Path], max_slowdown: float = 1.25):
+    """The base run of ``--compare-to``, loaded before anything runs (a bad path or ``--max-slowdown`` is a usage
+    error at once)."""
     if path is None:
         return None
-    from acceptance.cli_tune import load_run
+    from acceptance.cli_tune import check_max_slowdown, load_run
 
+    check_max_slowdown(max_slowdown)
     return load_run(path)
 
 
-def _with_comparison(res: Results, base: Results, label: str) -> Results:
+def _with_comparison(res: Results, base: Results, label: str, *, max_slowdown: float = 1.25) -> Results:
     """The run with its comparison to ``base`` recorded and put into the gate."""
     from acceptance import regression, verdict
     from acceptance.wording import safe
 
-    cmp = regression.compare_results(base, res, base_label=label)
+    cmp = regression.compare_results(base, res, base_label=label, max_slowdown=max_slowdown)
     for line in cmp.regressions[:10]:
         click.secho(f"regression against {label}: {safe(line)}", fg="red", err=True)
     return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})

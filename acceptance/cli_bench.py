@@ -11,7 +11,8 @@ from typing import Optional
 
 import click
 
-from acceptance.cli import DEFAULT_OUT, _command_line, _console, _load, main, select_tiers, tier_option, write_reports
+from acceptance.cli import (DEFAULT_OUT, _command_line, _compare_base, _console, _load, _with_comparison, main,
+                            select_tiers, tier_option, write_reports)
 from acceptance.errors import OutputError, UsageError
 from acceptance.report import REPORTERS as ALL_REPORTERS
 
@@ -37,15 +38,22 @@ from acceptance.report import REPORTERS as ALL_REPORTERS
 @click.option("--max-runs", type=click.IntRange(min=1), default=100_000, show_default=True,
               help="Timed calls at most per case.")
 @click.option("--no-isolation", is_flag=True, help="Time in this process (debugging).")
+@click.option("--compare-to", type=click.Path(path_type=Path), metavar="BASE",
+              help="Compare with a base run (results.json or folder): a slowdown or an accuracy regression fails.")
+@click.option("--max-slowdown", type=float, default=1.25, show_default=True,
+              help="With --compare-to: fail a case whose median time grew by more than this factor (and whose p10 "
+                   "is above the base run's p90).")
 def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: tuple[str, ...], tiers: tuple[str, ...],
               trials: int, warmup: int, warmup_time: float, min_time: float, min_runs: int, max_runs: int,
-              no_isolation: bool) -> None:
-    """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up."""
+              no_isolation: bool, compare_to: Optional[Path] = None, max_slowdown: float = 1.25) -> None:
+    """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up;
+    with --compare-to, the slowdown against a base run."""
     from acceptance import bench, runner, spec, verdict
     from acceptance.device import resolve_device
     from acceptance.records import Results
     from acceptance.results import OutputFolder
     from acceptance.timing import TimerOptions
+    from acceptance.waivers import waiver_records
 
     if min_runs > max_runs:
         raise UsageError(f"--min-runs {min_runs} is above --max-runs {max_runs}")
@@ -53,6 +61,7 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
         dev = resolve_device(device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    base_run = _compare_base(compare_to, max_slowdown)
     specs = select_tiers(_load(paths), tiers)
     cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
     if not cases:
@@ -74,7 +83,10 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
         results, _ = bench.bench(cases, dev, options, trials=trials, isolate=not no_isolation, on_case=record)
         env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                                  end=runner.now())
-        res = Results(environment=env, summary=verdict.summarize(results), cases=results)
+        res = Results(environment=env, summary=verdict.summarize(results), cases=results,
+                      waivers=waiver_records(specs, results))
+        if base_run is not None:
+            res = _with_comparison(res, base_run, str(compare_to), max_slowdown=max_slowdown)
         try:
             written = write_reports(res, out_dir)
         except OSError as exc:

@@ -31,6 +31,12 @@ def load_run(path: Path):
     return results_mod.load(path)
 
 
+def check_max_slowdown(value: float) -> None:
+    """``--max-slowdown`` must be a finite factor >= 1 (a usage error naming the option otherwise)."""
+    if not 1 <= value < float("inf"):
+        raise UsageError(f"--max-slowdown: must be a finite factor >= 1, got {value:g}")
+
+
 @click.command("tune")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--only", metavar="GLOB", help="Tune only operators or case ids matching this glob.")
@@ -99,14 +105,20 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
               help="Flag a case whose error grew by more than this factor, even when it passes.")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path),
               help="Write the comparison as Markdown (PR comment, job summary); '-' for stdout.")
-def compare_cmd(base: Path, new: Path, max_ratio: float, markdown_path: Optional[Path]) -> None:
-    """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, waivers that can
-    go. Exit 1 on a regression."""
+@click.option("--max-slowdown", type=float, default=1.25, show_default=True,
+              help="Fail a timed case whose median time grew by more than this factor (and whose p10 is above the "
+                   "base run's p90).")
+def compare_cmd(base: Path, new: Path, max_ratio: float, markdown_path: Optional[Path],
+                max_slowdown: float = 1.25) -> None:
+    """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, timings NEW/BASE,
+    waivers that can go. Exit 1 on a regression."""
     from acceptance import regression as compare_mod
 
     if not max_ratio > 1:
         raise UsageError(f"--max-ratio: must be > 1, got {max_ratio:g}")
-    cmp = compare_mod.compare_results(load_run(base), load_run(new), max_ratio=max_ratio, base_label=str(base))
+    check_max_slowdown(max_slowdown)
+    cmp = compare_mod.compare_results(load_run(base), load_run(new), max_ratio=max_ratio, base_label=str(base),
+                                      max_slowdown=max_slowdown)
     text = compare_mod.markdown(cmp)
     if markdown_path is not None and str(markdown_path) != "-":
         markdown_path.parent.mkdir(parents=True, exist_ok=True)

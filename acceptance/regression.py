@@ -26,8 +26,21 @@ output, all three hold:
 
 Without an oracle, e is impl vs baseline and only the first and last apply.
 Both runs must have decided the case (an ``error`` has no metrics). Waived
-cases that pass in NEW are listed: the waiver can go. When both runs timed a
-case, its time ratio is shown (advisory, never a regression).
+cases that pass in NEW are listed: the waiver can go. The total time of a case
+(inputs, references, metrics) is shown NEW/BASE, advisory, never a regression.
+
+**Performance regression** (:func:`perf_ratio`). When both runs timed a case
+(``acceptance bench``: ``CaseResult.perf``) on the same kind of device and
+timer, ``ratio = median_new / median_base`` (seconds per impl call). The case
+slowed down when both hold:
+
+* ``ratio > max_slowdown`` (default 1.25: a kernel a quarter slower);
+* ``p10_new > p90_base``: the new run's fastest tenth of calls is slower than
+  the base run's slowest tenth, so the two timing distributions do not
+  overlap. Two runs of the same code draw from one distribution and overlap;
+  a loaded machine that slows a few calls widens p90 instead of moving p10.
+
+A slowdown is a regression (the gate fails); a speed-up is only reported.
 """
 
 from __future__ import annotations
@@ -35,12 +48,15 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from acceptance.records import VERDICT_ORDER, CaseComparison, CaseResult, Comparison, MetricRatio, Results
+from acceptance.records import (VERDICT_ORDER, CaseComparison, CaseResult, Comparison, MetricRatio, PerfRatio,
+                                PerfRecord, Results)
 from acceptance.proposal import rounding_floor
 from acceptance.wording import fmt
 
 #: Default factor an error may grow by before a case is flagged.
 MAX_RATIO = 2.0
+#: Default factor a timed case's median may grow by before it is a performance regression.
+MAX_SLOWDOWN = 1.25
 #: Metrics compared: two global ones and the hybrid error's worst element and mean (bounded near zero).
 METRICS: tuple[str, ...] = ("diff1", "diff2", "max_hyb", "mean_hyb")
 
@@ -110,11 +126,28 @@ def _time_ratio(base: CaseResult, new: CaseResult) -> Optional[float]:
     return tn / tb if tb > 0 and tn > 0 else None
 
 
+def perf_ratio(base: PerfRecord, new: PerfRecord, *, max_slowdown: float = MAX_SLOWDOWN) -> PerfRatio:
+    """The impl's median seconds per call NEW/BASE and whether it slowed down (see the module docstring): slower
+    when ``median_new / median_base > max_slowdown`` and ``p10_new > p90_base``. Timings from different devices
+    or timers are shown but never flagged (``note`` says why)."""
+    ratio = _ratio(new.median_s, base.median_s)
+    separated = new.p10_s > base.p90_s
+    note = None
+    if (base.device, base.timer) != (new.device, new.timer):
+        note = f"timed on {new.device} ({new.timer}), base on {base.device} ({base.timer}): not compared"
+    return PerfRatio(base_median_s=base.median_s, new_median_s=new.median_s, ratio=ratio, base_p90_s=base.p90_s,
+                     new_p10_s=new.p10_s, separated=separated,
+                     slower=note is None and ratio > max_slowdown and separated, note=note)
+
+
 def compare_results(base: Results, new: Results, *, max_ratio: float = MAX_RATIO, base_label: str = "base",
-                    metrics: tuple[str, ...] = METRICS) -> Comparison:
-    """NEW compared with BASE: every case id of either, regressions in words, waivers that can go."""
+                    metrics: tuple[str, ...] = METRICS, max_slowdown: float = MAX_SLOWDOWN) -> Comparison:
+    """NEW compared with BASE: every case id of either, regressions in words (verdicts, error growth, slowdowns),
+    waivers that can go."""
     if not max_ratio > 1:
         raise ValueError(f"max_ratio must be > 1, got {max_ratio!r}")
+    if not max_slowdown >= 1:
+        raise ValueError(f"max_slowdown must be >= 1, got {max_slowdown!r}")
     old = {c.id: c for c in base.cases}
     now = {c.id: c for c in new.cases}
     cases: list[CaseComparison] = []
@@ -128,10 +161,12 @@ def compare_results(base: Results, new: Results, *, max_ratio: float = MAX_RATIO
         ratios = ratios if decided else []
         grew = [r for r in ratios if r.grew]
         worst = max((r.ratio for r in ratios), default=None)
+        timed = perf_ratio(b.perf, n.perf, max_slowdown=max_slowdown) if b and n and b.perf and n.perf else None
         cases.append(CaseComparison(id=cid, operator=one.operator, dtype=one.dtype,
                                     base_verdict=b.verdict if b else None, new_verdict=n.verdict if n else None,
                                     change=change, ratios=ratios, worst_ratio=worst, grew=bool(grew),
-                                    time_ratio=_time_ratio(b, n) if b and n else None))
+                                    time_ratio=_time_ratio(b, n) if b and n else None, perf=timed,
+                                    slower=bool(timed and timed.slower)))
         if change == "regressed":
             regressions.append(f"{cid}: {b.verdict} -> {n.verdict}")
         elif change == "new" and n.verdict in _BAD:
@@ -142,9 +177,33 @@ def compare_results(base: Results, new: Results, *, max_ratio: float = MAX_RATIO
             norm = f", {fmt(r.normalized)}x relative to the baseline" if r.normalized is not None else ""
             regressions.append(f"{cid}: {r.metric}{where} grew {fmt(r.ratio)}x ({fmt(r.base)} -> {fmt(r.new)}"
                                f"{norm}; allowed {fmt(max_ratio)}x)")
+        if timed and timed.slower:
+            regressions.append(f"{cid}: {fmt(timed.ratio)}x slower (median {_seconds(timed.base_median_s)} -> "
+                               f"{_seconds(timed.new_median_s)} per call, p10 {_seconds(timed.new_p10_s)} > base p90 "
+                               f"{_seconds(timed.base_p90_s)}; allowed {fmt(max_slowdown)}x)")
     waivers = [c.id for c in new.cases if c.waiver and c.verdict == "pass"]
     return Comparison(base=base_label, max_ratio=max_ratio, metrics=list(metrics), cases=cases,
-                      regressions=regressions, waivers_passing=waivers, passed=not regressions)
+                      regressions=regressions, waivers_passing=waivers, passed=not regressions,
+                      max_slowdown=max_slowdown)
+
+
+def _seconds(s: float) -> str:
+    """Seconds in the unit that reads best: s, ms or us, three significant digits."""
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+def regressions_by_case(cmp: Comparison) -> list[tuple[CaseComparison, list[str]]]:
+    """The cases that regressed, in case order, each with its sentences of ``cmp.regressions``."""
+    out = []
+    for c in cmp.cases:
+        lines = [r for r in cmp.regressions if r.startswith(f"{c.id}: ")]
+        if lines:
+            out.append((c, lines))
+    return out
 
 
 def _md(text: str) -> str:
@@ -174,6 +233,16 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
             lines.append(f"| {_md(c.id)} | {fmt(r.ratio)}x | {r.metric} | {fmt(r.base)} | {fmt(r.new)} | "
                          f"{'yes' if c.grew else ''} |")
         lines.append("")
+    timed = [c for c in cmp.cases if c.perf is not None]
+    if timed:
+        allowed = fmt(cmp.max_slowdown or MAX_SLOWDOWN)
+        lines += [f"| case | median NEW/BASE | base | new | new p10 > base p90 | slower (> {allowed}x) |",
+                  "|---|---|---|---|---|---|"]
+        for c in sorted(timed, key=lambda c: (not c.slower, -c.perf.ratio))[:limit]:
+            p = c.perf
+            lines.append(f"| {_md(c.id)} | {fmt(p.ratio)}x | {_seconds(p.base_median_s)} | {_seconds(p.new_median_s)} "
+                         f"| {'yes' if p.separated else 'no'} | {'yes' if c.slower else _md(p.note or '')} |")
+        lines.append("")
     if cmp.waivers_passing:
         lines += ["**Waivers that can go** (the waived case passes)", ""]
         lines += [f"- {_md(i)}" for i in cmp.waivers_passing[:limit]] + [""]
@@ -183,5 +252,6 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
 def worse_first(cmp: Comparison) -> list[CaseComparison]:
     """Cases with a regression first, then by largest ratio."""
     order = {"regressed": 0, "new": 1, "removed": 2, "changed": 3, "fixed": 4, "same": 5}
-    return sorted(cmp.cases, key=lambda c: (not c.grew and c.change != "regressed", order[c.change],
-                                            -(c.worst_ratio or 0.0), VERDICT_ORDER.get(c.new_verdict or "pass", 3)))
+    return sorted(cmp.cases, key=lambda c: (not c.grew and not c.slower and c.change != "regressed",
+                                            order[c.change], -(c.worst_ratio or 0.0),
+                                            VERDICT_ORDER.get(c.new_verdict or "pass", 3)))

@@ -77,9 +77,10 @@ def tune(paths: Optional[Iterable[Path]] = None, *, results: Optional[Iterable[P
     return TuneResult(tuple(found), margin, loose, tuple(sorted({c.seed for c in cases})))
 
 
-def compare(base, new, *, max_ratio: float = 2.0) -> Comparison:
+def compare(base, new, *, max_ratio: float = 2.0, max_slowdown: float = 1.25) -> Comparison:
     """NEW compared with BASE (:class:`~acceptance.records.Results`, or paths of results.json files or folders):
-    verdict changes, error ratios NEW/BASE, waivers that can go (see :mod:`acceptance.regression`). Example::
+    verdict changes, error ratios NEW/BASE, timings NEW/BASE, waivers that can go (see
+    :mod:`acceptance.regression`). Example::
 
         cmp = acceptance.compare("reports/main/results.json", "reports/latest")
         cmp.passed, cmp.regressions, [c.worst_ratio for c in cmp.cases]
@@ -90,6 +91,7 @@ def compare(base, new, *, max_ratio: float = 2.0) -> Comparison:
 
     label = base if not isinstance(base, Results) else "base"
     try:
-        return compare_results(loaded(base), loaded(new), max_ratio=max_ratio, base_label=str(label))
+        return compare_results(loaded(base), loaded(new), max_ratio=max_ratio, base_label=str(label),
+                               max_slowdown=max_slowdown)
     except ValueError as exc:
-        raise UsageError(f"max_ratio: {exc}") from None
+        raise UsageError(str(exc)) from None

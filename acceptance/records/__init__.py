@@ -24,13 +24,13 @@ from pydantic import model_validator
 
 from acceptance.records.base import (SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Model as _Model, Verdict,
                                      json_float)
-from acceptance.records.comparison import CaseComparison, Comparison, MetricRatio
+from acceptance.records.comparison import CaseComparison, Comparison, MetricRatio, PerfRatio
 from acceptance.records.perf import PerfRecord
 from acceptance.records.waivers import WaiverRecord
 
 __all__ = [
     "SCHEMA_VERSION", "VERDICT_ORDER", "JFloat", "MetricValue", "Verdict", "json_float",
-    "CaseComparison", "Comparison", "MetricRatio", "PerfRecord", "WaiverRecord",
+    "CaseComparison", "Comparison", "MetricRatio", "PerfRatio", "PerfRecord", "WaiverRecord",
     "Environment", "CriterionKind", "Criterion", "WorstElement", "Describe", "StatTest", "DualDeltaRecord",
     "Determinism", "Timing", "UlpStats", "Bias", "Advisory", "Diff4Counts", "CaseResult", "Summary", "Results",
     "sorted_failures_first",

@@ -28,6 +28,27 @@ class MetricRatio(_Model):
     """Both ratios exceed the allowed factor and the new error is above the floor."""
 
 
+class PerfRatio(_Model):
+    """The impl's timing of one case in two runs (``acceptance bench``), and whether it slowed down."""
+
+    base_median_s: JFloat
+    """Median seconds per call in the base run."""
+    new_median_s: JFloat
+    """Median seconds per call in the new run."""
+    ratio: JFloat
+    """new_median_s / base_median_s (above 1: slower)."""
+    base_p90_s: JFloat
+    """The base run's 90th percentile, seconds."""
+    new_p10_s: JFloat
+    """The new run's 10th percentile, seconds."""
+    separated: bool
+    """new_p10_s > base_p90_s: the new run's fastest tenth of calls is slower than the base run's slowest tenth."""
+    slower: bool = False
+    """ratio > max_slowdown and separated: a performance regression."""
+    note: Optional[str] = None
+    """Why the timings were not compared (different device or timer), when they were not."""
+
+
 class CaseComparison(_Model):
     """One case id in two runs."""
 
@@ -51,6 +72,10 @@ class CaseComparison(_Model):
     """Some metric's error grew by more than the allowed factor."""
     time_ratio: Optional[JFloat] = None
     """Total case time NEW/BASE, when both runs recorded it (advisory)."""
+    perf: Optional[PerfRatio] = None
+    """The impl's timed calls NEW/BASE, when both runs timed the case (``acceptance bench``)."""
+    slower: bool = False
+    """The impl slowed down by more than the allowed factor (see :class:`PerfRatio`)."""
 
 
 class Comparison(_Model):
@@ -70,3 +95,6 @@ class Comparison(_Model):
     """Waived case ids that pass in the new run: their waiver can go."""
     passed: bool = True
     """No regression."""
+    max_slowdown: Optional[JFloat] = None
+    """A timed case may slow down by this factor (median NEW/BASE) before it is a regression; null in comparisons
+    written before timings were compared."""

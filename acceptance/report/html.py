@@ -282,16 +282,19 @@ def _comparison_view(results: Results) -> Optional[dict[str, Any]]:
 
     rows = []
     for c in worse_first(cmp):
-        if c.change == "same" and not c.grew and (c.worst_ratio or 0) <= 1:
+        if c.change == "same" and not c.grew and not c.slower and (c.worst_ratio or 0) <= 1 and c.perf is None:
             continue
         worst = max(c.ratios, key=lambda r: r.ratio) if c.ratios else None
         rows.append({"id": c.id, "base": c.base_verdict, "new": c.new_verdict, "change": c.change, "grew": c.grew,
                      "metric": worst.metric if worst else None, "ratio": f"{fmt(worst.ratio)}x" if worst else None,
                      "normalized": f"{fmt(worst.normalized)}x" if worst and worst.normalized is not None else None,
-                     "values": f"{fmt(worst.base)} → {fmt(worst.new)}" if worst else None})
+                     "values": f"{fmt(worst.base)} → {fmt(worst.new)}" if worst else None, "slower": c.slower,
+                     "time": (f"{fmt(c.perf.ratio)}x ({fmt(c.perf.base_median_s)} → {fmt(c.perf.new_median_s)} s)"
+                              + (f"; {c.perf.note}" if c.perf.note else "")) if c.perf else None})
     return {"base": cmp.base, "passed": cmp.passed, "max_ratio": fmt(cmp.max_ratio), "regressions": cmp.regressions,
             "waivers": cmp.waivers_passing, "rows": rows[:500], "more": max(0, len(rows) - 500),
-            "metrics": ", ".join(cmp.metrics)}
+            "metrics": ", ".join(cmp.metrics), "timed": any(c.perf for c in cmp.cases),
+            "max_slowdown": fmt(cmp.max_slowdown) if cmp.max_slowdown is not None else None}
 
 
 def render_html(results: Results, *, results_sha256: Optional[str] = None) -> str:
@@ -313,5 +316,6 @@ def render_html(results: Results, *, results_sha256: Optional[str] = None) -> st
         unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
         comparison=_comparison_view(results),
         bucket_table=bucket_table(results.cases),
+        waiver_records=results.waivers,
     )
     return page

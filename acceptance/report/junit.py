@@ -10,6 +10,12 @@ Built with the ``junit-xml`` package, then made to conform to junit-10.xsd
 - fail becomes ``<failure>``, error ``<error>``, skip ``<skipped>``, each with
   a non-empty ``message`` (the case's first reason, the waiver for waived
   cases) and the full account of the case (:func:`text.case_details`) as body;
+- with a comparison to a base run (``--compare-to``), one more testsuite
+  ``comparison``: a failing testcase per regressed case (classname
+  ``acceptance.comparison.<operator>``, name the case id, type ``regression``,
+  the regression sentences as message and body), or one passing testcase
+  ``no regression against <base>``; its properties name the base run and the
+  allowed factors, its ``system-out`` is the comparison in Markdown;
 - the ``disabled`` attribute junit-xml adds (unknown to junit-10.xsd) is
   dropped, and characters XML 1.0 forbids are written as visible ``\\xNN``
   escapes.
@@ -25,7 +31,7 @@ from junit_xml import TestCase, TestSuite
 
 from acceptance.report.text import case_details, headline
 from acceptance.wording import safe, visible_controls
-from acceptance.records import CaseResult, Results
+from acceptance.records import CaseResult, Comparison, Results
 
 
 #: A failure message is one line of at most this many characters; a body at most this many (results.json keeps all).
@@ -63,6 +69,34 @@ def _conform(suite: ET.Element, times: list[float]) -> None:
     for element, seconds in zip(suite.iter("testcase"), times):
         element.set("time", f"{seconds:.6f}")
     suite.set("time", f"{sum(times):.6f}")
+
+
+def _comparison_suite(cmp: Comparison, hostname: str, timestamp: str) -> ET.Element:
+    """The ``comparison`` testsuite (see the module docstring)."""
+    from acceptance.regression import markdown, regressions_by_case
+    from acceptance.wording import fmt
+
+    testcases = []
+    for c, lines in regressions_by_case(cmp):
+        tc = TestCase(name=visible_controls(c.id), classname=visible_controls(f"acceptance.comparison.{c.operator}"),
+                      elapsed_sec=0.0)
+        tc.add_failure_info(message=safe("; ".join(lines), MESSAGE_LIMIT),
+                            output="\n".join(safe(line) for line in lines), failure_type="regression")
+        testcases.append(tc)
+    if not testcases:
+        testcases.append(TestCase(name=visible_controls(f"no regression against {cmp.base}"),
+                                  classname="acceptance.comparison", elapsed_sec=0.0))
+    properties = {"base": cmp.base, "max_ratio": fmt(cmp.max_ratio), "metrics": ", ".join(cmp.metrics),
+                  "regressions": str(len(cmp.regressions)), "waivers_passing": str(len(cmp.waivers_passing))}
+    if cmp.max_slowdown is not None:
+        properties["max_slowdown"] = fmt(cmp.max_slowdown)
+    text = markdown(cmp)
+    suite = TestSuite(name="comparison", test_cases=testcases, hostname=hostname, timestamp=timestamp,
+                      properties={k: visible_controls(v) for k, v in properties.items()},
+                      stdout=visible_controls(text[:BODY_LIMIT]))
+    element = suite.build_xml_doc()
+    _conform(element, [0.0] * len(testcases))
+    return element
 
 
 def render_junit(results: Results) -> str:
@@ -106,6 +140,11 @@ def render_junit(results: Results) -> str:
         totals["failures"] += sum(c.verdict == "fail" for c in cases)
         totals["errors"] += sum(c.verdict == "error" for c in cases)
         total_time += sum(times)
+    if results.comparison is not None:
+        element = _comparison_suite(results.comparison, visible_controls(env.host), visible_controls(env.start_time))
+        root.append(element)
+        totals["tests"] += int(element.get("tests", "0"))
+        totals["failures"] += int(element.get("failures", "0"))
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{total_time:.6f}")
