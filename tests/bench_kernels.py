@@ -18,7 +18,7 @@ def matmul_slow_first_call(a, b, first_sleep=0.5, sleep=0.001):
     return a @ b
 
 
-def matmul_slowed(a, b, sleep=0.01):
+def matmul_slowed(a, b, sleep=0.03):
     """a @ b after sleeping ``sleep`` seconds: the impl made slower than its perf baseline."""
     time.sleep(sleep)
     return a @ b

@@ -47,14 +47,19 @@ def _num(x: Optional[float], digits: str = ".4g") -> str:
     return "—" if x is None else format(x, digits)
 
 
+def _rate(x: Optional[float]) -> str:
+    """A rate with three significant digits (a decode-size GEMM on a CPU runs at 0.0372 GFLOP/s, not 0.0)."""
+    return "—" if x is None else (f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}")
+
+
 def row(case: CaseResult) -> PerfRow:
     """The table row of a timed case."""
     p = case.perf
     gate = "—" if p.min_speedup is None else ("pass" if p.speedup is not None and p.speedup >= p.min_speedup
                                              else "FAIL") + f" (>= {p.min_speedup:g}x)"
     return PerfRow(case.id, str(p.runs), _seconds(p.median_s), f"{_seconds(p.p10_s)} .. {_seconds(p.p90_s)}",
-                   _num(p.gflops, ".1f"), _num(p.gbps, ".1f"),
-                   "—" if p.bandwidth_fraction is None else f"{100 * p.bandwidth_fraction:.1f} %",
+                   _rate(p.gflops), _rate(p.gbps),
+                   "—" if p.bandwidth_fraction is None else f"{_rate(100 * p.bandwidth_fraction)} %",
                    "—" if p.speedup is None else f"{p.speedup:.2f}x", gate)
 
 
