@@ -265,7 +265,11 @@ def expression(fit: Fit, coefficient: float, floor: float, lowest: float) -> str
 def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = LOOSE) -> Proposal:
     """The proposal for the observations of one operator x dtype x metric."""
     first = group[0]
-    floor = rounding_floor(first.metric, first.dtype)
+    # never below what the dtype's rounding alone gives, nor below the baseline's own error against the oracle
+    # (x margin): an impl as close to the oracle as the baseline passes at b_o, whatever side of it it sits
+    legit = max((o.baseline_oracle for o in group if o.baseline_oracle is not None
+                 and math.isfinite(o.baseline_oracle)), default=0.0)
+    floor = max(rounding_floor(first.metric, first.dtype), margin * legit)
     per_case: dict[str, tuple[dict[str, int], float, float]] = {}
     for o in group:
         symbols, m, th = per_case.get(o.case_id, (o.symbols, 0.0, o.threshold))

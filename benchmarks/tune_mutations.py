@@ -35,6 +35,9 @@ LEGIT = {
     "../mutants.py:index_add": "../mutants.py:index_add_shuffled",
     "../mutants.py:softmax": "../mutants.py:softmax_logsumexp",
     "../mutant_kernels.py:exp": "../mutant_kernels.py:exp_flush_subnormal",
+    # the quantized specs' baseline is the float matmul of the dequantized values; the legitimate kernel is the
+    # reference q4_0 x q8_1 one (zero point folded through q8_1's fp16 s)
+    "../../operator_specs/_ops.py:matmul_nt": "acceptance.quant_kernels:matmul_q4_0_q8_1",
 }
 
 

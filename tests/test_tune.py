@@ -223,3 +223,17 @@ def test_a_tuned_builtin_spec_validates_keeps_its_layout_and_passes_on_fresh_see
                              isolate=False)
         assert all(c.verdict == "pass" for c in results), [(c.id, c.reasons) for c in results]
         assert all(c.source == "spec override" for r in results for c in r.criteria if c.metric in ("diff1", "diff2"))
+
+
+def test_an_impl_identical_to_its_baseline_is_not_tuned_below_the_baselines_own_error():
+    # impl == baseline: every observed error is 0, but the baseline itself is 2.8e-7 from the oracle; a
+    # legitimate kernel as close to the oracle (on its other side) must still pass: 2 x 2.8e-7 -> 1e-6
+    group = [Observation("mean", "float32", "diff1", f"mean[float32-M={m}]", {"M": m}, seed, 0, 0.0, 2.8e-7 * f,
+                         2.8e-7 * f, 3e-3, "float32 reduction default", "mean.yaml")
+             for m, f in ((61, 1.0), (1024, 0.5)) for seed in (0, 1)]
+    p = propose(group)
+    assert p.proposed == pytest.approx(1e-6, rel=1e-15) and p.floor == pytest.approx(2 * 2.8e-7, rel=1e-15)
+    # without a baseline error the dtype's rounding floor u = 2^-24 decides: 2 x 0 -> step_up(5.96e-8) = 1e-7
+    bare = [Observation("mean", "float32", "diff1", "mean[float32-M=61]", {"M": 61}, 0, 0, 0.0, None, None, 3e-3,
+                        "float32 reduction default", "mean.yaml")]
+    assert propose(bare).proposed == pytest.approx(1e-7, rel=1e-15)
