@@ -286,8 +286,9 @@ _CONTEXT: Optional[multiprocessing.context.BaseContext] = None
 def _context() -> multiprocessing.context.BaseContext:
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["torch", "acceptance.workers"])
+        from acceptance.forkserver import context
+
+        _CONTEXT = context()
     return _CONTEXT
 
 
