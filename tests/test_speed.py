@@ -321,3 +321,40 @@ def test_overlapped_consumption_keeps_order_and_the_sequential_loops_failure():
     with pytest.raises(KeyError, match="engine 2"):
         consume_overlapped(engine(2), lambda k: (failing(k), done.append(k)))
     assert done == [0, 1]
+
+
+# ----------------------------------------------------------------------------- diagnostics in bounded memory
+
+
+def test_diagnosis_in_pieces_equals_one_pass_and_numpy(monkeypatch):
+    """Per-element diagnostics taken 64 elements at a time: the same record as in one pass, and the worst element
+    (first largest |e-o|/(1+|o|)), the fraction over tolerance and the bucket total computed here with numpy."""
+    import torch
+
+    from acceptance import diagnose
+
+    rng = np.random.default_rng(3)
+    n = 1000
+    o = rng.uniform(-2, 2, n)
+    b = (o + rng.normal(0, 1e-4, n)).astype(np.float32)
+    e = (o + rng.normal(0, 1e-3, n)).astype(np.float32)
+    e[[100, 900]] = np.float32(o[100] + 0.5)  # the largest score twice (at 100 first: same |o| at 900)
+    o[900] = o[100]
+    tol = 2e-3
+
+    def record(block):
+        monkeypatch.setattr(diagnose, "DIAGNOSIS_BLOCK", block)
+        d = diagnose.Diagnosis("float32")
+        d.add(0, 0, torch.from_numpy(e).reshape(40, 25), torch.from_numpy(b).reshape(40, 25),
+              torch.from_numpy(o).reshape(40, 25), tol)
+        return d
+
+    pieces, whole = record(64), record(1 << 22)
+    assert (pieces.worst, pieces.score, pieces.buckets, pieces.bad_fraction, pieces.bad_where) == (
+        whole.worst, whole.score, whole.buckets, whole.bad_fraction, whole.bad_where)
+    e64, b64 = e.astype(np.float64), b.astype(np.float64)
+    score = np.abs(e64 - o) / (1 + np.abs(o))
+    assert pieces.worst.index == [100 // 25, 100 % 25] and int(np.argmax(score)) == 100
+    assert pieces.score == score[100]
+    assert pieces.bad_fraction == np.mean(np.abs(e64 - b64) / (1 + np.abs(b64)) > tol)
+    assert sum(pieces.buckets.values()) == n
