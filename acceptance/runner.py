@@ -36,7 +36,6 @@ from acceptance.diagnose import BiasSums, Diagnosis, abs_error, bit_mismatches, 
 from acceptance.errors import CaseError
 from acceptance.inputs import generate
 from acceptance.metrics import registry
-from acceptance.overlap import consume_overlapped
 from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
 from acceptance.references import RunReferences
@@ -223,25 +222,21 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     refs = references.for_case(case, roles, worker) if references is not None else None
     cache_inputs = refs is not None and not any(inp.quant for inp in spec.inputs)  # packed blocks: not cached
     make = (lambda k: refs.inputs(k, lambda j: generate(case, j))) if cache_inputs else (lambda k: generate(case, k))
-    def consume(t: engine.Trial) -> None:
-        nonlocal spread
-        if not outputs:
-            outputs.extend(_Output(case.dtype) for _ in t.impl)
-        extras.add(t)
-        for again in t.repeats if atomic else ():
-            for a, e in zip(again, t.impl):
-                spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
-        for out, acc in enumerate(outputs):
-            acc.add(t, out, rules, dd_metrics, peers)
-
-    try:  # trial t is measured while the callables of trial t+1 run (acceptance.overlap)
-        consume_overlapped(engine.run_trials(roles, make, n_trials, device=device, params=case.params,
-                                             references=refs, oracle=True, repeats=faithful.impl_repeats(case),
-                                             baseline_repeats=faithful.BASELINE_RUNS - 1,
-                                             timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
-                                             oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
-                                             names=[inp.name for inp in spec.inputs], role_params=case.role_params),
-                           consume)
+    try:
+        for t in engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
+                                   oracle=True, repeats=faithful.impl_repeats(case),
+                                   baseline_repeats=faithful.BASELINE_RUNS - 1,
+                                   timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
+                                   oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
+                                   names=[inp.name for inp in spec.inputs], role_params=case.role_params):
+            if not outputs:
+                outputs = [_Output(case.dtype) for _ in t.impl]
+            extras.add(t)
+            for again in t.repeats if atomic else ():
+                for a, e in zip(again, t.impl):
+                    spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
+            for out, acc in enumerate(outputs):
+                acc.add(t, out, rules, dd_metrics, peers)
     except CaseError as exc:
         timing.total = time.perf_counter() - started
         return CaseResult(**identity, error=str(exc), timing=timing)

@@ -285,44 +285,6 @@ def test_host_metric_sums_do_not_depend_on_thread_scheduling(monkeypatch):
     assert got == {(expected, expected_b2)}
 
 
-# ----------------------------------------------------------------------------- trials consumed while the next runs
-
-
-def test_overlapped_consumption_keeps_order_and_the_sequential_loops_failure():
-    import threading
-
-    from acceptance.overlap import consume_overlapped
-
-    seen, threads = [], set()
-
-    def consume(k):
-        threads.add(threading.get_ident())
-        seen.append(k)
-
-    consume_overlapped(iter(range(50)), consume)
-    assert seen == list(range(50)) and len(threads) == 1 and threading.get_ident() not in threads
-
-    def engine(fail_at):
-        for k in range(10):
-            if k == fail_at:
-                raise KeyError(f"engine {k}")
-            yield k
-
-    def failing(k):
-        if k == 3:
-            raise ValueError("consume 3")
-
-    # consume fails on trial 3 and the engine on trial 4 (already produced when 3 is consumed): the sequential
-    # loop never reaches 4, so the consumer's failure is the one raised
-    with pytest.raises(ValueError, match="consume 3"):
-        consume_overlapped(engine(4), failing)
-    # the engine fails on trial 2, before consume ever fails: the engine's failure, after trials 0 and 1
-    done = []
-    with pytest.raises(KeyError, match="engine 2"):
-        consume_overlapped(engine(2), lambda k: (failing(k), done.append(k)))
-    assert done == [0, 1]
-
-
 # ----------------------------------------------------------------------------- diagnostics in bounded memory
 
 
