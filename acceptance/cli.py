@@ -116,6 +116,10 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         tiers: tuple[str, ...] = (),
         jobs: Optional[int] = None, no_cache: bool = False, max_slowdown: float = 1.25) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
+    if not no_isolation or jobs != 1:
+        from acceptance import forkserver
+
+        forkserver.start()  # its torch import overlaps with this process's own imports
     from acceptance import dtypes, runner, spec, verdict
     from acceptance.device import resolve_device
     from acceptance.records import Results

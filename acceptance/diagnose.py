@@ -112,6 +112,9 @@ def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) 
     return int((~same).sum())
 
 
+#: Elements per piece of :meth:`Diagnosis.add` (each float64 temporary of a piece: 32 MiB).
+DIAGNOSIS_BLOCK = 1 << 22
+
 #: Signed errors enter the bias test clipped to +-BIAS_CLIP ulp, so a few near-zero outputs whose ulp is tiny
 #: cannot outweigh everything else.
 BIAS_CLIP = 16.0
@@ -181,32 +184,45 @@ class Diagnosis:
 
     def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor],
             tol: float) -> None:
-        """Fold in one trial of output ``out``; ``tol`` is the element tolerance on the hybrid error."""
+        """Fold in one trial of output ``out``; ``tol`` is the element tolerance on the hybrid error.
+
+        Pieces of :data:`DIAGNOSIS_BLOCK` elements at a time, so the float64 temporaries stay small whatever
+        the output's size; counts, the first largest score and the over-tolerance mask are those of one pass
+        over the whole output."""
         if e.numel() == 0:
             return
-        err = abs_error(e, b)
-        b_dev = b.to(err.device)
-        rel = rel_error(err, b_dev)
-        for k, v in buckets(rel).items():
-            self.buckets[k] = self.buckets.get(k, 0) + v
-        o_dev = o.to(device=err.device, dtype=torch.float64) if o is not None else None
-        score = abs_error(e, o_dev) / (1.0 + o_dev.abs()) if o_dev is not None else err
-        flat = int(torch.argmax(score))
-        worst = float(score.reshape(-1)[flat])
+        flat_e, flat_b = e.reshape(-1), b.reshape(-1)
+        flat_o = o.reshape(-1) if o is not None else None
+        bad = torch.empty(e.numel(), dtype=torch.bool, device=e.device)
+        worst, flat = math.nan, -1
+        for lo in range(0, e.numel(), DIAGNOSIS_BLOCK):
+            piece = slice(lo, lo + DIAGNOSIS_BLOCK)
+            err = abs_error(flat_e[piece], flat_b[piece])
+            b_dev = flat_b[piece].to(err.device)
+            for k, v in buckets(rel_error(err, b_dev)).items():
+                self.buckets[k] = self.buckets.get(k, 0) + v
+            o_dev = flat_o[piece].to(device=err.device, dtype=torch.float64) if flat_o is not None else None
+            score = abs_error(flat_e[piece], o_dev) / (1.0 + o_dev.abs()) if o_dev is not None else err
+            at = int(torch.argmax(score))
+            value = float(score[at])
+            if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max
+                worst, flat = value, lo + at
+            bad[piece] = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
         if worst > self.score:
             self.score = worst
+            err = abs_error(flat_e[flat:flat + 1], flat_b[flat:flat + 1])
+            rel = rel_error(err, flat_b[flat:flat + 1].to(err.device))
             index = [int(i) for i in np.unravel_index(flat, tuple(e.shape))] if e.dim() else []
-            value = float(e.reshape(-1)[flat])
-            oracle = float(o_dev.reshape(-1)[flat]) if o_dev is not None else None
+            value = float(flat_e[flat])
+            oracle = float(flat_o[flat]) if flat_o is not None else None
             self.worst = WorstElement(
-                output=out, trial=trial, index=index, evaluated=value, baseline=float(b.reshape(-1)[flat]),
-                abs_error=float(err.reshape(-1)[flat]), rel_error=float(rel.reshape(-1)[flat]), oracle=oracle,
+                output=out, trial=trial, index=index, evaluated=value, baseline=float(flat_b[flat]),
+                abs_error=float(err[0]), rel_error=float(rel[0]), oracle=oracle,
                 oracle_error=abs(value - oracle) if oracle is not None else None,
                 ulp=abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype))
                 if oracle is not None and math.isfinite(oracle) else None,
             )
-        bad = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
         fraction = float(bad.sum()) / bad.numel()
         if fraction > self.bad_fraction:
             self.bad_fraction = fraction
-            self.bad_where = locate(bad.cpu())
+            self.bad_where = locate(bad.reshape(e.shape).cpu())

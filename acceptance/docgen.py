@@ -113,8 +113,30 @@ def type_name(annotation: Any) -> str:
     return "any" if annotation is Any else getattr(annotation, "__name__", str(annotation))
 
 
+def attribute_docs(model: type) -> dict[str, str]:
+    """The docstring under each annotated attribute of ``model`` and its bases (the nearest class wins),
+    cleaned with :func:`inspect.cleandoc`, from the classes' source."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for stmt, nxt in zip(body, body[1:]):
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
 def _fields_table(model) -> str:
-    rows = [[f"`{name}`", type_name(info.annotation), info.description or ""]
+    docs = attribute_docs(model)
+    rows = [[f"`{name}`", type_name(info.annotation), info.description or docs.get(name, "")]
             for name, info in model.model_fields.items()]
     return _table(["field", "type", "meaning"], rows)
 

@@ -21,7 +21,6 @@ under test writes is charged to the first of them that finishes.
 from __future__ import annotations
 
 import concurrent.futures
-import multiprocessing
 import os
 import signal
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
+from acceptance import forkserver
 from acceptance.records import CaseResult
 from acceptance.spec import Case, Rules, rules_for
 
@@ -83,8 +83,7 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     todo = [case for case in cases if case.id not in done]
     if not todo:
         return
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "acceptance.workers"])  # the workers' fork server: torch loaded once
+    context = forkserver.context()  # the workers' fork server: torch loaded once
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context,
                                                   initializer=_init, initargs=(device, trials, isolate,
                                                             (cache.root, cache.max_bytes, cache.enabled) if cache else None))

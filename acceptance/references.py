@@ -10,11 +10,14 @@ torch, NumPy, acceptance and Python versions, CPU ISA, thread count)::
 
     role      "inputs" | "baseline" | "oracle"
     case      case id            trial   trial number     dtype   test dtype
-    seed      spec seed          params  the case's keyword arguments (repr)
+    seed      spec seed
     spec      repr of every spec field except those that cannot change a reference
-              (impl, thresholds, floors, dual_delta, waivers, timeouts, memory limit,
-              atomic runs, trials, description, name, category, dtypes, cases, path):
-              inputs, params, baseline, oracle and any field added later
+              (impl, thresholds, overrides, floors, dual_delta, deterministic, waivers,
+              timeouts, memory limit, atomic runs, trials, tier, perf, description, name,
+              category, dtypes, cases, path): inputs, params, baseline, oracle, emulate,
+              role_params and any field added later; then the case's own values: its
+              keyword arguments, symbols, preset and the baseline's and oracle's
+              per-role keyword arguments (the impl's never)
     generator fingerprint of :func:`acceptance.inputs.generate` (its source and helpers)
     fn        for baseline and oracle: SHA-256 of the callable's fingerprint
               (:func:`acceptance.cache.callable_fingerprint`), computed in the worker
@@ -45,7 +48,11 @@ Tensors = tuple[torch.Tensor, ...]
 NOT_IN_KEY = frozenset({
     "path", "name", "category", "description", "impl", "dtypes", "cases", "trials", "thresholds", "floors",
     "timeout", "baseline_timeout", "oracle_timeout", "memory_limit_gib", "atomic_runs", "dual_delta", "waivers",
+    "overrides", "deterministic", "tier", "perf",
 })
+
+#: Roles whose per-role keyword arguments (``<role>_params``) a reference depends on.
+KEYED_ROLES = ("baseline", "oracle")
 
 #: Seconds a worker may take to fingerprint one callable (it imports the callable's module first).
 FINGERPRINT_TIMEOUT = 120.0
@@ -64,11 +71,21 @@ def generator_fingerprint() -> str:
 
 
 def spec_part(case: Case) -> Optional[str]:
-    """The repr of the spec fields a reference depends on (see the module docstring), or ``None`` when a repr
-    shows a memory address (an object without a stable text form: such a case is not cached)."""
+    """The repr of the spec fields and case values a reference depends on (see the module docstring), or
+    ``None`` when a repr shows a memory address (an object without a stable text form: such a case is not
+    cached)."""
     fields = {f.name: getattr(case.spec, f.name) for f in dataclasses.fields(case.spec) if f.name not in NOT_IN_KEY}
-    text = repr(sorted(fields.items())) + "|" + repr(sorted(case.params.items(), key=lambda kv: kv[0]))
+    own = {"params": case.params, "symbols": case.symbols, "preset": case.preset,
+           "role_params": {r: case.role_params[r] for r in KEYED_ROLES if r in case.role_params}}
+    text = repr(sorted(fields.items())) + "|" + repr(_sorted(own))
     return None if " at 0x" in text else text
+
+
+def _sorted(value: Any) -> Any:
+    """``value`` with every mapping turned into its items sorted by key (a repr independent of insertion order)."""
+    if isinstance(value, dict):
+        return sorted(((repr(k), _sorted(v)) for k, v in value.items()), key=lambda kv: kv[0])
+    return value
 
 
 class CaseReferences:

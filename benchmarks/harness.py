@@ -15,10 +15,10 @@ are wall-clock times, so a loaded machine inflates them), then:
 - the ratios: cold/warm, jobs 1/jobs N, and whether the four results.json are
   identical once the run's timestamps, command line and per-case seconds are
   removed;
-- memory: peak RSS of ``acceptance run`` (the runner process; the worker
-  holds the callables' own tensors) on one trial of a 5e7-element float32 add,
-  against the bytes of the case's own tensors (two inputs, impl and baseline
-  outputs in float32, the oracle output in float64).
+- memory: peak RSS of the runner process and of the worker (sampled from
+  /proc every 20 ms) on one trial of a 5e7-element float32 add, against the
+  bytes of the case's own tensors (two inputs, impl and baseline outputs in
+  float32, the oracle output in float64).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -83,9 +82,38 @@ def stripped(results: Path) -> dict:
     return data
 
 
-def memory(tmp: Path) -> tuple[float, float]:
-    """(peak RSS of the runner in bytes, bytes of the case's own tensors) for one trial of a 5e7-element add."""
-    n = 50_000_000
+def _rss(pid: int) -> int:
+    """Resident bytes of process ``pid`` now (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (``/proc/<pid>/task/*/children``, recursively)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except OSError:
+                kids = []
+            found += kids
+            todo += kids
+    return found
+
+
+def memory(tmp: Path, n: int = 50_000_000) -> tuple[int, int, int]:
+    """(peak RSS of the runner, peak RSS of the largest process below it (the worker), bytes of the case's own
+    tensors) for one trial of an ``n``-element float32 add, sampled every 20 ms from /proc."""
     spec = tmp / "big_add.yaml"
     spec.write_text(f"""name: big_add
 category: arithmetic
@@ -99,13 +127,18 @@ cases:
 trials: 1
 memory_limit_gib: 16
 """)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    acceptance("run", str(spec), "--out", str(tmp / "big"), "--no-cache", "--jobs", "1")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    if peak <= before * 1024:
-        peak = float("nan")  # an earlier child was larger; not measurable this way
+    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp / "big"),
+                             "--no-cache", "--jobs", "1"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    runner_peak, child_peak = 0, 0
+    while proc.poll() is None:
+        runner_peak = max(runner_peak, _rss(proc.pid))
+        child_peak = max([child_peak] + [_rss(k) for k in _descendants(proc.pid)])
+        time.sleep(0.02)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"the memory run failed ({proc.returncode}):\n{proc.stderr.read()[-2000:]}")
     own = n * 4 * 4 + n * 8  # a, b, impl, baseline in float32; oracle in float64
-    return peak, own
+    return runner_peak, child_peak, own
 
 
 def main() -> None:
@@ -150,9 +183,10 @@ def main() -> None:
         print(f"results.json identical across the four runs (timestamps, command line, seconds removed): {same}")
         print(f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5)")
         if not args.no_memory:
-            peak, own = memory(tmp)
-            print(f"memory, 5e7-element float32 add: runner peak RSS {peak / 2**20:.0f} MiB, the case's own tensors "
-                  f"{own / 2**20:.0f} MiB, ratio {peak / own:.2f}")
+            runner_peak, worker_peak, own = memory(tmp)
+            print(f"memory, 5e7-element float32 add: the case's own tensors {own / 2**20:.0f} MiB; peak RSS of the "
+                  f"runner {runner_peak / 2**20:.0f} MiB ({runner_peak / own:.2f}x), of the worker "
+                  f"{worker_peak / 2**20:.0f} MiB ({worker_peak / own:.2f}x)")
     print(f"load average at end: {load()}")
 
 

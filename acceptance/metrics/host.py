@@ -23,7 +23,7 @@ import os
 import queue
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import numba
 import numpy as np
@@ -244,11 +244,15 @@ def _host_operand(x: ArrayLike) -> _HostOperand:
             return _HostOperand(x.view(torch.uint8).numpy(), "fp8", str(x.dtype).removeprefix("torch."))
         x = x.numpy()
     dt = x.dtype
-    if dt.isnative and dt.name in ("float32", "float64"):
-        return _HostOperand(x, dt.name, dt.name)
-    if dt.isnative and dt.name == "float16":
+    name = _NATIVE_FLOATS.get(dt) if dt.isnative else None  # (numpy's dtype.name is a slow Python property)
+    if name in ("float32", "float64"):
+        return _HostOperand(x, name, name)
+    if name == "float16":
         return _HostOperand(x.view(np.uint16), "bits16", "float16")
     return _HostOperand(x, "cast", dt.name)
+
+
+_NATIVE_FLOATS = {np.dtype(n): n for n in ("float16", "float32", "float64")}
 
 
 def _kernel_dtype(e: _HostOperand, b: _HostOperand) -> np.dtype:
@@ -260,12 +264,13 @@ def _kernel_dtype(e: _HostOperand, b: _HostOperand) -> np.dtype:
     return np.dtype(np.float32 if e.exact32 and b.exact32 else np.float64)
 
 
-def _kernel_piece(piece: np.ndarray, op: _HostOperand, dtype: np.dtype, buffer: np.ndarray) -> np.ndarray:
+def _kernel_piece(piece: np.ndarray, op: _HostOperand, dtype: np.dtype, buffer: Callable[[], np.ndarray]
+                  ) -> np.ndarray:
     """``piece`` flattened to a writable contiguous 1-D array of ``dtype``: a view when it is one, else
-    decoded or copied into ``buffer``."""
+    decoded or copied into ``buffer()``."""
     if piece.dtype == dtype and piece.dtype.isnative and piece.flags.c_contiguous and piece.flags.writeable:
         return piece.reshape(-1)
-    out = buffer[: math.prod(piece.shape)]
+    out = buffer()[: math.prod(piece.shape)]
     if op.kind in ("bits16", "fp8") and dtype != op.data.dtype:
         np.take(_table(op.source, dtype.type), piece, out=out.reshape(piece.shape), mode="clip")
     else:
@@ -280,10 +285,23 @@ def _pool(workers: int, pid: int) -> ThreadPoolExecutor:
 
 
 class _Worker:
-    """One worker's conversion buffers and running partial results."""
+    """One worker's two conversion buffers, allocated when a piece first needs converting."""
 
     def __init__(self, dtype: np.dtype, size: int):
-        self.buf_e, self.buf_b = np.empty(size, dtype), np.empty(size, dtype)
+        self.dtype, self.size = dtype, size
+        self._bufs: Optional[tuple[np.ndarray, np.ndarray]] = None
+
+    def buffer(self, k: int) -> np.ndarray:
+        """Buffer ``k`` (0: evaluated, 1: baseline)."""
+        if self._bufs is None:
+            self._bufs = (np.empty(self.size, self.dtype), np.empty(self.size, self.dtype))
+        return self._bufs[k]
+
+
+class _Partial:
+    """The partial results of one piece: float64 sums and maxima, int64 counts."""
+
+    def __init__(self) -> None:
         self.sums, self.maxs, self.counts = np.zeros(6), np.zeros(9), np.zeros(6, dtype=np.int64)
 
 
@@ -292,8 +310,11 @@ def reduce(e: ArrayLike, b: ArrayLike, fmt: DType, block: int = HOST_BLOCK) -> R
 
     Pieces go to ``NUMBA_NUM_THREADS`` worker threads of a pool kept
     for the life of the process (the kernel runs without the GIL), each piece
-    into the buffers and partials of an idle worker; at most two pieces per
-    worker are in flight. Data of one piece is reduced in the calling thread.
+    through the conversion buffers of an idle worker into partials of its own;
+    at most two pieces per worker are in flight. Data of one piece is reduced
+    in the calling thread. The pieces' partial sums are added in piece order,
+    so the float64 sums depend on the shape and the data alone, never on the
+    thread count or on which thread took which piece.
     """
     he, hb = _host_operand(e), _host_operand(b)
     dtype = _kernel_dtype(he, hb)
@@ -301,33 +322,39 @@ def reduce(e: ArrayLike, b: ArrayLike, fmt: DType, block: int = HOST_BLOCK) -> R
     size = math.prod(tuple(he.data.shape))
     workers = max(1, min(numba.config.NUMBA_NUM_THREADS, -(-size // block)))
     idle = queue.SimpleQueue()
-    everyone = [_Worker(dtype, min(block, size)) for _ in range(workers)]
-    for w in everyone:
-        idle.put(w)
+    for _ in range(workers):
+        idle.put(_Worker(dtype, min(block, size)))
+    partials = [_Partial()]  # an empty input reduces to zeros
 
-    def run(pe: np.ndarray, pb: np.ndarray) -> None:
+    def run(pe: np.ndarray, pb: np.ndarray, part: _Partial) -> None:
         w = idle.get()
         try:
-            _kernel(_kernel_piece(pe, he, dtype, w.buf_e), _kernel_piece(pb, hb, dtype, w.buf_b), *codes,
-                    fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, w.sums, w.maxs, w.counts)
+            pe1 = _kernel_piece(pe, he, dtype, lambda: w.buffer(0))
+            pb1 = _kernel_piece(pb, hb, dtype, lambda: w.buffer(1))
+            _kernel(pe1, pb1, *codes, fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, part.sums,
+                    part.maxs, part.counts)
         finally:
             idle.put(w)
 
     pieces = zip(blocks(he.data, block), blocks(hb.data, block), strict=True)
     if workers == 1:
         for pe, pb in pieces:
-            run(pe, pb)
+            partials.append(_Partial())
+            run(pe, pb, partials[-1])
     else:
         pool = _pool(workers, os.getpid())
         pending: deque = deque()
         for pe, pb in pieces:
             if len(pending) >= 2 * workers:
                 pending.popleft().result()
-            pending.append(pool.submit(run, pe, pb))
+            partials.append(_Partial())
+            pending.append(pool.submit(run, pe, pb, partials[-1]))
         for job in pending:
             job.result()
+    total = np.zeros(6)
     with np.errstate(over="ignore"):  # float64 sums may overflow to inf, as documented
-        total = np.sum([w.sums for w in everyone], axis=0)
-    maxima = np.max([w.maxs for w in everyone], axis=0).tolist()
-    counts = np.sum([w.counts for w in everyone], axis=0).tolist()
+        for part in partials:  # in piece order: the same sums whichever thread reduced which piece
+            total += part.sums
+    maxima = np.max([part.maxs for part in partials], axis=0).tolist()
+    counts = np.sum([part.counts for part in partials], axis=0).tolist()
     return Reduced(*total.tolist(), *maxima, *counts)
