@@ -73,7 +73,7 @@ def catalogue_run(tmp_path_factory):
     specs = write_specs(root / "specs", {f"f_{impl}": impl for impl in CATALOGUE})
     out = root / "out"
     started = time.monotonic()
-    proc = acceptance("run", specs, "--out", out, env={"ACCEPTANCE_TEST_OUT": str(out)})
+    proc = acceptance("run", specs, "--out", out, "--jobs", "1", env={"ACCEPTANCE_TEST_OUT": str(out)})
     return proc, json.loads((out / "results.json").read_text()), time.monotonic() - started
 
 
