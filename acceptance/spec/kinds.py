@@ -29,7 +29,8 @@ class _Model(BaseModel):
     noun: ClassVar[str] = "field"
 
 
-def _ref(v: str, info: ValidationInfo) -> str:
+def check_callable(v: str, info: ValidationInfo) -> str:
+    """A callable reference ``module:attr`` / ``file.py:attr``, resolved when the spec's path is known."""
     spec_path = (info.context or {}).get("spec_path")
     if spec_path is not None:
         try:
@@ -52,7 +53,7 @@ def _plain(v: Any) -> Any:
     return _params(v)
 
 
-Ref = Annotated[str, AfterValidator(_ref)]
+Ref = Annotated[str, AfterValidator(check_callable)]
 File = Annotated[str, AfterValidator(_file)]
 Mapping = Annotated[Any, BeforeValidator(_plain)]
 
@@ -146,7 +147,7 @@ def declaration(v: dict, info: ValidationInfo) -> dict:
 def declaration_or_ref(v: Any, info: ValidationInfo) -> Union[str, dict]:
     """A role value: ``module:attr`` (checked) or a :class:`Declaration` (as a plain dict)."""
     if isinstance(v, str):
-        return _ref(v, info)
+        return check_callable(v, info)
     if isinstance(v, dict):
         return declaration(v, info)
     raise fail(f"expected module:attr or a mapping with one of fn, module, onnx, got {describe(v)}")

@@ -16,11 +16,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from acceptance import oracle
 from acceptance.dtypes import INPUT_DTYPES, QUANT_DTYPES, TEST_DTYPES
-from acceptance.errors import SpecError
 from acceptance.metrics import registry
-from acceptance.spec.callables import resolve_callable
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
-from acceptance.spec.kinds import KINDS, RoleValue, WaiverModel, declaration
+from acceptance.spec.kinds import KINDS, Ref, RoleValue, WaiverModel, check_callable, declaration
 from acceptance.spec.messages import describe, fail, is_number, one_of
 from acceptance.spec.emulation import EmulateModel
 from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, Preset, RandInt, Sparse, Specials, Uniform
@@ -71,16 +69,6 @@ def _check_input_dtype(v: str) -> str:
         raise fail(
             one_of(v, INPUT_DTYPES) + "; leave dtype out for a float input (it takes the test dtype)"
         )
-    return v
-
-
-def _check_callable(v: str, info: ValidationInfo) -> str:
-    spec_path = (info.context or {}).get("spec_path")
-    if spec_path is not None:
-        try:
-            resolve_callable(v, spec_path)
-        except SpecError as exc:
-            raise fail(str(exc)) from None
     return v
 
 
@@ -177,7 +165,7 @@ DimValue = Annotated[Any, BeforeValidator(_dim)]
 SpecialValue = Annotated[Any, BeforeValidator(_special_value)]
 Params = Annotated[Any, BeforeValidator(_params)]
 DtypeName = Annotated[str, AfterValidator(_check_dtype)]
-CallableRef = Annotated[str, AfterValidator(_check_callable)]
+CallableRef = Ref
 Fraction = Annotated[float, Field(ge=0, le=1)]
 NonNegFloat = Annotated[float, AfterValidator(_non_negative)]
 FiniteFloat = Annotated[float, AfterValidator(_finite)]
@@ -379,7 +367,7 @@ def _factor(v: Any) -> Union[float, dict[str, float]]:
 
 def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
     if isinstance(v, str):
-        return _check_callable(v, info)
+        return check_callable(v, info)
     if isinstance(v, dict) and any(k in v for k in KINDS):
         return declaration(v, info)
     if isinstance(v, dict):
