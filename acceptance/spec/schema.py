@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, ClassVar, Optional, Union
+from typing import Annotated, Any, Callable, ClassVar, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, model_validator
 
@@ -28,28 +28,25 @@ from acceptance.presets import PRESETS
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
+def _member_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A validator accepting only the names in ``choices`` (the message lists them, or the closest)."""
+    def check(v: str) -> str:
+        if v not in choices:
+            raise fail(one_of(v, choices))
+        return v
+
+    return check
+
+
 def _check_name(v: str) -> str:
     if not _NAME_RE.match(v):
         raise fail(f"{v!r}: an operator name may contain only letters, digits, '_', '.', '-'")
     return v
 
 
-def _check_category(v: str) -> str:
-    if v not in CATEGORIES:
-        raise fail(one_of(v, CATEGORIES))
-    return v
-
-
-def _check_preset(v: str) -> str:
-    if v not in PRESETS:
-        raise fail(one_of(v, PRESETS))
-    return v
-
-
-def _check_layout(v: str) -> str:
-    if v not in LAYOUTS:
-        raise fail(one_of(v, LAYOUTS))
-    return v
+_check_category = _member_of(CATEGORIES)
+_check_preset = _member_of(PRESETS)
+_check_layout = _member_of(LAYOUTS)
 
 
 def _check_presets(v: Any) -> Any:
@@ -58,10 +55,7 @@ def _check_presets(v: Any) -> Any:
     return v
 
 
-def _check_dtype(v: str) -> str:
-    if v not in TEST_DTYPES:
-        raise fail(one_of(v, TEST_DTYPES))
-    return v
+_check_dtype = _member_of(TEST_DTYPES)
 
 
 def _check_input_dtype(v: str) -> str:
@@ -230,20 +224,14 @@ class _SpecialsModel(_Model):
 _DistModel.model_rebuild()
 
 
-def _check_quant(v: str) -> str:
-    if v not in QUANT_DTYPES:
-        raise fail(one_of(v, QUANT_DTYPES))
-    return v
+_check_quant = _member_of(QUANT_DTYPES)
 
 
 #: What the baseline and the oracle receive for a quantized input (the impl always gets the packed blocks).
 QUANT_REFERENCES: tuple[str, ...] = ("dequantized", "blocks", "float")
 
 
-def _check_reference(v: str) -> str:
-    if v not in QUANT_REFERENCES:
-        raise fail(one_of(v, QUANT_REFERENCES))
-    return v
+_check_reference = _member_of(QUANT_REFERENCES)
 
 
 class _InputModel(_Model):
@@ -271,10 +259,7 @@ class _InputModel(_Model):
 TIERS: tuple[str, ...] = ("default", "large")
 
 
-def _check_tier(v: str) -> str:
-    if v not in TIERS:
-        raise fail(one_of(v, TIERS))
-    return v
+_check_tier = _member_of(TIERS)
 
 
 def _perf_expr(v: Any) -> Any:
