@@ -110,11 +110,14 @@ def main() -> None:
               help="Cases measured at once, each in its own process and worker [default: the CPU cores].")
 @click.option("--no-cache", is_flag=True,
               help="Neither read nor write the reference cache (inputs, baseline and oracle outputs).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="torch intra-op threads of each worker (a CPU baseline's last bits can depend on it; part of "
+                   "the reference cache key).")
 def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
         dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
         no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None,
         tiers: tuple[str, ...] = (),
-        jobs: Optional[int] = None, no_cache: bool = False, max_slowdown: float = 1.25) -> None:
+        jobs: Optional[int] = None, no_cache: bool = False, max_slowdown: float = 1.25, threads: int = 1) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     if not no_isolation or jobs != 1:
         from acceptance import forkserver
@@ -177,7 +180,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
             runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
                        isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
                        cache=_reference_cache(not no_cache),
-                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation))
+                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation), threads=threads)
         except KeyboardInterrupt as exc:
             stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     measured.sort(key=lambda m: order[m[0].id])

@@ -40,6 +40,7 @@ from acceptance.errors import CaseError
 from acceptance.inputs import RoleInputs
 from acceptance.oracle import float64_inputs
 from acceptance.records import Timing
+from acceptance.workers import FLOAT64, IMPL, REFERENCE, Call
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -138,8 +139,28 @@ class InProcess:
         self.notes += adapters.take_notes(fn)
         return out, time.perf_counter() - started
 
+    def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list[Call]) -> "_Deferred":
+        """The calls of one trial, made one by one as their answers are read (see :class:`acceptance.workers.Batch`)."""
+        return _Deferred(self, trial, sets, calls)
+
     def close(self) -> None:
         pass
+
+
+class _Deferred:
+    """:class:`acceptance.workers.Batch` for an executor that calls in this process: each call is made when its
+    answer is read."""
+
+    def __init__(self, executor: InProcess, trial: int, sets: tuple[Tensors, ...], calls: list[Call]):
+        self.executor, self.trial, self.sets, self.calls, self._read = executor, trial, sets, calls, 0
+
+    def next(self, *, timeout: float = math.inf, limit: Optional[float] = None,
+             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+        call = self.calls[self._read]
+        self._read += 1
+        args = float64_inputs(self.sets[-1]) if call.inputs == FLOAT64 else self.sets[min(call.inputs, len(self.sets) - 1)]
+        return self.executor.call(call.role, call.ref, self.trial, args, call.params, device=call.device,
+                                  timeout=timeout, limit=limit, names=names)
 
 
 def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) -> None:
@@ -158,6 +179,26 @@ def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) 
         if tuple(o.shape) != tuple(b.shape):
             raise CaseError(f"oracle output {i} has shape {tuple(o.shape)}, the baseline {tuple(b.shape)} "
                             f"(trial {trial})")
+
+
+#: Largest trial (input and output bytes) whose next trial is sent to the worker before it is measured, so
+#: that the worker computes trial t+1 while the runner measures trial t; larger trials go one at a time, so
+#: that two trials' tensors are never held at once.
+AHEAD_BYTES = 64 * 2**20
+
+
+@dataclass
+class _Planned:
+    """A trial sent to the executor: its inputs, the cached references and the batch of calls."""
+
+    index: int
+    inputs: Tensors
+    reference: Tensors
+    batch: Any
+    repeats: int
+    base_runs: int
+    cached_base: Optional[Tensors]
+    cached_oracle: Optional[Tensors]
 
 
 def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int, *, device: torch.device,
@@ -181,47 +222,71 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     ``references`` (e.g. :class:`acceptance.references.CaseReferences`) may hold the baseline and oracle
     outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs), and
     ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses.
+
+    A trial's calls go to the executor together (:meth:`acceptance.workers.Worker.submit`); with a worker,
+    trial t+1 is sent before trial t is yielded when trial t is small (:data:`AHEAD_BYTES`), so the
+    callables of one trial run while the caller measures the previous one. Every trial's inputs and
+    results are the same either way.
     """
     executor = executor if executor is not None else InProcess()
     timing = timing if timing is not None else Timing()
     role_params = role_params or {}
     kwargs = {role: {**params, **role_params.get(role, {})} for role in ("impl", "baseline", "oracle")}
-    for t in range(trials):
+    cpu = torch.device("cpu")
+
+    def submit(t: int) -> _Planned:
         made = make_inputs(t)
         inputs, reference = (tuple(made.impl), tuple(made.reference)) if isinstance(made, RoleInputs) else (
             (tuple(made),) * 2)
         if t == 0:
             _setup(roles, inputs, reference, executor, kwargs, device, timing, oracle, names)
-        params = kwargs["impl"]
+        base_runs = 1 + (baseline_repeats if t == 0 else 0)
+        cached_base = references.get("baseline", t) if references is not None else None
+        cached_oracle = references.get("oracle", t) if references is not None and oracle else None
+        calls = [Call("impl", roles.impl, IMPL, kwargs["impl"], device)] * (1 + repeats)
+        if cached_base is None:
+            calls += [Call("baseline", roles.baseline, REFERENCE, kwargs["baseline"], cpu)] * base_runs
+        if oracle and cached_oracle is None:
+            calls.append(Call("oracle", roles.oracle, FLOAT64, kwargs["oracle"], cpu))
+        sets = (inputs,) if reference is inputs else (inputs, reference)
+        batch = executor.submit(t, sets, calls)
+        return _Planned(t, inputs, reference, batch, repeats, base_runs, cached_base, cached_oracle)
+
+    def collect(plan: _Planned) -> Trial:
+        t, batch = plan.index, plan.batch
         runs = []
-        for _ in range(1 + repeats):
-            out, seconds = executor.call("impl", roles.impl, t, inputs, params, device=device,
-                                         timeout=timeout - timing.impl, limit=timeout, names=names)
+        for _ in range(1 + plan.repeats):
+            out, seconds = batch.next(timeout=timeout - timing.impl, limit=timeout, names=names)
             runs.append(out)
             timing.impl += seconds
-        cached = references.get("baseline", t) if references is not None else None
-        bases = [cached] * (1 + (baseline_repeats if t == 0 else 0)) if cached is not None else []
-        while cached is None and len(bases) < 1 + (baseline_repeats if t == 0 else 0):
-            base, seconds = executor.call("baseline", roles.baseline, t, reference, kwargs["baseline"],
-                                          device=torch.device("cpu"), timeout=baseline_timeout,
-                                          limit=baseline_timeout, names=names)
+        bases = [plan.cached_base] * plan.base_runs if plan.cached_base is not None else []
+        while len(bases) < plan.base_runs:
+            base, seconds = batch.next(timeout=baseline_timeout, limit=baseline_timeout, names=names)
             bases.append(base)
             timing.baseline += seconds
-        if cached is None and references is not None and all(_same_bits(bases[0], b) for b in bases[1:]):
+        if plan.cached_base is None and references is not None and all(_same_bits(bases[0], b) for b in bases[1:]):
             bases[0] = references.put("baseline", t, bases[0])  # a varying baseline is an error, never stored
-        base = bases[0]
-        ref = None
-        if oracle:
-            ref = references.get("oracle", t) if references is not None else None
+        ref = plan.cached_oracle
         if oracle and ref is None:
-            out, seconds = executor.call("oracle", roles.oracle, t, float64_inputs(reference), kwargs["oracle"],
-                                         device=torch.device("cpu"), timeout=oracle_timeout, limit=oracle_timeout,
-                                         names=names)
+            out, seconds = batch.next(timeout=oracle_timeout, limit=oracle_timeout, names=names)
             ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
             timing.oracle += seconds
             ref = references.put("oracle", t, ref) if references is not None else ref
-        _check(t, runs[0], base, ref)
-        yield Trial(t, reference, runs[0], base, ref, tuple(runs[1:]), tuple(bases[1:]))
+        _check(t, runs[0], bases[0], ref)
+        return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
+
+    ahead = getattr(executor, "concurrent", False)
+    planned: Optional[_Planned] = None
+    for t in range(trials):
+        trial = collect(planned if planned is not None else submit(t))
+        planned = submit(t + 1) if ahead and t + 1 < trials and _nbytes(trial) <= AHEAD_BYTES else None
+        yield trial
+
+
+def _nbytes(trial: Trial) -> int:
+    """Bytes of a trial's inputs and outputs."""
+    tensors = [*trial.inputs, *trial.impl, *trial.baseline, *(trial.oracle or ())]
+    return sum(x.numel() * x.element_size() for x in tensors if isinstance(x, torch.Tensor))
 
 
 def _same_bits(a: Tensors, b: Tensors) -> bool:

@@ -43,7 +43,8 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _init(device: torch.device, trials: Optional[int], isolate: bool, cache: Optional[tuple]) -> None:  # pragma: no cover
+def _init(device: torch.device, trials: Optional[int], isolate: bool, cache: Optional[tuple],
+          threads: Optional[int] = None) -> None:  # pragma: no cover
     """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache."""
     from acceptance.cache import ReferenceCache
     from acceptance.references import RunReferences
@@ -51,7 +52,7 @@ def _init(device: torch.device, trials: Optional[int], isolate: bool, cache: Opt
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
     _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
-                  worker=None)
+                  worker=None, threads=threads)
 
 
 def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job process
@@ -65,7 +66,7 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
         if worker is None or worker.memory_limit != limit:
             if worker is not None:
                 worker.close()
-            worker = _STATE["worker"] = Worker(memory_limit=limit)
+            worker = _STATE["worker"] = Worker(memory_limit=limit, threads=_STATE["threads"])
     return runner.measure(case, _STATE["device"], rules_for(case), trials=_STATE["trials"], worker=worker,
                           references=_STATE["references"])
 
@@ -73,10 +74,11 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
 def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trials: Optional[int] = None,
                 on_case: Optional[Callable[[Case, CaseResult], None]] = None,
                 measured: list[tuple[CaseResult, Rules]], isolate: bool = True, guard: Optional[Path] = None,
-                cache: Any = None, sanitize: bool = False) -> None:
+                cache: Any = None, sanitize: bool = False, threads: Optional[int] = None) -> None:
     """Measure ``cases`` (but those already in ``measured``) in ``jobs`` processes; append (result, rules) to
     ``measured`` in case order once all finished (``on_case`` hears of each as it finishes). ``sanitize``: each
-    measured impl runs once more under compute-sanitizer, from this process (:mod:`acceptance.sanitize`)."""
+    measured impl runs once more under compute-sanitizer, from this process (:mod:`acceptance.sanitize`).
+    ``threads``: torch's intra-op threads of each job's worker."""
     from acceptance import runner
 
     done = {m.id for m, _ in measured}
@@ -86,7 +88,8 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     context = forkserver.context()  # the workers' fork server: torch loaded once
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context,
                                                   initializer=_init, initargs=(device, trials, isolate,
-                                                            (cache.root, cache.max_bytes, cache.enabled) if cache else None))
+                                                            (cache.root, cache.max_bytes, cache.enabled) if cache else None,
+                                                            threads))
     finished: dict[str, tuple[CaseResult, Rules]] = {}
     complete = False
     try:

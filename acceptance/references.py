@@ -162,8 +162,9 @@ class RunReferences:
         if spec is None or generator is None:
             return CaseReferences(self.cache, None, {})
         seed = case.spec.seed
+        threads = getattr(worker, "threads", None) or torch.get_num_threads()  # where the references compute
         base = dict(case=case.id, dtype=case.dtype, seed=seed, spec=spec,
-                    generator=generator)
+                    generator=generator, threads=threads)
         fns = {"baseline": self._fingerprint("baseline", roles.baseline, worker),
                "oracle": self._fingerprint("oracle", roles.oracle, worker)}
         return CaseReferences(self.cache, base, fns)

@@ -40,7 +40,7 @@ from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
 from acceptance.references import RunReferences
 from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
-from acceptance.workers import Worker
+from acceptance.workers import WORKER_THREADS, Worker
 
 
 def now() -> datetime:
@@ -294,7 +294,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
         on_case: Optional[Callable[[Case, CaseResult], None]] = None,
         measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
         isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False,
-        cache: Any = None, jobs: int = 1) -> list[CaseResult]:
+        cache: Any = None, jobs: int = 1, threads: int = WORKER_THREADS) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
@@ -307,13 +307,14 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     ``cache``: an :class:`acceptance.cache.ReferenceCache` for
     inputs, baseline and oracle outputs (``None``: none). ``jobs``: cases measured at once, each job in its
     own process with its own worker (:mod:`acceptance.parallel`); the results are the same for any count.
+    ``threads``: torch's intra-op threads in each worker (the same for any ``jobs``, so that CPU results are).
     """
     measured = measured if measured is not None else []
     if jobs > 1:
         from acceptance import parallel
 
         parallel.measure_all(cases, device, jobs=jobs, trials=trials, on_case=on_case, measured=measured,
-                             isolate=isolate, guard=guard, cache=cache, sanitize=sanitize)
+                             isolate=isolate, guard=guard, cache=cache, sanitize=sanitize, threads=threads)
         return decide_all(measured, strict=strict)
     references = RunReferences(cache)
     done = {m.id for m, _ in measured}
@@ -330,7 +331,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
             if isolate and (worker is None or worker.memory_limit != limit):
                 if worker is not None:
                     worker.close()
-                worker = Worker(memory_limit=limit)
+                worker = Worker(memory_limit=limit, threads=threads)
             before = snapshot(guard)
             result = measure(case, device, rules, trials=trials, worker=worker, references=references)
             if sanitize:

@@ -25,34 +25,40 @@ A fresh worker takes the next call after a crash or a kill. Workers run in
 their own session (a terminal's Ctrl-C reaches the runner only), die with the
 runner (``PR_SET_PDEATHSIG`` on Linux), and write their stdout and stderr to
 the null device, so nothing the code under test prints reaches a CI log.
-Tensors cross the boundary pickled with the standard pickler (a copy each way, never shared memory the code
-under test could write back through); an impl on CUDA gets
-its inputs moved to the device inside the worker, and its outputs come back
-on the CPU.
+Tensors cross the boundary as described in :mod:`acceptance.transport` (a
+copy each way, never shared memory the code under test could write back
+through); an impl on CUDA gets its inputs moved to the device inside the
+worker, and its outputs come back on the CPU.
+
+The calls of one trial travel together (:meth:`Worker.submit`): the inputs
+once, the calls in order (impl and its repeats, baseline, oracle on float64
+copies the worker makes), and an answer comes back as each call finishes;
+each call's deadline runs from when the worker could start it. The worker
+stops a batch at the first call that breaks, so the runner reads no answer
+after an error.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import io
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
-import pickle
 import resource
 import signal
-import struct
 import time
 import traceback
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
 from acceptance.errors import CaseError
+from acceptance.transport import dumps, recv, send
 
 #: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
 #: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts)
@@ -98,64 +104,6 @@ def resolve(ref: Ref) -> Callable:
     if kind == "fingerprint":
         return _fingerprinter(resolve(ref[1]))
     raise ValueError(f"unknown callable reference {ref!r}")
-
-
-def _tensor_from(dtype: torch.dtype, shape: tuple[int, ...], raw: Any) -> torch.Tensor:
-    """A fresh, writable, contiguous tensor from its row-major bytes (the other half of :class:`_Pickler`); a
-    received ``bytearray`` becomes the tensor's memory as it is."""
-    if not len(raw):
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(raw if isinstance(raw, bytearray) else bytearray(raw), dtype=dtype).reshape(shape)
-
-
-class _Pickler(pickle.Pickler):
-    """The standard pickler, but a dense CPU tensor travels as (dtype, shape, its row-major bytes): ~10x faster
-    than torch's own reduction (which serialises the storage through ``torch.save``), still a copy each way,
-    never shared memory. The bytes go out of band (pickle protocol 5): :func:`_send` writes them to the pipe
-    straight from the tensor's memory and :func:`_recv` reads them into the buffer the new tensor then uses, so
-    a tensor is copied once on its way, never held twice more by the pickle. The receiver gets contiguous
-    tensors."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if (type(obj) is torch.Tensor and obj.layout == torch.strided and obj.device.type == "cpu"
-                and not obj.is_quantized and not obj.requires_grad and not obj.is_conj() and not obj.is_neg()):
-            flat = obj.detach().contiguous().reshape(-1)
-            raw = pickle.PickleBuffer(flat.view(torch.uint8).numpy()) if flat.numel() else b""
-            return _tensor_from, (obj.dtype, tuple(obj.shape), raw)
-        return NotImplemented
-
-
-_COUNT = struct.Struct("<Q")
-
-
-def _dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
-    """(the pickle of ``obj`` with the sizes of its out-of-band buffers in front, the buffers)."""
-    buffers: list[pickle.PickleBuffer] = []
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=5, buffer_callback=buffers.append).dump(obj)
-    sizes = [b.raw().nbytes for b in buffers]
-    return _COUNT.pack(len(sizes)) + b"".join(_COUNT.pack(n) for n in sizes) + buf.getvalue(), buffers
-
-
-def _send(conn: multiprocessing.connection.Connection, message: tuple[bytes, list[pickle.PickleBuffer]]) -> None:
-    """Send one message of :func:`_dumps`: the pickle, then each buffer from its own memory."""
-    head, buffers = message
-    conn.send_bytes(head)
-    for b in buffers:
-        conn.send_bytes(b.raw())
-
-
-def _recv(conn: multiprocessing.connection.Connection) -> Any:
-    """Receive one message of :func:`_send`: each buffer read into a fresh ``bytearray``, then unpickled."""
-    head = conn.recv_bytes()
-    (count,) = _COUNT.unpack_from(head)
-    sizes = [_COUNT.unpack_from(head, 8 * (1 + k))[0] for k in range(count)]
-    buffers = []
-    for n in sizes:
-        buf = bytearray(n)
-        conn.recv_bytes_into(buf)
-        buffers.append(buf)
-    return pickle.loads(memoryview(head)[8 * (1 + count):], buffers=buffers)
 
 
 def _fingerprinter(fn: Callable) -> Callable[[], torch.Tensor]:
@@ -247,16 +195,12 @@ def _cached(cache: dict, ref: Ref) -> Callable:
     return cache.get(key) or cache.setdefault(key, resolve(ref))
 
 
-def _notes(fn: Callable) -> list[str]:
-    """Warnings an adapter collected during the call (see :func:`acceptance.adapters.take_notes`)."""
-    from acceptance.adapters import take_notes
-
-    return take_notes(fn)
-
-
-def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int]) -> None:  # pragma: no cover
-    """The worker's loop (runs in the child)."""
+def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int],
+           threads: Optional[int] = None) -> None:  # pragma: no cover
+    """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call."""
     os.setsid()
+    if threads:
+        torch.set_num_threads(threads)
     if hasattr(ctypes, "CDLL"):
         try:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the runner
@@ -272,46 +216,71 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
     cache: dict[Any, Callable] = {}
     while True:
         try:
-            role, ref, args, params, device = _recv(conn)
+            sets, calls = recv(conn)
         except EOFError:
             os._exit(0)
-        try:
-            fn = _cached(cache, ref)
-            args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-            before = [_digest(a) for a in args]
-            started = time.perf_counter()
-            value = fn(*args, **params)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            seconds = time.perf_counter() - started
-            outs = value if isinstance(value, (tuple, list)) else (value,)
-            if not outs:
-                answer = ("bad", "returned no output")
-            elif not all(isinstance(o, torch.Tensor) for o in outs):
-                k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
-                answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
+        wide: Optional[tuple] = None
+        for role, ref, which, params, device in calls:
+            if which == FLOAT64:
+                if wide is None:
+                    from acceptance.oracle import float64_inputs
+
+                    wide = float64_inputs(sets[-1])
+                args = wide
             else:
-                changed = [(i, a.detach().cpu()) for i, (a, d) in enumerate(zip(args, before)) if _digest(a) != d]
-                answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, _notes(fn))
-        except SystemExit as exc:
-            answer = ("bad", f"called sys.exit({exc.code!r})")
-        except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
-            text = f"{type(exc).__name__}: {exc}{_where(exc)}"
-            if memory_limit and (isinstance(exc, MemoryError) or "allocate memory" in str(exc)):
-                answer = ("bad", f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
-            else:
-                answer = ("bad", f"raised {text}")
-        left = _children()
-        if left and answer[0] == "ok":
-            answer = ("bad", f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); "
-                             "they were killed")
-        try:
-            data = _dumps(answer)
-        except Exception as exc:  # an output that cannot be pickled
-            data = _dumps(("bad", f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})"))
-        answer = value = outs = args = changed = None  # the outputs live on in the message only
-        _send(conn, data)
-        data = None
+                args = sets[min(which, len(sets) - 1)]
+            answer = _answer(cache, ref, args, params, device, memory_limit)
+            try:
+                data = dumps(answer + (time.monotonic(),))
+            except Exception as exc:  # an output that cannot be pickled
+                answer = ("bad", f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
+                data = dumps(answer + (time.monotonic(),))
+            stop = answer[0] == "bad" or bool(answer[2])  # the runner stops reading this batch here
+            answer = None  # the outputs live on in the message only
+            send(conn, data)
+            data = None
+            if stop:
+                break
+        sets = calls = wide = args = None
+
+
+def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
+            memory_limit: Optional[int]) -> tuple:  # pragma: no cover - runs in the worker
+    """One call in the worker: ("ok", outputs on the CPU, [(i, input i as it is now)] for the inputs it changed,
+    seconds, notes) or ("bad", what went wrong)."""
+    try:
+        from acceptance.adapters import take_notes
+
+        fn = _cached(cache, ref)
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        before = [_digest(a) for a in args]
+        started = time.perf_counter()
+        value = fn(*args, **params)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - started
+        outs = value if isinstance(value, (tuple, list)) else (value,)
+        if not outs:
+            answer: tuple = ("bad", "returned no output")
+        elif not all(isinstance(o, torch.Tensor) for o in outs):
+            k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
+            answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
+        else:
+            changed = [(i, a.detach().cpu()) for i, (a, d) in enumerate(zip(args, before)) if _digest(a) != d]
+            answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, take_notes(fn))
+    except SystemExit as exc:
+        answer = ("bad", f"called sys.exit({exc.code!r})")
+    except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
+        text = f"{type(exc).__name__}: {exc}{_where(exc)}"
+        if memory_limit and (isinstance(exc, MemoryError) or "allocate memory" in str(exc)):
+            answer = ("bad", f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
+        else:
+            answer = ("bad", f"raised {text}")
+    left = _children()
+    if left and answer[0] == "ok":
+        answer = ("bad", f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); "
+                         "they were killed")
+    return answer
 
 
 _CONTEXT: Optional[multiprocessing.context.BaseContext] = None
@@ -337,18 +306,23 @@ class Worker:
     """One worker process, started on first use and replaced after a crash, a kill or a timeout.
 
     ``memory_limit``: bytes the worker may map beyond what it had at start (``None``: no limit).
+    ``threads``: torch's intra-op threads in the worker (``None``: torch's default).
     """
 
-    def __init__(self, memory_limit: Optional[int] = None):
-        self.memory_limit = memory_limit
+    #: the calls run in another process: the engine may send a trial while it measures the previous one
+    concurrent = True
+
+    def __init__(self, memory_limit: Optional[int] = None, threads: Optional[int] = None):
+        self.memory_limit, self.threads = memory_limit, threads
         self._proc: Optional[multiprocessing.process.BaseProcess] = None
+        self._batch: Optional[Batch] = None
         self._conn: Optional[multiprocessing.connection.Connection] = None
         #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
         self.notes: list[str] = []
 
     def _start(self) -> None:
         parent, child = _context().Pipe()
-        proc = _context().Process(target=_serve, args=(child, self.memory_limit), daemon=True)
+        proc = _context().Process(target=_serve, args=(child, self.memory_limit, self.threads), daemon=True)
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
@@ -377,34 +351,103 @@ class Worker:
 
         :class:`CaseError` when it breaks; ``limit`` is the timeout as configured, for the message.
         """
+        batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
+        return batch.next(timeout=timeout, limit=limit, names=names)
+
+    def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list["Call"]) -> "Batch":
+        """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
+
+        ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
+        :data:`IMPL`, :data:`REFERENCE` and :data:`FLOAT64` (the reference inputs in float64, made in the
+        worker). The worker runs the calls one after the other and stops at the first that breaks or modifies
+        an input. A batch whose answers were not all read (the runner gave up on it) costs the worker: the next
+        submit starts a fresh one.
+        """
+        if self._batch is not None and not self._batch.done:
+            self.close()
         if self._proc is None or not self._proc.is_alive():
             self.close()
             self._start()
         # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
-        _send(self._conn, _dumps((role, ref, args, params, device)))
-        wait = None if math.isinf(timeout) else max(timeout, 0.0)
-        ready = multiprocessing.connection.wait([self._conn, self._proc.sentinel], wait)
+        send(self._conn, dumps((sets, [(c.role, c.ref, c.inputs, c.params, c.device) for c in calls])))
+        self._batch = Batch(self, trial, sets, calls, time.monotonic())
+        return self._batch
+
+
+#: torch's intra-op threads in a worker unless told otherwise: one, so that a CPU callable's result (a
+#: reduction's order can follow the thread count) is the same on every machine and for any ``--jobs``, and N
+#: jobs on N cores do not oversubscribe them.
+WORKER_THREADS = 1
+
+#: Which inputs a :class:`Call` takes: the impl's, the reference's (the baseline's), the reference's in float64.
+IMPL, REFERENCE, FLOAT64 = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a batch: ``role`` (for messages), the callable's :data:`Ref`, which inputs
+    (:data:`IMPL` | :data:`REFERENCE` | :data:`FLOAT64`), keyword parameters and the device it runs on."""
+
+    role: str
+    ref: Ref
+    inputs: int
+    params: dict
+    device: torch.device
+
+
+class Batch:
+    """The answers of one :meth:`Worker.submit`, read in call order."""
+
+    def __init__(self, worker: Worker, trial: int, sets: tuple[Tensors, ...], calls: list[Call], sent: float):
+        self.worker, self.trial, self.sets, self.calls = worker, trial, sets, calls
+        self._started = sent  # CLOCK_MONOTONIC, shared by the processes: when the next call could start
+        self._read = 0
+        self.done = not calls
+
+    def next(self, *, timeout: float = math.inf, limit: Optional[float] = None,
+             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+        """The next call's (outputs, seconds inside it); ``timeout`` seconds from when the worker could start it
+        (the previous answer, or the submit), so a runner busy elsewhere meanwhile never shortens it."""
+        call = self.calls[self._read]
+        self._read += 1
+        self.done = self._read == len(self.calls)
+        role, trial, w = call.role, self.trial, self.worker
+        wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
+        ready = multiprocessing.connection.wait([w._conn, w._proc.sentinel], wait)
         if not ready:
-            self.close()
+            self.done = True
+            w.close()
             shown = limit if limit is not None else timeout
             raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
         try:
-            answer = _recv(self._conn) if self._conn in ready or self._conn.poll() else None
+            answer = recv(w._conn) if w._conn in ready or w._conn.poll() else None
         except (EOFError, OSError):
             answer = None
         if answer is None:
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self.close()
+            self.done = True
+            w._proc.join(5)
+            code = w._proc.exitcode
+            w.close()
             if code is not None and code < 0:
                 raise CaseError(f"{role} terminated by {_signal_name(code)} in trial {trial}")
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
+        self._started = answer[-1]
         if answer[0] == "bad":
+            self.done = True
             raise CaseError(f"{role} {answer[1]} in trial {trial}")
-        _, outs, changed, seconds, notes = answer
-        self.notes += notes
+        _, outs, changed, seconds, notes, _ = answer
+        w.notes += notes
         for i, now in changed:
+            self.done = True
             name = f" (`{names[i]}`)" if names and i < len(names) else ""
-            differs = _changed(now, args[i])
+            differs = _changed(now, self._args(call)[i])
             raise CaseError(f"{role} modified input {i}{name} in place ({differs} elements changed) in trial {trial}")
         return outs, seconds
+
+    def _args(self, call: Call) -> Tensors:
+        """The inputs ``call`` was given, as the runner holds them."""
+        if call.inputs == FLOAT64:
+            from acceptance.oracle import float64_inputs
+
+            return float64_inputs(self.sets[-1])
+        return self.sets[min(call.inputs, len(self.sets) - 1)]
