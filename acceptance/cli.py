@@ -180,7 +180,8 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
             runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
                        isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
                        cache=_reference_cache(not no_cache),
-                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation), threads=threads)
+                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
+                       threads=threads)
         except KeyboardInterrupt as exc:
             stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     measured.sort(key=lambda m: order[m[0].id])
@@ -213,11 +214,17 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     sys.exit(res.summary.exit_code)
 
 
-def _jobs(jobs: Optional[int], cases: int, *, isolate: bool) -> int:
-    """``--jobs``, by default the CPU cores; one job for a single case or without isolation (the code under
-    test then runs in this process)."""
+def _jobs(jobs: Optional[int], cases: int, *, isolate: bool, device: object = None) -> int:
+    """``--jobs``, by default the CPU cores on CPU and one per GPU on CUDA (:func:`acceptance.device.default_jobs`);
+    one job for a single case or without isolation (the code under test then runs in this process)."""
     from acceptance.parallel import default_jobs
 
+    if jobs is None and getattr(device, "type", None) == "cuda":
+        import torch
+
+        from acceptance.device import default_jobs as device_jobs
+
+        jobs = device_jobs(device, default_jobs(), torch.cuda.device_count())
     wanted = jobs if jobs is not None else default_jobs()
     return 1 if not isolate or cases < 2 else min(wanted, cases)
 

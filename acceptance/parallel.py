@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from acceptance import forkserver
+from acceptance.device import job_devices
 from acceptance.records import CaseResult
 from acceptance.spec import Case, Rules, rules_for
 
@@ -43,9 +44,12 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _init(device: torch.device, trials: Optional[int], isolate: bool, cache: Optional[tuple],
+def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
           threads: Optional[int] = None) -> None:  # pragma: no cover
-    """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache."""
+    """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache;
+    ``device``: the impl's device, or a queue of them from which each job takes its own."""
+    if not isinstance(device, torch.device):
+        device = device.get()
     from acceptance.cache import ReferenceCache
     from acceptance.references import RunReferences
 
@@ -86,8 +90,15 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     if not todo:
         return
     context = forkserver.context()  # the workers' fork server: torch loaded once
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=context,
-                                                  initializer=_init, initargs=(device, trials, isolate,
+    count = min(jobs, len(todo))
+    devices = job_devices(device, count, torch.cuda.device_count() if device.type == "cuda" else 0)
+    given: Any = device
+    if len(set(devices)) > 1:  # one GPU per job: each job process takes its own from the queue
+        given = context.Queue()
+        for d in devices:
+            given.put(d)
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context,
+                                                  initializer=_init, initargs=(given, trials, isolate,
                                                             (cache.root, cache.max_bytes, cache.enabled) if cache else None,
                                                             threads))
     finished: dict[str, tuple[CaseResult, Rules]] = {}

@@ -165,3 +165,30 @@ def test_the_engine_gives_the_same_trials_in_a_worker_and_in_process(kernels):
         assert torch.equal(ri[0], x * 2) and torch.equal(li[0], x * 2)
         assert torch.equal(rb[0], x + 1) and torch.equal(lb[0], x + 1)
         assert ro[0].dtype == lo[0].dtype == torch.float64 and torch.equal(ro[0], x.double())
+
+
+def test_jobs_on_cuda_give_each_gpu_its_own_worker():
+    from acceptance.device import default_jobs, job_devices
+
+    cuda, cuda1, cpu = torch.device("cuda"), torch.device("cuda", 1), torch.device("cpu")
+    assert default_jobs(cuda, cores=16, gpus=4) == 4  # one job (one worker) per GPU, not per core
+    assert default_jobs(cuda1, cores=16, gpus=4) == 1  # one named GPU: one worker
+    assert default_jobs(cpu, cores=16, gpus=4) == 16
+    assert job_devices(cuda, 4, 4) == [torch.device("cuda", k) for k in range(4)]
+    assert job_devices(cuda, 3, 2) == [torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cuda", 0)]
+    assert job_devices(cuda1, 3, 4) == [cuda1] * 3
+    assert job_devices(cpu, 2, 0) == [cpu, cpu]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_jobs_on_cuda_run_the_library_with_one_worker_per_gpu(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "acceptance", "run", "--device", "cuda", "--only", "add*",
+                          "--no-cache", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    cases = json.loads((tmp_path / "results.json").read_text())["cases"]
+    assert cases and all(c["error"] is None and c["verdict"] == "pass" for c in cases)
