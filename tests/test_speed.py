@@ -354,3 +354,15 @@ def test_diagnosis_in_pieces_equals_one_pass_and_numpy(monkeypatch):
     assert pieces.score == score[100]
     assert pieces.bad_fraction == np.mean(np.abs(e64 - b64) / (1 + np.abs(b64)) > tol)
     assert sum(pieces.buckets.values()) == n
+
+
+def test_torch_free_dtype_facts_agree_with_torch():
+    """The facts the table now gives without torch: every test dtype exists in torch, itemsize equals torch's,
+    bfloat16's largest value equals torch.finfo's."""
+    import torch
+
+    assert all(getattr(torch, name, None) is not None for name in dtypes.TEST_DTYPES)
+    for name, row in dtypes.TABLE.items():
+        if row.kind != "block" and getattr(torch, name, None) is not None:
+            assert row.itemsize == getattr(torch, name).itemsize, name
+    assert dtypes.TABLE["bfloat16"].max == float(torch.finfo(torch.bfloat16).max)
