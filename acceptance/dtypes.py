@@ -29,13 +29,16 @@ once, here, and the torch cast then only copies exactly representable values.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import numpy as np
-import torch
 
 from acceptance import quant
+
+if TYPE_CHECKING:  # torch loads where a tensor or torch dtype is made, so the table alone starts without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,14 @@ class DType:
     @property
     def torch(self) -> Optional[torch.dtype]:
         """The torch dtype, or ``None`` where this torch build lacks it."""
+        import torch
+
         return getattr(torch, self.name, None)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of a tensor of this format (torch's ``itemsize``): bits / 8, and 1 for bool."""
+        return max(1, self.bits // 8)
 
     @property
     def is_float(self) -> bool:
@@ -115,7 +125,7 @@ TABLE: dict[str, DType] = {
     d.name: d
     for d in (
         _float("float16", 16, 11, -14, 65504.0, True, 1e-4, test=True),
-        _float("bfloat16", 16, 8, -126, float(torch.finfo(torch.bfloat16).max), True, 1e-3, "float16", test=True),
+        _float("bfloat16", 16, 8, -126, (2 - 2**-7) * 2.0**127, True, 1e-3, "float16", test=True),
         _float("float32", 32, 24, -126, float(np.finfo(np.float32).max), True, 1e-6, test=True),
         _float("float64", 64, 53, -1022, float(np.finfo(np.float64).max), True, 1e-15, "float32", test=True),
         _float("float8_e4m3fn", 8, 4, -6, 448.0, False, 1e-2, "float16", test=True),
@@ -135,8 +145,8 @@ TABLE: dict[str, DType] = {
     )
 }
 
-#: Names a spec may test in, present in this torch build.
-TEST_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.test and d.torch is not None)
+#: Names a spec may test in (every one is in torch >= 2.3, the oldest torch the package supports).
+TEST_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.test)
 
 #: GGML block formats a spec input may ask for with ``quant:``.
 QUANT_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.kind == "block")
@@ -155,7 +165,8 @@ def name_of(dtype: Any) -> str:
     """
     if isinstance(dtype, DType):
         return dtype.name
-    if isinstance(dtype, torch.dtype):
+    torch = sys.modules.get("torch")  # a torch dtype exists only once torch is imported
+    if torch is not None and isinstance(dtype, torch.dtype):
         name = str(dtype).removeprefix("torch.")
     elif isinstance(dtype, str):
         name = dtype.strip().lower().removeprefix("torch.").removeprefix("numpy.").removeprefix("np.")
@@ -180,6 +191,8 @@ def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a table name (``ValueError`` when this torch build lacks it)."""
     found = lookup(name).torch
     if found is None:
+        import torch
+
         raise ValueError(f"dtype {name!r} is not available in torch {torch.__version__}")
     return found
 
@@ -259,6 +272,8 @@ def _round_general(x: np.ndarray, row: "DType") -> np.ndarray:
 def to_tensor(values: np.ndarray, dtype: str) -> torch.Tensor:
     """float64 values as a contiguous CPU tensor of ``dtype`` and of their shape (0-d stays 0-d), rounded once
     (see :func:`round_to`)."""
+    import torch
+
     rounded = round_to(values, dtype)
     return torch.from_numpy(np.ascontiguousarray(rounded)).reshape(rounded.shape).to(torch_dtype(dtype))
 
@@ -269,6 +284,8 @@ def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
     ``None`` when ``dtype`` is float64 or not a floating dtype: there is no
     rounding to apply.
     """
+    import torch
+
     if not dtype.is_floating_point or dtype == torch.float64:
         return None
     return to_tensor(t.detach().cpu().to(torch.float64).numpy(), name_of(dtype))

@@ -25,9 +25,10 @@ offset          row-major, starting one element into its storage (the data    an
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import torch
+if TYPE_CHECKING:  # torch loads in the functions that use it, so that loading specs starts without it
+    import torch
 
 __all__ = ["LAYOUTS", "apply_layout", "describe_layout", "edge_values"]
 
@@ -48,6 +49,8 @@ def _constant_dims(t: torch.Tensor) -> list[int]:
 
 
 def _same_size_int(dtype: torch.dtype) -> torch.dtype:
+    import torch
+
     return {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize]
 
 
@@ -59,6 +62,8 @@ def apply_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     ``channels_last`` of a 3-D one, ``broadcast`` without a constant dim), and
     for an unknown layout name.
     """
+    import torch
+
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"apply_layout: t must be a tensor, got {type(t).__name__}")
     if layout == "contiguous":
@@ -103,6 +108,8 @@ def describe_layout(t: torch.Tensor) -> str:
     row-major), zero strides (broadcast dims), a step > 1 in the last dim, a
     non-zero storage offset.
     """
+    import torch
+
     shape, strides, offset = tuple(t.shape), tuple(t.stride()), t.storage_offset()
     words = []
     if t.is_contiguous():
@@ -176,6 +183,8 @@ def edge_values(symbol_values: Sequence[int], *, max_value: int) -> list[int]:
 def with_layouts(fn, layouts: Sequence) -> "object":
     """``fn`` called with input ``i`` in memory layout ``layouts[i]`` (``None``: as given), applied on
     the device the inputs arrive on (a device copy of a strided view would be made contiguous)."""
+    import torch
+
 
     def laid_out(*args, **params):
         args = tuple(apply_layout(a, layout) if layout is not None and isinstance(a, torch.Tensor) else a

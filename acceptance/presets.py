@@ -28,9 +28,10 @@ rather than the implementation.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
-import torch
+if TYPE_CHECKING:  # torch loads in the functions that use it, so that loading specs starts without it
+    import torch
 
 __all__ = [
     "RANGES",
@@ -45,7 +46,7 @@ __all__ = [
     "range_text",
 ]
 
-DtypeLike = Union[str, torch.dtype]
+DtypeLike = Union[str, "torch.dtype"]
 
 #: Uniform ranges ``[lo, hi]`` by preset name.
 RANGES: dict[str, tuple[float, float]] = {
@@ -70,6 +71,8 @@ _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "
 
 
 def _dtype(dtype: DtypeLike, where: str) -> torch.dtype:
+    import torch
+
     name = dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
     if name not in _FLOAT_DTYPES or not hasattr(torch, name):
         allowed = ", ".join(n for n in _FLOAT_DTYPES if hasattr(torch, n))
@@ -87,6 +90,8 @@ def special_values(dtype: DtypeLike) -> list[Union[float, str]]:
     the smallest subnormal (``smallest_normal * eps``), the largest subnormal, the smallest
     normal and the largest finite value, then ``"inf", "-inf"`` (where the dtype has them)
     and ``"nan"``. Every number is a value of ``dtype``, so rounding the draw keeps it."""
+    import torch
+
     dt = _dtype(dtype, "special_values")
     info = torch.finfo(dt)
     tiny = float(info.smallest_normal)
@@ -140,6 +145,8 @@ class RangeCounts(NamedTuple):
 
 def _limits(dt: torch.dtype) -> tuple[float, float, float, float]:
     """(largest finite, overflow threshold, smallest normal, smallest subnormal)."""
+    import torch
+
     info = torch.finfo(dt)
     p = round(-math.log2(info.eps)) + 1
     top = float(info.max)
@@ -151,6 +158,8 @@ def _limits(dt: torch.dtype) -> tuple[float, float, float, float]:
 
 def range_counts(oracle: torch.Tensor, dtype: DtypeLike) -> RangeCounts:
     """Count the oracle elements that ``dtype`` cannot hold as they are (see :class:`RangeCounts`)."""
+    import torch
+
     dt = _dtype(dtype, "range_counts")
     if not isinstance(oracle, torch.Tensor) or not oracle.is_floating_point():
         raise ValueError(f"range_counts: oracle must be a floating-point tensor, got {type(oracle).__name__}")
@@ -186,6 +195,8 @@ def overflow_report(oracle: torch.Tensor, dtype: DtypeLike) -> Optional[str]:
 
 def range_text(c: RangeCounts) -> Optional[str]:
     """:func:`overflow_report`'s line for counts already taken (e.g. summed over trials), or None."""
+    import torch
+
     dt = getattr(torch, c.dtype)
     of = f"of {c.total} elements"
     parts = []

@@ -5,7 +5,8 @@
 Prints the machine (CPU, cores, load average before and after: the figures
 are wall-clock times, so a loaded machine inflates them), then:
 
-- startup: ``acceptance --help`` and ``acceptance report results.json``
+- startup: ``acceptance --help``, ``acceptance report results.json``, ``list`` and
+  ``validate`` of the specs, ``compare`` of two of the runs' results.json
   (best of 5, a fresh interpreter each time);
 - four runs of ``acceptance run``: ``--jobs 1`` with an empty cache (cold),
   ``--jobs 1`` again (warm), ``--jobs 1 --no-cache`` and ``--jobs N --no-cache``;
@@ -176,12 +177,17 @@ def main() -> None:
                       f"{len(diff)} case fields, e.g. {diff[:3]}")
         help_s = min(acceptance("--help") for _ in range(5))
         report_s = min(acceptance("report", str(files[0])) for _ in range(5))
+        list_s = min(acceptance("list", *select[:1]) for _ in range(5))
+        validate_s = min(acceptance("validate", *select[:1]) for _ in range(5))
+        compare_s = min(acceptance("compare", str(files[0]), str(files[2])) for _ in range(5))
         cases = len(json.loads(files[0].read_text())["cases"])
         print(f"cases: {cases}")
         print(f"cold / warm cache:       {walls[0] / walls[1]:.2f}x")
         print(f"jobs 1 / jobs {args.jobs} (no cache): {walls[2] / walls[3]:.2f}x")
         print(f"results.json identical across the four runs (timestamps, command line, seconds removed): {same}")
         print(f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5)")
+        print(f"startup: acceptance list {list_s:.2f} s, validate {validate_s:.2f} s (both import the specs' "
+              f"callables), compare {compare_s:.2f} s (best of 5)")
         if not args.no_memory:
             runner_peak, worker_peak, own = memory(tmp)
             print(f"memory, 5e7-element float32 add: the case's own tensors {own / 2**20:.0f} MiB; peak RSS of the "

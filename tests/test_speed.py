@@ -84,6 +84,40 @@ def test_command_line_starts_without_torch_or_scipy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+_PLAIN_SPEC = """name: plain_add
+category: arithmetic
+impl: operator:add
+dtypes: [float16, bfloat16, float32]
+inputs:
+  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}
+cases:
+  - {N: 17}
+  - {N: 5}
+"""
+
+
+@pytest.mark.parametrize("command", ["list", "validate", "compare", "report"])
+def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_path):
+    """``list``/``validate`` of a spec whose callables are plain Python, ``compare``/``report`` of results files:
+    none of them loads torch, scipy or numba (only a spec's own callables may)."""
+    spec = tmp_path / "plain_add.yaml"
+    spec.write_text(_PLAIN_SPEC)
+    recorded = str(ROOT / "tests" / "fixtures" / "recorded_run.json")
+    args = {"list": [str(spec)], "validate": [str(spec)], "compare": [recorded, recorded],
+            "report": [recorded]}[command]
+    code = ("import sys, acceptance.cli as c\n"
+            f"try:\n    c.main({[command, *args]!r})\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
+            "print(sorted(m for m in ('torch', 'scipy', 'numba') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == "exit 0", out.stdout + out.stderr
+    assert lines[-1] == "[]"
+    if command == "validate":
+        assert lines[0] == "1 specs valid, 6 cases"  # 2 cases x 3 dtypes
+    if command == "list":
+        assert lines[1].split()[:4] == ["plain_add", "arithmetic", "float16,bfloat16,float32", "6"]
+
+
 # ----------------------------------------------------------------------------- cache and jobs in runs
 
 from click.testing import CliRunner  # noqa: E402
@@ -320,3 +354,15 @@ def test_diagnosis_in_pieces_equals_one_pass_and_numpy(monkeypatch):
     assert pieces.score == score[100]
     assert pieces.bad_fraction == np.mean(np.abs(e64 - b64) / (1 + np.abs(b64)) > tol)
     assert sum(pieces.buckets.values()) == n
+
+
+def test_torch_free_dtype_facts_agree_with_torch():
+    """The facts the table now gives without torch: every test dtype exists in torch, itemsize equals torch's,
+    bfloat16's largest value equals torch.finfo's."""
+    import torch
+
+    assert all(getattr(torch, name, None) is not None for name in dtypes.TEST_DTYPES)
+    for name, row in dtypes.TABLE.items():
+        if row.kind != "block" and getattr(torch, name, None) is not None:
+            assert row.itemsize == getattr(torch, name).itemsize, name
+    assert dtypes.TABLE["bfloat16"].max == float(torch.finfo(torch.bfloat16).max)

@@ -50,14 +50,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Optional, Union
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from acceptance import dtypes
-from acceptance.metrics import device, host
-from acceptance.metrics.operands import ArrayLike, is_device, operand
 from acceptance.metrics.registry import (
     BY_NAME,
     METRICS,
@@ -69,6 +64,9 @@ from acceptance.metrics.registry import (
     diff4_value,
     finalize,
 )
+
+if TYPE_CHECKING:  # the engines (numba, torch) load on the first compute(): the registry alone starts without them
+    from acceptance.metrics.operands import ArrayLike
 
 __all__ = ["compute", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
            "REL_FLOOR", "diff4_value"]
@@ -117,6 +115,9 @@ def compute(evaluated: Any, baseline: Any, *, dtype: Any = None,
     Raises ValueError on unknown metric names or dtypes, shape mismatches and
     non-numeric inputs (strings, objects, complex), naming the problem.
     """
+    from acceptance.metrics import device, host
+    from acceptance.metrics.operands import is_device, operand
+
     selected = _selected(names)
     e = operand(evaluated, "evaluated")
     b = operand(baseline, "baseline")
@@ -135,6 +136,11 @@ def load_array(path: Union[str, Path]) -> ArrayLike:
     runs). Raises ValueError naming the file on anything it cannot read or
     that is not a real numeric array.
     """
+    import numpy as np
+    import torch
+
+    from acceptance.metrics.operands import operand
+
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".npy", ".pt"):

@@ -38,4 +38,4 @@ class Model(BaseModel):
     """Base of every record: unknown fields are an error; attribute docstrings document the schema (read by
     :mod:`acceptance.docgen` from the source, not at import: pydantic's extraction costs ~0.1 s per start)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)

@@ -12,7 +12,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from acceptance import oracle
 from acceptance.errors import SpecError
 
 _FILE_MODULES: dict[Path, ModuleType] = {}
@@ -91,6 +90,8 @@ def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
     :class:`acceptance.adapters.Adapter` (defaults: :func:`acceptance.adapters.default_roles`).
     Raises :class:`SpecError` or ``ValueError``.
     """
+    from acceptance import oracle  # here, so that loading and listing specs starts without torch
+
     if _declared(spec):
         from acceptance import adapters
 
@@ -112,6 +113,8 @@ def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
 def role_refs(spec: Any) -> tuple[tuple, tuple, tuple]:
     """(impl, baseline, oracle) of a spec as picklable references a worker process resolves
     (:data:`acceptance.workers.Ref`), with the defaults of :func:`resolve_roles`."""
+    from acceptance import oracle
+
     path = str(spec.path)
     if _declared(spec):
         from acceptance import adapters

@@ -9,9 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional
 
-import torch
-
-from acceptance.dtypes import torch_dtype
+from acceptance.dtypes import lookup, torch_dtype
 from acceptance.spec.cases import expand, glob_match
 from acceptance.spec.expr import Expr, value_of
 from acceptance.spec.model import (
@@ -79,6 +77,8 @@ def _int_range(dtype: Optional[str]) -> tuple[int, int]:
         return _INT64_MIN, _INT64_MAX
     if dtype == "bool":
         return 0, 1
+    import torch  # here, so that loading specs starts without torch
+
     info = torch.iinfo(torch_dtype(dtype))
     return info.min, info.max
 
@@ -173,9 +173,9 @@ def memory_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
     out = []
     limit = spec.memory_limit_gib * 2**30
     for case in expand([spec]):
-        width = torch_dtype(case.dtype).itemsize
+        width = lookup(case.dtype).itemsize
         elements = [math.prod(shape) for shape in case.shapes]
-        need = sum(n * (torch_dtype(inp.dtype).itemsize if inp.dtype else width) for n, inp in
+        need = sum(n * (lookup(inp.dtype).itemsize if inp.dtype else width) for n, inp in
                    zip(elements, spec.inputs)) * 3 + sum(elements) * 8
         if need > limit:
             out.append((f"cases[{case.index}]", f"{case.id} needs {need / 2**30:.3g} GiB for its inputs (three "

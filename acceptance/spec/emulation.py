@@ -20,13 +20,14 @@ spec or case params the emulated contraction does not take.
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, ClassVar, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Optional, Union
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from acceptance.emulation import CONTRACTIONS, Accumulate, Emulation
 from acceptance.spec.messages import fail, one_of
+
+if TYPE_CHECKING:  # the emulation (torch) loads only for a spec with an emulate: section
+    from acceptance.emulation import Emulation
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -72,6 +73,8 @@ class EmulateModel(EmulateOverride):
 
     @model_validator(mode="after")
     def _contraction_known_and_given(self) -> "EmulateModel":
+        from acceptance.emulation import CONTRACTIONS
+
         if self.contraction is not None and self.contraction not in CONTRACTIONS:
             raise fail(f"contraction: {one_of(self.contraction, tuple(CONTRACTIONS))}")
         wants = [dt for dt, o in self.dtypes.items() if isinstance(o.accumulate, AccumulateModel)]
@@ -82,6 +85,8 @@ class EmulateModel(EmulateOverride):
 
 
 def _threshold(value: Optional[float], dtype: str) -> float:
+    import torch
+
     return float(torch.finfo(getattr(torch, dtype)).smallest_normal) if value is None else float(value)
 
 
@@ -90,6 +95,8 @@ def resolve(model: Optional[EmulateModel], dtype: str) -> Optional[Emulation]:
     ``None`` when nothing is emulated. ``tf32`` applies to float32 cases only."""
     if model is None:
         return None
+    from acceptance.emulation import Accumulate, Emulation
+
     keys = {k: getattr(model, k) for k in ("ftz", "tf32", "accumulate")}
     override = model.dtypes.get(dtype)
     if override is not None:
@@ -119,6 +126,8 @@ def emulation_problems(model: Optional[EmulateModel], dtypes: list[str], params:
     contraction does not take (it is called as ``fn(*tensors, **params)`` like the baseline)."""
     if model is None:
         return []
+    from acceptance.emulation import CONTRACTIONS
+
     out = [(f"emulate.dtypes.{dt}", f"{dt!r} is not one of the spec's dtypes ({', '.join(dtypes)})")
            for dt in model.dtypes if dt not in dtypes]
     if model.contraction is None or not any(resolve(model, dt) and resolve(model, dt).accumulate for dt in dtypes):

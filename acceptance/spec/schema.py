@@ -14,7 +14,6 @@ from typing import Annotated, Any, Callable, ClassVar, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, model_validator
 
-from acceptance import oracle
 from acceptance.dtypes import INPUT_DTYPES, QUANT_DTYPES, TEST_DTYPES
 from acceptance.metrics import registry
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
@@ -356,6 +355,8 @@ def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
     if isinstance(v, dict) and any(k in v for k in KINDS):
         return declaration(v, info)
     if isinstance(v, dict):
+        from acceptance import oracle  # torch and mpmath load only for a spec that names an mpmath oracle
+
         unknown = [k for k in v if k not in ("mpmath", "dps")]
         if unknown:
             raise fail(f"unknown key {unknown[0]!r} in an mpmath oracle (keys: mpmath, dps)")
