@@ -259,8 +259,74 @@ def _round_general(x: np.ndarray, row: "DType") -> np.ndarray:
 def to_tensor(values: np.ndarray, dtype: str) -> torch.Tensor:
     """float64 values as a contiguous CPU tensor of ``dtype`` and of their shape (0-d stays 0-d), rounded once
     (see :func:`round_to`)."""
+    fast = _TENSOR_FAST.get(dtype) if isinstance(dtype, str) else None
+    if fast is not None and isinstance(values, np.ndarray) and values.dtype == np.float64 and values.size:
+        made = fast(values)
+        if made is not None:
+            return made
     rounded = round_to(values, dtype)
     return torch.from_numpy(np.ascontiguousarray(rounded)).reshape(rounded.shape).to(torch_dtype(dtype))
+
+
+def _has_nan(x: np.ndarray) -> bool:
+    """Whether ``x`` holds a NaN: one reduction (NaN propagates through ``min``), no temporary array."""
+    return bool(np.isnan(x.min()))
+
+
+def _tensor_f16(x: np.ndarray) -> Optional[torch.Tensor]:
+    """:func:`to_tensor` for float16 without the float64 round trip: NumPy's float64 → float16 cast is the
+    round-to-nearest-even of :func:`round_to` (see ``_FAST``), and its result is the tensor's storage. ``None``
+    (the general path) for an array with a NaN, whose bits torch's own cast decides."""
+    if _has_nan(x):
+        return None
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(np.ascontiguousarray(x).astype(np.float16).reshape(x.shape))
+
+
+def _tensor_f32(x: np.ndarray) -> Optional[torch.Tensor]:
+    """:func:`to_tensor` for float32: NumPy's float64 → float32 cast (IEEE round-to-nearest-even, one step)."""
+    if _has_nan(x):
+        return None
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(np.ascontiguousarray(x).astype(np.float32).reshape(x.shape))
+
+
+def _tensor_bf16(x: np.ndarray) -> Optional[torch.Tensor]:
+    """:func:`to_tensor` for bfloat16 on 32-bit words instead of 64-bit ones.
+
+    ``a = float32(x)`` (round-to-nearest-even), then the bfloat16 bits are
+    ``b = (a + 0x7FFF + bit16(a)) >> 16`` on ``a``'s bit pattern, the
+    round-to-nearest-even of ``a``'s 24-bit significand to 8 bits (a carry
+    moves into the exponent, past the largest finite value to inf; subnormals
+    follow, as bfloat16 and float32 share their exponent range). Rounding
+    twice is wrong only where ``a`` is exactly halfway between two bfloat16
+    values (low 16 bits ``0x8000``) and ``a != x``: those elements get the
+    general formula of :func:`round_to`. ``None`` for an array with a NaN
+    (torch's own cast decides its bits, and they depend on the element's position)."""
+    if _has_nan(x):
+        return None
+    shape, x = x.shape, np.ascontiguousarray(x).reshape(-1)
+    with np.errstate(over="ignore"):
+        a = x.astype(np.float32).view(np.uint32)
+    lsb = a >> np.uint32(16)
+    lsb &= np.uint32(1)
+    lsb += a
+    lsb += np.uint32(0x7FFF)
+    lsb >>= np.uint32(16)
+    bits = lsb.astype(np.uint16)
+    halfway = np.flatnonzero((a & np.uint32(0xFFFF)) == np.uint32(0x8000))
+    if halfway.size:
+        xs = x[halfway]
+        exact = _round_general(xs, TABLE["bfloat16"]).astype(np.float32).view(np.uint32) >> np.uint32(16)
+        bits[halfway] = exact.astype(np.uint16)
+    return torch.from_numpy(bits.view(np.int16).reshape(shape)).view(torch.bfloat16)
+
+
+#: :func:`to_tensor` by dtype name straight to the tensor's storage (bit for bit the general path's result,
+#: tests/test_fastinputs.py); float64 needs no rounding and the float8 formats take the general path.
+_TENSOR_FAST: dict[str, Callable[[np.ndarray], Optional[torch.Tensor]]] = {
+    "float16": _tensor_f16, "float32": _tensor_f32, "bfloat16": _tensor_bf16,
+}
 
 
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:

@@ -121,10 +121,10 @@ def draw(dist: Dist, n: int, bits: np.random.PCG64, symbols: Mapping[str, int]) 
     """``n`` samples of ``dist`` (float64; int64 for ``randint``) from the raw words of ``bits``."""
     if isinstance(dist, Uniform):
         lo, hi = float(value_of(dist.lo, symbols)), float(value_of(dist.hi, symbols))
-        return lo + (hi - lo) * unit_uniform(bits, n)
+        return _affine(lo, hi - lo, unit_uniform(bits, n))
     if isinstance(dist, Normal):
         mean, std = float(value_of(dist.mean, symbols)), float(value_of(dist.std, symbols))
-        return mean + std * standard_normal(bits, n)
+        return _affine(mean, std, standard_normal(bits, n))
     if isinstance(dist, RandInt):
         return integers(bits, int(value_of(dist.lo, symbols)), int(value_of(dist.hi, symbols)), n)
     if isinstance(dist, Choice):
@@ -141,13 +141,25 @@ def draw(dist: Dist, n: int, bits: np.random.PCG64, symbols: Mapping[str, int]) 
     return np.where(swap, special, base)
 
 
+def _affine(offset: float, scale: float, x: np.ndarray) -> np.ndarray:
+    """``offset + scale * x`` (each operation rounded once, operands in that order), in ``x``'s storage."""
+    np.multiply(scale, x, out=x)
+    return np.add(offset, x, out=x)
+
+
 def _values_dtype(values: tuple) -> type:
     return np.int64 if all(isinstance(v, int) for v in values) else np.float64
 
 
 def unit_uniform(bits: np.random.PCG64, n: int) -> np.ndarray:
     """``n`` float64 values ``(w >> 11) * 2**-53`` in [0, 1) from 64-bit words ``w``."""
-    return (bits.random_raw(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    w = bits.random_raw(n)
+    w >>= _SHIFT_53
+    # below 2**53, so the int64 -> float64 conversion is exact; computed in the words' own storage
+    return np.multiply(w.view(np.int64), 2.0**-53, out=w.view(np.float64))
+
+
+_SHIFT_53 = np.uint64(11)
 
 
 def integers(bits: np.random.PCG64, lo: int, hi: int, n: int) -> np.ndarray:
@@ -186,14 +198,24 @@ def _log(x: np.ndarray) -> np.ndarray:
     """
     m, e = np.frexp(x)
     low = m < _SQRT_HALF
-    m = np.where(low, 2.0 * m, m)
-    e = (e - low).astype(np.float64)
-    t = (m - 1.0) / (m + 1.0)
+    np.multiply(m, 2.0, out=m, where=low)
+    e = e.astype(np.float64)
+    e -= low
+    t = m - 1.0
+    m += 1.0
+    t /= m
     t2 = t * t
-    series = np.full_like(t, 1.0 / (2 * _LOG_TERMS - 1))
-    for k in range(_LOG_TERMS - 2, -1, -1):
-        series = series * t2 + 1.0 / (2 * k + 1)
-    return e * _LN2 + 2.0 * t * series
+    # Horner from the t**22/23 term down; every step rounds as ``series * t2 + c`` does
+    series = t2 * (1.0 / (2 * _LOG_TERMS - 1))
+    series += 1.0 / (2 * _LOG_TERMS - 3)
+    for k in range(_LOG_TERMS - 3, -1, -1):
+        series *= t2
+        series += 1.0 / (2 * k + 1)
+    t *= 2.0
+    t *= series
+    e *= _LN2
+    e += t
+    return e
 
 
 def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
@@ -207,13 +229,24 @@ def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
     while have < n:
         pairs = (n - have + 1) // 2
         batch = pairs + pairs // 3 + 8
-        x = 2.0 * unit_uniform(bits, batch) - 1.0
-        y = 2.0 * unit_uniform(bits, batch) - 1.0
-        s = x * x + y * y
+        # the x words, then the y words: one draw of 2 * batch words is the same stream
+        xy = unit_uniform(bits, 2 * batch)
+        xy *= 2.0
+        xy -= 1.0
+        x, y = xy[:batch], xy[batch:]
+        s = x * x
+        s += y * y
         ok = (s > 0.0) & (s < 1.0)
         x, y, s = x[ok], y[ok], s[ok]
-        f = np.sqrt(-2.0 * _log(s) / s)
-        z = np.stack([x * f, y * f], axis=1).reshape(-1)
+        f = _log(s)
+        f *= -2.0
+        f /= s
+        np.sqrt(f, out=f)
+        z = np.empty(2 * f.size)
+        np.multiply(x, f, out=z[0::2])
+        np.multiply(y, f, out=z[1::2])
         out.append(z)
         have += z.size
+    if len(out) == 1:
+        return out[0][:n]
     return np.concatenate(out)[:n] if out else np.empty(0)
