@@ -161,6 +161,11 @@ def range_counts(oracle: torch.Tensor, dtype: DtypeLike) -> RangeCounts:
     name = str(dt).removeprefix("torch.")
     if x.device.type == "cpu" and not x.is_conj() and not x.is_neg():
         return _counts_numpy(x.numpy(), dt, name)
+    return _counts_torch(x, dt, name)
+
+
+def _counts_torch(x: torch.Tensor, dt: torch.dtype, name: str) -> RangeCounts:
+    """:func:`range_counts` of a float64 tensor on any device, by the definitions of :class:`RangeCounts`."""
     x = x.abs().flatten()
     finite = torch.isfinite(x)
     nonfinite = int((~finite).sum())
