@@ -121,8 +121,6 @@ def draw(dist: Dist, n: int, bits: np.random.PCG64, symbols: Mapping[str, int]) 
     """``n`` samples of ``dist`` (float64; int64 for ``randint``) from the raw words of ``bits``."""
     if isinstance(dist, Uniform):
         lo, hi = float(value_of(dist.lo, symbols)), float(value_of(dist.hi, symbols))
-        if _GENERATOR_EXACT and math.isfinite(hi - lo):
-            return np.random.Generator(bits).uniform(lo, hi, n)
         return _affine(lo, hi - lo, unit_uniform(bits, n))
     if isinstance(dist, Normal):
         mean, std = float(value_of(dist.mean, symbols)), float(value_of(dist.std, symbols))
@@ -167,20 +165,16 @@ _SHIFT_53 = np.uint64(11)
 
 
 def _generator_exact() -> bool:
-    """Whether NumPy's ``Generator.random(n)`` and ``Generator.uniform(lo, hi, n)`` give exactly
-    ``(w >> 11) * 2**-53`` and ``lo + (hi - lo) * u`` from the next ``n`` raw words, as NumPy computes them
-    (one pass in C instead of three in NumPy). Checked on 64 words at import; where a NumPy version
-    computes them otherwise, the inputs keep coming from ``random_raw``."""
+    """Whether NumPy's ``Generator.random(n)`` gives exactly ``(w >> 11) * 2**-53`` from the next ``n`` raw
+    words, as NumPy computes it for PCG64 (one pass in C instead of three in NumPy). Checked on 64 words at
+    import; where a NumPy version computes it otherwise, the inputs keep coming from ``random_raw``."""
     raw, fast = np.random.PCG64(0x5EED), np.random.PCG64(0x5EED)
-    w = raw.random_raw(64)
-    u = (w >> _SHIFT_53).astype(np.float64) * 2.0**-53
-    gen = np.random.Generator(fast)
-    got = np.concatenate([gen.random(32), gen.uniform(-3.0, 7.0, 32)])
-    want = np.concatenate([u[:32], -3.0 + (7.0 - -3.0) * u[32:]])
+    want = (raw.random_raw(64) >> _SHIFT_53).astype(np.float64) * 2.0**-53
+    got = np.random.Generator(fast).random(64)
     return got.view(np.uint64).tolist() == want.view(np.uint64).tolist() and raw.random_raw() == fast.random_raw()
 
 
-#: ``Generator.random``/``uniform`` are the formulas above, bit for bit, in this NumPy (:func:`_generator_exact`).
+#: ``Generator.random`` is the formula of :func:`unit_uniform`, bit for bit, in this NumPy (:func:`_generator_exact`).
 _GENERATOR_EXACT = _generator_exact()
 
 

@@ -227,7 +227,7 @@ def test_unit_uniform_and_uniform_are_the_documented_formulas(n):
 
 
 def test_uniform_with_an_infinite_span_keeps_the_formula():
-    """(hi - lo) overflows: the Generator refuses such a range, the formula gives inf or nan as it always did."""
+    """(hi - lo) overflows: the formula gives inf or nan, as it always did."""
     a, b = np.random.PCG64(5), np.random.PCG64(5)
     got = draw(Uniform(-1e308, 1e308), 50, a, {})
     u = (b.random_raw(50) >> np.uint64(11)).astype(np.float64) * 2.0**-53
