@@ -7,9 +7,11 @@ never on which other cases, dtypes or shards run, nor on Python's ``hash``.
 Random bits. Input ``i`` of a case draws from its own stream,
 ``PCG64(SeedSequence(seed, spawn_key=(i,)))``; NumPy keeps SeedSequence and
 PCG64 streams stable across versions and platforms. Only the raw 64-bit words
-(``random_raw``) are used; every transform below is written with IEEE-754
-operations that are correctly rounded (+ - * / sqrt, frexp/ldexp, rint), so no
-libm or SIMD math routine (whose last bits vary between machines) is involved:
+(``random_raw``) are used (``Generator.random`` gives the unit uniforms where an
+import-time check finds it computes the same formula on the same words); every
+transform below is written with IEEE-754 operations that are correctly rounded
+(+ - * / sqrt, frexp/ldexp, rint), so no libm or SIMD math routine (whose last
+bits vary between machines) is involved:
 
 - unit uniform: ``u = (w >> 11) * 2**-53`` in [0, 1), 53 random bits;
 - ``uniform: [lo, hi]``: ``lo + (hi - lo) * u``;
