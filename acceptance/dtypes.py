@@ -274,8 +274,71 @@ def to_tensor(values: np.ndarray, dtype: str) -> torch.Tensor:
     (see :func:`round_to`)."""
     import torch
 
+    fast = _TENSOR_FAST.get(dtype) if isinstance(dtype, str) else None
+    if fast is not None and isinstance(values, np.ndarray) and values.dtype == np.float64 and values.size:
+        made = fast(values)
+        if made is not None:
+            return made
     rounded = round_to(values, dtype)
     return torch.from_numpy(np.ascontiguousarray(rounded)).reshape(rounded.shape).to(torch_dtype(dtype))
+
+
+def _has_nan(x: np.ndarray) -> bool:
+    """Whether ``x`` holds a NaN: one reduction (NaN propagates through ``min``), no temporary array."""
+    return bool(np.isnan(x.min()))
+
+
+def _tensor_f32(x: np.ndarray) -> Optional[torch.Tensor]:
+    """:func:`to_tensor` for float32: NumPy's float64 → float32 cast (IEEE round-to-nearest-even, one step) is
+    the tensor's storage. ``None`` (the general path) for an array with a NaN."""
+    import torch
+
+    if _has_nan(x):
+        return None
+    with np.errstate(over="ignore"):
+        return torch.from_numpy(np.ascontiguousarray(x).astype(np.float32).reshape(x.shape))
+
+
+def _tensor_narrow(x: np.ndarray, name: str) -> Optional[torch.Tensor]:
+    """:func:`to_tensor` for float16 and bfloat16 through float32, rounding twice where that is exact.
+
+    ``a = float32(x)`` and then torch's float32 → ``name`` cast, both
+    round-to-nearest-even. With ``d = 24 - p`` bits dropped by the second
+    rounding, rounding twice differs from rounding once only where ``a`` is
+    exactly halfway between two values of the format (its low ``d`` bits are
+    ``2^(d-1)``) and ``a != x``; those elements, and for float16 those below
+    its smallest normal ``2^emin`` (its subnormals are float32 normals, so
+    fewer bits are dropped there), get the general formula of :func:`round_to`.
+    Overflow needs no case of its own: ``2^emax (2 - 2^-p)``, the threshold
+    to inf, is a float32 value, so ``a`` crosses it only when ``x`` does or
+    lands on it (a halfway pattern). ``None`` (the general path) for an array
+    with a NaN: torch's own cast decides its bits, by the element's position."""
+    import torch
+
+    if _has_nan(x):
+        return None
+    row = TABLE[name]
+    shape, x = x.shape, np.ascontiguousarray(x).reshape(-1)
+    with np.errstate(over="ignore"):
+        a = x.astype(np.float32)
+    out = torch.from_numpy(a).to(row.torch)
+    drop = 24 - row.precision
+    bits = a.view(np.uint32)
+    odd = (bits & np.uint32((1 << drop) - 1)) == np.uint32(1 << (drop - 1))
+    if row.emin > -126:  # |a| < 2^emin: the sign shifted out, compared with the float32 bits of 2^emin
+        odd |= (bits << np.uint32(1)) < np.uint32((row.emin + 127) << 24)
+    fix = np.flatnonzero(odd)
+    if fix.size:
+        out[torch.from_numpy(fix)] = torch.from_numpy(_round_general(x[fix], row)).to(row.torch)
+    return out.reshape(shape)
+
+
+#: :func:`to_tensor` by dtype name straight to the tensor's storage (bit for bit the general path's result,
+#: tests/test_fastinputs.py); float64 needs no rounding and the float8 formats take the general path.
+_TENSOR_FAST: dict[str, Callable[[np.ndarray], Optional[torch.Tensor]]] = {
+    "float16": lambda x: _tensor_narrow(x, "float16"), "float32": _tensor_f32,
+    "bfloat16": lambda x: _tensor_narrow(x, "bfloat16"),
+}
 
 
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:

@@ -7,9 +7,11 @@ never on which other cases, dtypes or shards run, nor on Python's ``hash``.
 Random bits. Input ``i`` of a case draws from its own stream,
 ``PCG64(SeedSequence(seed, spawn_key=(i,)))``; NumPy keeps SeedSequence and
 PCG64 streams stable across versions and platforms. Only the raw 64-bit words
-(``random_raw``) are used; every transform below is written with IEEE-754
-operations that are correctly rounded (+ - * / sqrt, frexp/ldexp, rint), so no
-libm or SIMD math routine (whose last bits vary between machines) is involved:
+(``random_raw``) are used (``Generator.random`` gives the unit uniforms where an
+import-time check finds it computes the same formula on the same words); every
+transform below is written with IEEE-754 operations that are correctly rounded
+(+ - * / sqrt, frexp/ldexp, rint), so no libm or SIMD math routine (whose last
+bits vary between machines) is involved:
 
 - unit uniform: ``u = (w >> 11) * 2**-53`` in [0, 1), 53 random bits;
 - ``uniform: [lo, hi]``: ``lo + (hi - lo) * u``;
@@ -121,10 +123,10 @@ def draw(dist: Dist, n: int, bits: np.random.PCG64, symbols: Mapping[str, int]) 
     """``n`` samples of ``dist`` (float64; int64 for ``randint``) from the raw words of ``bits``."""
     if isinstance(dist, Uniform):
         lo, hi = float(value_of(dist.lo, symbols)), float(value_of(dist.hi, symbols))
-        return lo + (hi - lo) * unit_uniform(bits, n)
+        return _affine(lo, hi - lo, unit_uniform(bits, n))
     if isinstance(dist, Normal):
         mean, std = float(value_of(dist.mean, symbols)), float(value_of(dist.std, symbols))
-        return mean + std * standard_normal(bits, n)
+        return _affine(mean, std, standard_normal(bits, n))
     if isinstance(dist, RandInt):
         return integers(bits, int(value_of(dist.lo, symbols)), int(value_of(dist.hi, symbols)), n)
     if isinstance(dist, Choice):
@@ -141,13 +143,41 @@ def draw(dist: Dist, n: int, bits: np.random.PCG64, symbols: Mapping[str, int]) 
     return np.where(swap, special, base)
 
 
+def _affine(offset: float, scale: float, x: np.ndarray) -> np.ndarray:
+    """``offset + scale * x`` (each operation rounded once, operands in that order), in ``x``'s storage."""
+    np.multiply(scale, x, out=x)
+    return np.add(offset, x, out=x)
+
+
 def _values_dtype(values: tuple) -> type:
     return np.int64 if all(isinstance(v, int) for v in values) else np.float64
 
 
 def unit_uniform(bits: np.random.PCG64, n: int) -> np.ndarray:
     """``n`` float64 values ``(w >> 11) * 2**-53`` in [0, 1) from 64-bit words ``w``."""
-    return (bits.random_raw(n) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    if _GENERATOR_EXACT:
+        return np.random.Generator(bits).random(n)
+    w = bits.random_raw(n)
+    w >>= _SHIFT_53
+    # below 2**53, so the int64 -> float64 conversion is exact; computed in the words' own storage
+    return np.multiply(w.view(np.int64), 2.0**-53, out=w.view(np.float64))
+
+
+_SHIFT_53 = np.uint64(11)
+
+
+def _generator_exact() -> bool:
+    """Whether NumPy's ``Generator.random(n)`` gives exactly ``(w >> 11) * 2**-53`` from the next ``n`` raw
+    words, as NumPy computes it for PCG64 (one pass in C instead of three in NumPy). Checked on 64 words at
+    import; where a NumPy version computes it otherwise, the inputs keep coming from ``random_raw``."""
+    raw, fast = np.random.PCG64(0x5EED), np.random.PCG64(0x5EED)
+    want = (raw.random_raw(64) >> _SHIFT_53).astype(np.float64) * 2.0**-53
+    got = np.random.Generator(fast).random(64)
+    return got.view(np.uint64).tolist() == want.view(np.uint64).tolist() and raw.random_raw() == fast.random_raw()
+
+
+#: ``Generator.random`` is the formula of :func:`unit_uniform`, bit for bit, in this NumPy (:func:`_generator_exact`).
+_GENERATOR_EXACT = _generator_exact()
 
 
 def integers(bits: np.random.PCG64, lo: int, hi: int, n: int) -> np.ndarray:
@@ -186,14 +216,24 @@ def _log(x: np.ndarray) -> np.ndarray:
     """
     m, e = np.frexp(x)
     low = m < _SQRT_HALF
-    m = np.where(low, 2.0 * m, m)
-    e = (e - low).astype(np.float64)
-    t = (m - 1.0) / (m + 1.0)
+    np.multiply(m, 2.0, out=m, where=low)
+    e = e.astype(np.float64)
+    e -= low
+    t = m - 1.0
+    m += 1.0
+    t /= m
     t2 = t * t
-    series = np.full_like(t, 1.0 / (2 * _LOG_TERMS - 1))
-    for k in range(_LOG_TERMS - 2, -1, -1):
-        series = series * t2 + 1.0 / (2 * k + 1)
-    return e * _LN2 + 2.0 * t * series
+    # Horner from the t**22/23 term down; every step rounds as ``series * t2 + c`` does
+    series = t2 * (1.0 / (2 * _LOG_TERMS - 1))
+    series += 1.0 / (2 * _LOG_TERMS - 3)
+    for k in range(_LOG_TERMS - 3, -1, -1):
+        series *= t2
+        series += 1.0 / (2 * k + 1)
+    t *= 2.0
+    t *= series
+    e *= _LN2
+    e += t
+    return e
 
 
 def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
@@ -207,13 +247,32 @@ def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
     while have < n:
         pairs = (n - have + 1) // 2
         batch = pairs + pairs // 3 + 8
-        x = 2.0 * unit_uniform(bits, batch) - 1.0
-        y = 2.0 * unit_uniform(bits, batch) - 1.0
-        s = x * x + y * y
-        ok = (s > 0.0) & (s < 1.0)
-        x, y, s = x[ok], y[ok], s[ok]
-        f = np.sqrt(-2.0 * _log(s) / s)
-        z = np.stack([x * f, y * f], axis=1).reshape(-1)
-        out.append(z)
-        have += z.size
+        # the x words, then the y words: one draw of 2 * batch words is the same stream
+        xy = unit_uniform(bits, 2 * batch)
+        xy *= 2.0
+        xy -= 1.0
+        z = np.empty(2 * batch)
+        made = 0
+        for start in range(0, batch, _CHUNK):  # pairs in cache-sized chunks, in order
+            stop = min(start + _CHUNK, batch)
+            x, y = xy[start:stop], xy[batch + start:batch + stop]
+            s = x * x
+            s += y * y
+            ok = (s > 0.0) & (s < 1.0)
+            x, y, s = x[ok], y[ok], s[ok]
+            f = _log(s)
+            f *= -2.0
+            f /= s
+            np.sqrt(f, out=f)
+            np.multiply(x, f, out=z[made:made + 2 * f.size:2])
+            np.multiply(y, f, out=z[made + 1:made + 2 * f.size:2])
+            made += 2 * f.size
+        out.append(z[:made])
+        have += made
+    if len(out) == 1:
+        return out[0][:n]
     return np.concatenate(out)[:n] if out else np.empty(0)
+
+
+#: Pairs per chunk of :func:`standard_normal`: its two dozen passes stay in the CPU cache.
+_CHUNK = 16384
