@@ -1,7 +1,8 @@
 """Error metrics between an evaluated tensor ``e`` and a baseline ``b``.
 
 One entry point, :func:`compute`, returns the metrics of :data:`METRICS` in a
-single fused pass over the data; :func:`load_array` reads a saved ``.npy`` or
+single fused pass over the data (:func:`compute_many` and :class:`Batch`: the
+same for several pairs whose operands are read once); :func:`load_array` reads a saved ``.npy`` or
 ``.pt`` array for it. Each metric is declared once, with its formula, units
 and source, in :mod:`acceptance.metrics.registry` (the docs table is generated
 from it); the engines are :mod:`.host` (numba, host data) and :mod:`.device`
@@ -70,7 +71,7 @@ from acceptance.metrics.registry import (
     finalize,
 )
 
-__all__ = ["compute", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
+__all__ = ["compute", "compute_many", "Batch", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
            "REL_FLOOR", "diff4_value"]
 
 
@@ -156,3 +157,6 @@ def load_array(path: Union[str, Path]) -> ArrayLike:
     if not isinstance(value, (np.ndarray, torch.Tensor)):
         raise ValueError(f"{path}: holds a {type(value).__name__}, not an array or tensor")
     return operand(value, str(path))
+
+
+from acceptance.metrics.many import Batch, compute_many  # noqa: E402  (many calls compute and _selected)
