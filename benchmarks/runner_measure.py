@@ -1,6 +1,7 @@
 """What the runner's per-trial measurement costs: ``_Output.add`` replayed on recorded trials, two code trees compared.
 
     python benchmarks/runner_measure.py [--specs operator_specs] [--only GLOB] [--against DIR] [--repeat N]
+                                        [--trials-file FILE]
 
 Runs the selected cases of the built-in library once in this process (the
 code of this tree), keeping every trial's tensors; then, in a fresh
@@ -117,6 +118,7 @@ def main() -> None:
     ap.add_argument("--only", help="restrict to operators/case ids matching this glob (several: comma-separated)")
     ap.add_argument("--against", help="another checkout of the package to compare with (e.g. main)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--trials-file", help="where the recorded trials are kept: read when it exists, else written")
     ap.add_argument("--replay", nargs=2, metavar=("ROOT", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.replay:
@@ -124,8 +126,9 @@ def main() -> None:
         return
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trials.pt"
-        record(args.specs, args.only, path)
+        path = Path(args.trials_file) if args.trials_file else Path(tmp) / "trials.pt"
+        if not path.exists():
+            record(args.specs, args.only, path)
         roots = [str(ROOT)] + ([str(Path(args.against).resolve())] if args.against else [])
         found = {}
         for root in roots:
