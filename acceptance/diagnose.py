@@ -144,7 +144,7 @@ class BiasSums:
     def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
         if not e.is_floating_point() or e.numel() == 0:
             return
-        if _on_host(e, b, o):
+        if _on_host(e, b, o) and e.numel() <= DIAGNOSIS_BLOCK:  # bounded scratch, as the pieces of Diagnosis
             self._add_host(e, b, o, dtype)
             return
         o64 = o.to(device=e.device, dtype=torch.float64)
@@ -221,21 +221,27 @@ class Diagnosis:
             return
         flat_e, flat_b = e.reshape(-1), b.reshape(-1)
         flat_o = o.reshape(-1) if o is not None else None
-        if _on_host(e, b, o) and e.numel() <= DIAGNOSIS_BLOCK:
-            worst, flat, bad = self._scan_host(e, b, o, tol)
+        if _on_host(e, b, o):
+            worst, flat, bad = self._scan_host(flat_e, flat_b, flat_o, tol)
         else:
             worst, flat, bad = self._scan(flat_e, flat_b, flat_o, tol)
         self._fold(trial, out, e, flat_e, flat_b, flat_o, worst, flat, bad)
 
-    def _scan_host(self, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor], tol: float
+    def _scan_host(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float
                    ) -> tuple[float, int, torch.Tensor]:
-        """:meth:`_scan` of host data of one piece in one fused pass (:func:`elementwise.diagnosis_pass`)."""
-        fe, fb = elementwise.host_float64(e), elementwise.host_float64(b)
-        fo = elementwise.host_float64(o) if o is not None else fe[:0]
+        """:meth:`_scan` of host data: the same pieces, each in one fused pass (:func:`elementwise.diagnosis_pass`),
+        combined alike."""
         counts = np.zeros(len(REL_ERROR_BUCKETS) + 2, dtype=np.int64)
-        bad = np.empty(fe.shape[0], dtype=np.bool_)
-        flat, worst = elementwise.diagnosis_pass(fe, fb, fo, o is not None, float(tol), elementwise.BUCKET_EDGES,
-                                                 counts, bad)
+        bad = np.empty(flat_e.numel(), dtype=np.bool_)
+        worst, flat = math.nan, -1
+        for lo in range(0, flat_e.numel(), DIAGNOSIS_BLOCK):
+            piece = slice(lo, lo + DIAGNOSIS_BLOCK)
+            fe, fb = elementwise.host_float64(flat_e[piece]), elementwise.host_float64(flat_b[piece])
+            fo = elementwise.host_float64(flat_o[piece]) if flat_o is not None else fe[:0]
+            at, value = elementwise.diagnosis_pass(fe, fb, fo, flat_o is not None, float(tol),
+                                                   elementwise.BUCKET_EDGES, counts, bad[piece])
+            if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max
+                worst, flat = value, lo + at
         for k, v in zip(_BUCKET_LABELS, counts.tolist()):
             self.buckets[k] = self.buckets.get(k, 0) + v
         return worst, flat, torch.from_numpy(bad)
