@@ -94,6 +94,15 @@ def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
     return torch.where(x64.abs() < dtypes.lookup(dtype).smallest_normal, torch.zeros_like(x64), x64)
 
 
+def flush_changes_nothing(flat: Optional[np.ndarray], dtype: str) -> bool:
+    """Whether :func:`flushed` would leave every value of the flat float64 host array ``flat`` as it is (but the
+    sign of a zero): no nonzero magnitude below ``dtype``'s smallest normal. ``False`` for ``None`` (not known)."""
+    if flat is None:
+        return False
+    magnitude = np.abs(flat)
+    return not bool(np.any((magnitude < dtypes.lookup(dtype).smallest_normal) & (magnitude != 0)))
+
+
 def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) -> int:
     """Elements of ``e`` whose bits equal neither ``b``'s nor ``r``'s (the oracle rounded once to the dtype).
 

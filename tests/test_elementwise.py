@@ -173,3 +173,38 @@ def test_device_impl_outputs_give_the_host_diagnostics():
     bh.add(e, b, o, "float32")
     bd.add(e.cuda(), b, o, "float32")
     assert bh.record().n == bd.record().n and bh.record().flushed == bd.record().flushed
+
+
+# ----------------------------------------------------------------------------- flush-to-zero that changes nothing
+
+
+def test_flush_changes_nothing_by_hand():
+    normal32, normal16 = 2.0 ** -126, 2.0 ** -14  # IEEE smallest normals
+    plain = np.array([1.0, 0.0, -0.0, np.nan, np.inf, -np.inf, normal32, -3e38])
+    assert diagnose.flush_changes_nothing(plain, "float32")
+    assert not diagnose.flush_changes_nothing(np.append(plain, normal32 / 2), "float32")
+    assert not diagnose.flush_changes_nothing(np.array([-1e-39]), "float32")
+    assert diagnose.flush_changes_nothing(np.array([normal16, 1.0]), "float16")
+    assert not diagnose.flush_changes_nothing(np.array([normal16 * 0.99]), "float16")
+    assert diagnose.flush_changes_nothing(np.array([5.0, 0.0]), "int32")
+    assert not diagnose.flush_changes_nothing(None, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_where_flushing_changes_nothing_the_flushed_pair_measures_alike(dtype):
+    """What the runner relies on to reuse err(e, o) for the flush-forgiving ULP: equal values (a zero's sign
+    aside) give equal metrics."""
+    from acceptance import metrics
+
+    rng = np.random.default_rng(21)
+    o = (0.5 + rng.random(500)) * 10.0 ** rng.integers(-2, 3, 500) * rng.choice([-1.0, 1.0], 500)  # all normal
+    o[::7], o[3::11], o[5::13] = -0.0, 0.0, np.nan
+    o[6::17] = np.inf
+    e = o * (1 + 1e-2 * rng.standard_normal(500))
+    e[::5] = -0.0
+    e = torch.from_numpy(e).to(getattr(torch, dtype))
+    o = torch.from_numpy(o)
+    assert diagnose.flush_changes_nothing(W.host_float64(e), dtype)
+    assert diagnose.flush_changes_nothing(W.host_float64(o), dtype)
+    assert repr(metrics.compute(diagnose.flushed(e, dtype), diagnose.flushed(o, dtype), dtype=dtype)) == \
+        repr(metrics.compute(e, o, dtype=dtype))

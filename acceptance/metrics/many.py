@@ -63,6 +63,11 @@ class Batch:
         self._seen[id(x)] = (x, checked, flat)
         return checked, flat
 
+    def float64(self, x: Any) -> Optional[np.ndarray]:
+        """``x`` (an operand of this batch, or a new one) as its flat float64 host copy; ``None`` for a device
+        tensor or one of more than one piece."""
+        return self._operand(x, "operand")[1]
+
     def compute(self, evaluated: Any, baseline: Any, *, dtype: Any = None,
                 names: Optional[Iterable[str]] = None) -> dict[str, Any]:
         """:func:`acceptance.metrics.compute` of one pair, with the operands converted at most once per batch."""
