@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from acceptance import dtypes
-from acceptance.metrics import elementwise
 from acceptance.records import Bias, WorstElement
 
 #: Relative-error buckets, as rocMLIR prints them: label -> upper bound (exclusive).
@@ -175,6 +174,8 @@ class BiasSums:
     def _add_host(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
         """:meth:`add` of host data: the clipped errors in one fused pass (:func:`elementwise.bias_pass`), summed
         by torch as :meth:`add` sums them (the same values in the same order: the same float64 sums)."""
+        from acceptance.metrics import elementwise
+
         row = dtypes.lookup(dtype)
         fe, fb, fo = (elementwise.host_float64(x) for x in (e, b, o))
         rows = np.empty((4, fe.shape[0]))
@@ -240,6 +241,8 @@ class Diagnosis:
                    ) -> tuple[float, int, torch.Tensor]:
         """:meth:`_scan` of host data: the same pieces, each in one fused pass (:func:`elementwise.diagnosis_pass`),
         combined alike."""
+        from acceptance.metrics import elementwise  # numba loads on first use, not with the report's imports
+
         counts = np.zeros(len(REL_ERROR_BUCKETS) + 2, dtype=np.int64)
         bad = np.empty(flat_e.numel(), dtype=np.bool_)
         worst, flat = math.nan, -1

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import torch
 
 from acceptance import diagnose
-from acceptance.metrics import elementwise
 from acceptance.records import Advisory
 from acceptance.wording import fmt
 
@@ -39,6 +38,8 @@ DYNAMO_TOL = 1e-4
 def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> int:
     """Elements failing |e - b| <= atol + rtol·|b| (NaN anywhere fails; equal infinities pass); counted piece by
     piece (:data:`acceptance.diagnose.DIAGNOSIS_BLOCK` elements), so the float64 temporaries stay small."""
+    from acceptance.metrics import elementwise  # numba loads on first use
+
     flat_e, flat_b, count = e.reshape(-1), b.reshape(-1), 0
     for lo in range(0, flat_e.numel(), diagnose.DIAGNOSIS_BLOCK):
         piece = slice(lo, lo + diagnose.DIAGNOSIS_BLOCK)

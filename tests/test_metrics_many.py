@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from acceptance import metrics as M
-from acceptance.metrics import host
+from acceptance.metrics import host, many
 from test_metrics import assert_matches, reference
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -110,8 +110,8 @@ def test_numpy_operands_non_contiguous_and_big_endian():
 
 def test_an_operand_is_read_once_per_batch(monkeypatch):
     calls = []
-    original = M.many._float64
-    monkeypatch.setattr(M.many, "_float64", lambda x: calls.append(1) or original(x))
+    original = many._float64
+    monkeypatch.setattr(many, "_float64", lambda x: calls.append(1) or original(x))
     e, b, o = torch.rand(100), torch.rand(100), torch.rand(100, dtype=torch.float64)
     M.compute_many([(e, b), (e, o), (b, o), (e, o)])
     assert len(calls) == 3

@@ -71,7 +71,7 @@ from acceptance.metrics.registry import (
     finalize,
 )
 
-__all__ = ["compute", "compute_many", "Batch", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
+__all__ = ["compute", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
            "REL_FLOOR", "diff4_value"]
 
 
@@ -159,4 +159,10 @@ def load_array(path: Union[str, Path]) -> ArrayLike:
     return operand(value, str(path))
 
 
-from acceptance.metrics.many import Batch, compute_many  # noqa: E402  (many calls compute and _selected)
+def __getattr__(name: str) -> Any:
+    """``Batch`` and ``compute_many`` (:mod:`acceptance.metrics.many`), loaded with the engines on first use."""
+    if name in ("Batch", "compute_many"):
+        from acceptance.metrics import many
+
+        return getattr(many, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
