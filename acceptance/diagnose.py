@@ -93,6 +93,15 @@ def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
     return torch.where(x64.abs() < dtypes.lookup(dtype).smallest_normal, torch.zeros_like(x64), x64)
 
 
+def flush_changes_nothing(flat: Optional[np.ndarray], dtype: str) -> bool:
+    """Whether :func:`flushed` would leave every value of the flat float64 host array ``flat`` as it is (but the
+    sign of a zero): no nonzero magnitude below ``dtype``'s smallest normal. ``False`` for ``None`` (not known)."""
+    if flat is None:
+        return False
+    magnitude = np.abs(flat)
+    return not bool(np.any((magnitude < dtypes.lookup(dtype).smallest_normal) & (magnitude != 0)))
+
+
 def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) -> int:
     """Elements of ``e`` whose bits equal neither ``b``'s nor ``r``'s (the oracle rounded once to the dtype).
 
@@ -111,6 +120,14 @@ def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) 
             same |= e == r.to(device=e.device, dtype=e.dtype)
     return int((~same).sum())
 
+
+def _on_host(*tensors: Optional[torch.Tensor]) -> bool:
+    """Whether every given tensor is on the CPU (then the fused host passes of :mod:`.metrics.elementwise` apply)."""
+    return all(t is None or t.device.type == "cpu" for t in tensors)
+
+
+#: Bucket labels in the order :func:`elementwise.diagnosis_pass` counts them (that of :func:`buckets`).
+_BUCKET_LABELS = ("=0", *(label for label, _ in REL_ERROR_BUCKETS), ">1")
 
 #: Elements per piece of :meth:`Diagnosis.add` (each float64 temporary of a piece: 32 MiB).
 DIAGNOSIS_BLOCK = 1 << 22
@@ -135,6 +152,9 @@ class BiasSums:
     def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
         if not e.is_floating_point() or e.numel() == 0:
             return
+        if _on_host(e, b, o) and e.numel() <= DIAGNOSIS_BLOCK:  # bounded scratch, as the pieces of Diagnosis
+            self._add_host(e, b, o, dtype)
+            return
         o64 = o.to(device=e.device, dtype=torch.float64)
         e64, b64 = e.to(torch.float64), b.to(device=e.device, dtype=torch.float64)
         normal = dtypes.lookup(dtype).smallest_normal
@@ -150,6 +170,24 @@ class BiasSums:
         self.impl_magnitude += float((se * sign[keep]).sum())
         self.baseline_value += float(sb.sum())
         self.baseline_magnitude += float((sb * sign[keep]).sum())
+
+    def _add_host(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
+        """:meth:`add` of host data: the clipped errors in one fused pass (:func:`elementwise.bias_pass`), summed
+        by torch as :meth:`add` sums them (the same values in the same order: the same float64 sums)."""
+        from acceptance.metrics import elementwise
+
+        row = dtypes.lookup(dtype)
+        fe, fb, fo = (elementwise.host_float64(x) for x in (e, b, o))
+        rows = np.empty((4, fe.shape[0]))
+        kept, flush = elementwise.bias_pass(fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin,
+                                            BIAS_CLIP, rows)
+        se, se_sign, sb, sb_sign = torch.from_numpy(rows[:, :kept])
+        self.n += kept
+        self.flushed += flush
+        self.impl_value += float(se.sum())
+        self.impl_magnitude += float(se_sign.sum())
+        self.baseline_value += float(sb.sum())
+        self.baseline_magnitude += float(sb_sign.sum())
 
     def record(self) -> Bias:
         n = max(self.n, 1)
@@ -193,9 +231,39 @@ class Diagnosis:
             return
         flat_e, flat_b = e.reshape(-1), b.reshape(-1)
         flat_o = o.reshape(-1) if o is not None else None
-        bad = torch.empty(e.numel(), dtype=torch.bool, device=e.device)
+        if _on_host(e, b, o):
+            worst, flat, bad = self._scan_host(flat_e, flat_b, flat_o, tol)
+        else:
+            worst, flat, bad = self._scan(flat_e, flat_b, flat_o, tol)
+        self._fold(trial, out, e, flat_e, flat_b, flat_o, worst, flat, bad)
+
+    def _scan_host(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float
+                   ) -> tuple[float, int, torch.Tensor]:
+        """:meth:`_scan` of host data: the same pieces, each in one fused pass (:func:`elementwise.diagnosis_pass`),
+        combined alike."""
+        from acceptance.metrics import elementwise  # numba loads on first use, not with the report's imports
+
+        counts = np.zeros(len(REL_ERROR_BUCKETS) + 2, dtype=np.int64)
+        bad = np.empty(flat_e.numel(), dtype=np.bool_)
         worst, flat = math.nan, -1
-        for lo in range(0, e.numel(), DIAGNOSIS_BLOCK):
+        for lo in range(0, flat_e.numel(), DIAGNOSIS_BLOCK):
+            piece = slice(lo, lo + DIAGNOSIS_BLOCK)
+            fe, fb = elementwise.host_float64(flat_e[piece]), elementwise.host_float64(flat_b[piece])
+            fo = elementwise.host_float64(flat_o[piece]) if flat_o is not None else fe[:0]
+            at, value = elementwise.diagnosis_pass(fe, fb, fo, flat_o is not None, float(tol),
+                                                   elementwise.BUCKET_EDGES, counts, bad[piece])
+            if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max
+                worst, flat = value, lo + at
+        for k, v in zip(_BUCKET_LABELS, counts.tolist()):
+            self.buckets[k] = self.buckets.get(k, 0) + v
+        return worst, flat, torch.from_numpy(bad)
+
+    def _scan(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float
+              ) -> tuple[float, int, torch.Tensor]:
+        """Add the buckets of one trial; (largest score, its flat index, the over-tolerance mask)."""
+        bad = torch.empty(flat_e.numel(), dtype=torch.bool, device=flat_e.device)
+        worst, flat = math.nan, -1
+        for lo in range(0, flat_e.numel(), DIAGNOSIS_BLOCK):
             piece = slice(lo, lo + DIAGNOSIS_BLOCK)
             err = abs_error(flat_e[piece], flat_b[piece])
             b_dev = flat_b[piece].to(err.device)
@@ -208,6 +276,11 @@ class Diagnosis:
             if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max
                 worst, flat = value, lo + at
             bad[piece] = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
+        return worst, flat, bad
+
+    def _fold(self, trial: int, out: int, e: torch.Tensor, flat_e: torch.Tensor, flat_b: torch.Tensor,
+              flat_o: Optional[torch.Tensor], worst: float, flat: int, bad: torch.Tensor) -> None:
+        """Keep the worst element and the largest over-tolerance fraction so far."""
         if worst > self.score:
             self.score = worst
             err = abs_error(flat_e[flat:flat + 1], flat_b[flat:flat + 1])

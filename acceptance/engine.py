@@ -314,7 +314,8 @@ def _setup(roles: Roles, inputs: Tensors, reference: Tensors, executor: Any, kwa
         timing.setup += seconds
 
 
-def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None
+def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None, *,
+                   batch: Optional[metrics.Batch] = None, free: bool = True
                    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], torch.Tensor]:
     """One output of one trial against the float64 oracle ``o``: (err(e, o), err(b, o), err(round(o), o), round(o)).
 
@@ -322,12 +323,15 @@ def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Opt
     the baseline's dtype; round(o) is the oracle correctly rounded once to
     that dtype (``o`` itself for float64 and integer outputs), and err(round(o), o)
     the error any result in the dtype must have ("free"). err(e, o) is
-    computed on e's device.
+    computed on e's device. ``batch``: the :class:`acceptance.metrics.Batch` the caller measures the trial's
+    other pairs with (its operands are then read once for all); ``free=False`` leaves err(round(o), o) out
+    (an empty dict) where nothing reads it.
     """
     o = o.to(torch.float64)
     rounded = dtypes.rounded(o, b.dtype)
     rounded = o if rounded is None else rounded
-    eo = metrics.compute(e, o.to(e.device), dtype=b.dtype, names=names)
-    bo = metrics.compute(b, o, dtype=b.dtype, names=names)
-    free = metrics.compute(rounded, o, dtype=b.dtype, names=names)
-    return eo, bo, free, rounded
+    compute = (batch if batch is not None else metrics.Batch()).compute
+    eo = compute(e, o.to(e.device), dtype=b.dtype, names=names)
+    bo = compute(b, o, dtype=b.dtype, names=names)
+    free_error = compute(rounded, o, dtype=b.dtype, names=names) if free else {}
+    return eo, bo, free_error, rounded

@@ -38,9 +38,15 @@ DYNAMO_TOL = 1e-4
 def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> int:
     """Elements failing |e - b| <= atol + rtol·|b| (NaN anywhere fails; equal infinities pass); counted piece by
     piece (:data:`acceptance.diagnose.DIAGNOSIS_BLOCK` elements), so the float64 temporaries stay small."""
+    from acceptance.metrics import elementwise  # numba loads on first use
+
     flat_e, flat_b, count = e.reshape(-1), b.reshape(-1), 0
     for lo in range(0, flat_e.numel(), diagnose.DIAGNOSIS_BLOCK):
         piece = slice(lo, lo + diagnose.DIAGNOSIS_BLOCK)
+        if diagnose._on_host(e, b):  # one fused pass per piece, the same count
+            count += elementwise.close_mismatches(elementwise.host_float64(flat_e[piece]),
+                                                  elementwise.host_float64(flat_b[piece]), rtol, atol)
+            continue
         e64, b64 = flat_e[piece].to(torch.float64), flat_b[piece].to(device=e.device, dtype=torch.float64)
         close = (e64 - b64).abs() <= atol + rtol * b64.abs()
         close |= torch.isinf(e64) & (e64 == b64)

@@ -1,7 +1,8 @@
 """Error metrics between an evaluated tensor ``e`` and a baseline ``b``.
 
 One entry point, :func:`compute`, returns the metrics of :data:`METRICS` in a
-single fused pass over the data; :func:`load_array` reads a saved ``.npy`` or
+single fused pass over the data (:func:`compute_many` and :class:`Batch`: the
+same for several pairs whose operands are read once); :func:`load_array` reads a saved ``.npy`` or
 ``.pt`` array for it. Each metric is declared once, with its formula, units
 and source, in :mod:`acceptance.metrics.registry` (the docs table is generated
 from it); the engines are :mod:`.host` (numba, host data) and :mod:`.device`
@@ -162,3 +163,12 @@ def load_array(path: Union[str, Path]) -> ArrayLike:
     if not isinstance(value, (np.ndarray, torch.Tensor)):
         raise ValueError(f"{path}: holds a {type(value).__name__}, not an array or tensor")
     return operand(value, str(path))
+
+
+def __getattr__(name: str) -> Any:
+    """``Batch`` and ``compute_many`` (:mod:`acceptance.metrics.many`), loaded with the engines on first use."""
+    if name in ("Batch", "compute_many"):
+        from acceptance.metrics import many
+
+        return getattr(many, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
