@@ -35,7 +35,7 @@ from acceptance.device import device_name
 from acceptance.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flush_changes_nothing,
                                  flushed)
 from acceptance.errors import CaseError
-from acceptance.inputs import generate
+from acceptance.inputs import Recipe, generate
 from acceptance.metrics import registry
 from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
@@ -228,7 +228,12 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     noted = len(executor.notes)
     refs = references.for_case(case, roles, worker) if references is not None else None
     cache_inputs = refs is not None and not any(inp.quant for inp in spec.inputs)  # packed blocks: not cached
-    make = (lambda k: refs.inputs(k, lambda j: generate(case, j))) if cache_inputs else (lambda k: generate(case, k))
+    if worker is not None:  # made in the worker, overlapped with measuring the previous trial (cheaper than reading them)
+        make: Callable[[int], Any] = Recipe(case)
+    elif cache_inputs:
+        make = lambda k: refs.inputs(k, lambda j: generate(case, j))  # noqa: E731
+    else:
+        make = lambda k: generate(case, k)  # noqa: E731
     try:
         for t in engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
                                    oracle=True, repeats=faithful.impl_repeats(case),
@@ -326,7 +331,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     references = RunReferences(cache)
     done = {m.id for m, _ in measured}
     worker: Optional[Worker] = None
-    threads = torch.get_num_threads()
+    own_threads = torch.get_num_threads()
     if isolate:  # the callables compute in the worker; here only small element-wise passes, which extra
         torch.set_num_threads(1)  # intra-op threads slow down on a busy machine (7x on 2 loaded cores)
     try:
@@ -348,7 +353,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
             if on_case:
                 on_case(case, result)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(own_threads)
         if worker is not None:
             worker.close()
     return decide_all(measured, strict=strict)

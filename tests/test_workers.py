@@ -192,3 +192,40 @@ def test_jobs_on_cuda_run_the_library_with_one_worker_per_gpu(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     cases = json.loads((tmp_path / "results.json").read_text())["cases"]
     assert cases and all(c["error"] is None and c["verdict"] == "pass" for c in cases)
+
+
+def test_a_run_computes_on_the_threads_asked_for_whatever_the_jobs(tmp_path):
+    """The worker's intra-op threads are --threads (default 1) with one job or several: a CPU baseline whose
+    reduction order follows the thread count then gives the same bits for every --jobs."""
+    import subprocess
+    import sys
+
+    (tmp_path / "kt.py").write_text(textwrap.dedent(f'''
+        import os, torch
+        def add(a, b):
+            with open(os.path.join({str(tmp_path)!r}, "threads_%d.txt" % os.getpid()), "w") as f:
+                f.write(str(torch.get_num_threads()))
+            return a + b
+    '''))
+    (tmp_path / "t.yaml").write_text(textwrap.dedent('''
+        name: tadd
+        category: arithmetic
+        impl: kt.py:add
+        baseline: torch:add
+        dtypes: [float32]
+        inputs:
+          - {name: a, shape: [N], dist: {uniform: [-1, 1]}}
+          - {name: b, shape: [N], dist: {uniform: [-1, 1]}}
+        cases:
+          - {N: 100}
+          - {N: 200}
+        trials: 1
+    '''))
+    for args, expected in ((["--jobs", "1"], "1"), (["--jobs", "2"], "1"), (["--jobs", "1", "--threads", "2"], "2")):
+        for old in tmp_path.glob("threads_*.txt"):
+            old.unlink()
+        out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "t.yaml"), "--no-cache",
+                              "--out", str(tmp_path / "out"), *args], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen = {p.read_text() for p in tmp_path.glob("threads_*.txt")}
+        assert seen == {expected}, (args, seen)
