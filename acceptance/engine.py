@@ -5,7 +5,8 @@ call :func:`acceptance.dual_delta`. Per trial ``t``:
 
 1. ``inputs = make_inputs(t)``: CPU tensors in the test dtype (a
    :class:`acceptance.inputs.RoleInputs` pair when the impl gets other tensors
-   than the baseline, e.g. quantized blocks);
+   than the baseline, e.g. quantized blocks), made by the worker itself when
+   ``make_inputs`` is a picklable :class:`acceptance.inputs.Recipe`;
 2. impl on copies of the inputs on the impl's device (``repeats`` more runs
    on the same inputs where run-to-run spread is measured);
 3. baseline on the CPU inputs;
@@ -37,7 +38,7 @@ import torch
 from acceptance import adapters, dtypes, metrics
 from acceptance.device import synchronize
 from acceptance.errors import CaseError
-from acceptance.inputs import RoleInputs
+from acceptance.inputs import Recipe, RoleInputs
 from acceptance.oracle import float64_inputs
 from acceptance.records import Timing
 from acceptance.workers import FLOAT64, IMPL, REFERENCE, Call
@@ -56,7 +57,8 @@ class Roles:
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial's tensors: the inputs (CPU, test dtype; the baseline's where the roles' differ) and each
+    """One trial's tensors: the inputs (CPU, test dtype; the baseline's where the roles' differ; empty when a
+    worker made them from the case's :class:`acceptance.inputs.Recipe`) and each
     role's outputs.
 
     ``impl`` is on the impl's device; ``baseline`` on the CPU; ``oracle`` CPU
@@ -235,11 +237,17 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     cpu = torch.device("cpu")
 
     def submit(t: int) -> _Planned:
-        made = make_inputs(t)
-        inputs, reference = (tuple(made.impl), tuple(made.reference)) if isinstance(made, RoleInputs) else (
-            (tuple(made),) * 2)
-        if t == 0:
-            _setup(roles, inputs, reference, executor, kwargs, device, timing, oracle, names)
+        inputs: Tensors = ()
+        reference: Tensors = ()
+        if remote and not (t == 0 and _needs_setup(roles, oracle)):
+            sets: Any = make_inputs  # the worker makes the inputs
+        else:
+            made = make_inputs(t)
+            inputs, reference = (tuple(made.impl), tuple(made.reference)) if isinstance(made, RoleInputs) else (
+                (tuple(made),) * 2)
+            if t == 0:
+                _setup(roles, inputs, reference, executor, kwargs, device, timing, oracle, names)
+            sets = (inputs,) if reference is inputs else (inputs, reference)
         base_runs = 1 + (baseline_repeats if t == 0 else 0)
         cached_base = references.get("baseline", t) if references is not None else None
         cached_oracle = references.get("oracle", t) if references is not None and oracle else None
@@ -248,7 +256,6 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
             calls += [Call("baseline", roles.baseline, REFERENCE, kwargs["baseline"], cpu)] * base_runs
         if oracle and cached_oracle is None:
             calls.append(Call("oracle", roles.oracle, FLOAT64, kwargs["oracle"], cpu))
-        sets = (inputs,) if reference is inputs else (inputs, reference)
         batch = executor.submit(t, sets, calls)
         return _Planned(t, inputs, reference, batch, repeats, base_runs, cached_base, cached_oracle)
 
@@ -276,11 +283,17 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
         return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
 
     ahead = getattr(executor, "concurrent", False)
+    remote = ahead and isinstance(make_inputs, Recipe)
     planned: Optional[_Planned] = None
     for t in range(trials):
         trial = collect(planned if planned is not None else submit(t))
         planned = submit(t + 1) if ahead and t + 1 < trials and _nbytes(trial) <= AHEAD_BYTES else None
         yield trial
+
+
+def _needs_setup(roles: Roles, oracle: bool) -> bool:
+    """Whether a role is set up on trial 0's inputs before it (they are then made here)."""
+    return any(adapters.setup_of(fn) is not None for fn in (roles.impl, roles.baseline, roles.oracle if oracle else None))
 
 
 def _nbytes(trial: Trial) -> int:

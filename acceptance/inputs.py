@@ -85,6 +85,17 @@ def quantized(values: np.ndarray, fmt: str, reference: str, dtype: str, name: st
     return packed, dtypes.to_tensor(quant.dequantize(blocks, fmt).astype(np.float64), dtype)
 
 
+class Recipe:
+    """The inputs of one case, trial after trial: ``recipe(t)`` is :func:`generate` (case, t). Picklable, so
+    that a worker process can make a trial's inputs where they are used instead of receiving them."""
+
+    def __init__(self, case: Case):
+        self.case = case
+
+    def __call__(self, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
+        return generate(self.case, trial)
+
+
 def generate(case: Case, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
     """The inputs of one trial of ``case``: contiguous CPU tensors in input order.
 

@@ -53,7 +53,7 @@ import traceback
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
@@ -214,12 +214,20 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
             mapped = int(fh.read().split()[0]) * resource.getpagesize()
         resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, resource.RLIM_INFINITY))
     cache: dict[Any, Callable] = {}
+    recipe: Any = None
     while True:
         try:
             sets, calls = recv(conn)
         except EOFError:
             os._exit(0)
         wide: Optional[tuple] = None
+        if isinstance(sets, Generate):  # the inputs are made here, from the case's recipe
+            recipe = sets.recipe if sets.recipe is not None else recipe
+            try:
+                sets = _made(recipe(sets.trial))
+            except Exception as exc:  # a spec whose inputs cannot be made: the batch ends here
+                send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
+                continue
         for role, ref, which, params, device in calls:
             if which == FLOAT64:
                 if wide is None:
@@ -242,6 +250,23 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
             if stop:
                 break
         sets = calls = wide = args = None
+
+
+class Generate(NamedTuple):
+    """A batch's inputs as the worker makes them: ``recipe(trial)`` (:class:`acceptance.inputs.Recipe`);
+    ``recipe`` is ``None`` when the worker holds it from the previous batch."""
+
+    recipe: Any
+    trial: int
+
+
+def _made(made: Any) -> tuple[Tensors, ...]:
+    """The input sets of what a recipe made: (impl's,) or (impl's, reference) for a role pair."""
+    from acceptance.inputs import RoleInputs
+
+    if isinstance(made, RoleInputs):
+        return tuple(made.impl), tuple(made.reference)
+    return (tuple(made),)
 
 
 def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
@@ -316,6 +341,7 @@ class Worker:
         self.memory_limit, self.threads = memory_limit, threads
         self._proc: Optional[multiprocessing.process.BaseProcess] = None
         self._batch: Optional[Batch] = None
+        self._recipe: Any = None  # the input recipe the worker holds
         self._conn: Optional[multiprocessing.connection.Connection] = None
         #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
         self.notes: list[str] = []
@@ -326,6 +352,7 @@ class Worker:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+        self._recipe = None
 
     def close(self) -> None:
         """Kill the worker and its process group (children it left behind included)."""
@@ -354,13 +381,14 @@ class Worker:
         batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
         return batch.next(timeout=timeout, limit=limit, names=names)
 
-    def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list["Call"]) -> "Batch":
+    def submit(self, trial: int, sets: Any, calls: list["Call"]) -> "Batch":
         """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
 
         ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
         :data:`IMPL`, :data:`REFERENCE` and :data:`FLOAT64` (the reference inputs in float64, made in the
-        worker). The worker runs the calls one after the other and stops at the first that breaks or modifies
-        an input. A batch whose answers were not all read (the runner gave up on it) costs the worker: the next
+        worker). ``sets`` may instead be a picklable recipe (:class:`acceptance.inputs.Recipe`): the worker
+        makes the trial's inputs itself, and the runner never holds them. The worker runs the calls one after
+        the other and stops at the first that breaks or modifies an input. A batch whose answers were not all read (the runner gave up on it) costs the worker: the next
         submit starts a fresh one.
         """
         if self._batch is not None and not self._batch.done:
@@ -368,8 +396,12 @@ class Worker:
         if self._proc is None or not self._proc.is_alive():
             self.close()
             self._start()
+        sent: Any = sets
+        if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
+            sent = Generate(sets if self._recipe is not sets else None, trial)
+            self._recipe = sets
         # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
-        send(self._conn, dumps((sets, [(c.role, c.ref, c.inputs, c.params, c.device) for c in calls])))
+        send(self._conn, dumps((sent, [(c.role, c.ref, c.inputs, c.params, c.device) for c in calls])))
         self._batch = Batch(self, trial, sets, calls, time.monotonic())
         return self._batch
 
@@ -432,6 +464,9 @@ class Batch:
                 raise CaseError(f"{role} terminated by {_signal_name(code)} in trial {trial}")
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
         self._started = answer[-1]
+        if answer[0] == "inputs":
+            self.done = True
+            raise CaseError(answer[1])
         if answer[0] == "bad":
             self.done = True
             raise CaseError(f"{role} {answer[1]} in trial {trial}")
@@ -445,9 +480,10 @@ class Batch:
         return outs, seconds
 
     def _args(self, call: Call) -> Tensors:
-        """The inputs ``call`` was given, as the runner holds them."""
+        """The inputs ``call`` was given, as the runner holds them (made again from a recipe)."""
+        sets = self.sets if isinstance(self.sets, tuple) else _made(self.sets(self.trial))
         if call.inputs == FLOAT64:
             from acceptance.oracle import float64_inputs
 
-            return float64_inputs(self.sets[-1])
-        return self.sets[min(call.inputs, len(self.sets) - 1)]
+            return float64_inputs(sets[-1])
+        return sets[min(call.inputs, len(sets) - 1)]
