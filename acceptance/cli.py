@@ -109,7 +109,7 @@ def main() -> None:
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
               help="Cases measured at once, each in its own process and worker [default: the CPU cores].")
 @click.option("--no-cache", is_flag=True,
-              help="Neither read nor write the reference cache (inputs, baseline and oracle outputs).")
+              help="Neither read nor write the reference cache (baseline and oracle outputs).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="torch intra-op threads of each worker (a CPU baseline's last bits can depend on it; part of "
                    "the reference cache key).")
@@ -465,7 +465,7 @@ from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance benc
 
 @main.group("cache")
 def cache_group() -> None:
-    """The reference cache: generated inputs, baseline and oracle outputs kept between runs
+    """The reference cache: baseline and oracle outputs (and, without isolation, generated inputs) kept between runs
     (folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache folder)."""
 
 
