@@ -5,7 +5,8 @@
 Prints the machine (CPU, cores, load average before and after: the figures
 are wall-clock times, so a loaded machine inflates them), then:
 
-- startup: ``acceptance --help``, ``acceptance report results.json``, ``list`` and
+- startup (bytecode compiled once, as an installed package has it): ``acceptance --help``,
+  ``acceptance report results.json``, ``list`` and
   ``validate`` of the specs, ``compare`` of two of the runs' results.json
   (best of 5, a fresh interpreter each time);
 - four runs of ``acceptance run``: ``--jobs 1`` with an empty cache (cold),
@@ -61,8 +62,9 @@ def load() -> str:
 def acceptance(*args: str, env: dict | None = None) -> float:
     """Wall seconds of ``python -m acceptance ARGS`` (output discarded; a failure to run raises)."""
     started = time.perf_counter()
+    merged = {**os.environ, **(env or {})}
     out = subprocess.run([sys.executable, "-m", "acceptance", *args], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, **(env or {})})
+                         env={k: v for k, v in merged.items() if v is not None})
     seconds = time.perf_counter() - started
     if out.returncode not in (0, 1):
         raise SystemExit(f"acceptance {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
@@ -175,17 +177,26 @@ def main() -> None:
             if a["summary"] != b["summary"] or diff:
                 print(f"  differs from the cold run in {label_f[0]}: summary {a['summary'] != b['summary']}, "
                       f"{len(diff)} case fields, e.g. {diff[:3]}")
-        help_s = min(acceptance("--help") for _ in range(5))
-        report_s = min(acceptance("report", str(files[0])) for _ in range(5))
-        list_s = min(acceptance("list", *select[:1]) for _ in range(5))
-        validate_s = min(acceptance("validate", *select[:1]) for _ in range(5))
-        compare_s = min(acceptance("compare", str(files[0]), str(files[2])) for _ in range(5))
+        # start-up as an installed package starts: with its bytecode written once (an environment that sets
+        # PYTHONDONTWRITEBYTECODE would otherwise compile every module on every start)
+        compiled = {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": str(tmp / "pyc")}
+
+        def started(*cmd: str) -> float:
+            acceptance(*cmd, env=compiled)
+            return min(acceptance(*cmd, env=compiled) for _ in range(5))
+
+        help_s = started("--help")
+        report_s = started("report", str(files[0]))
+        list_s = started("list", *select[:1])
+        validate_s = started("validate", *select[:1])
+        compare_s = started("compare", str(files[0]), str(files[2]))
         cases = len(json.loads(files[0].read_text())["cases"])
         print(f"cases: {cases}")
         print(f"cold / warm cache:       {walls[0] / walls[1]:.2f}x")
         print(f"jobs 1 / jobs {args.jobs} (no cache): {walls[2] / walls[3]:.2f}x")
         print(f"results.json identical across the four runs (timestamps, command line, seconds removed): {same}")
-        print(f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5)")
+        print(f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5, "
+              f"bytecode compiled)")
         print(f"startup: acceptance list {list_s:.2f} s, validate {validate_s:.2f} s (both import the specs' "
               f"callables), compare {compare_s:.2f} s (best of 5)")
         if not args.no_memory:
