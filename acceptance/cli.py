@@ -27,6 +27,8 @@ from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
 
 if TYPE_CHECKING:
+    import torch
+
     from acceptance.records import Results
 
 DEFAULT_SPECS = Path("operator_specs")
@@ -214,19 +216,17 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     sys.exit(res.summary.exit_code)
 
 
-def _jobs(jobs: Optional[int], cases: int, *, isolate: bool, device: object = None) -> int:
+def _jobs(jobs: Optional[int], cases: int, *, isolate: bool, device: "torch.device") -> int:
     """``--jobs``, by default the CPU cores on CPU and one per GPU on CUDA (:func:`acceptance.device.default_jobs`);
     one job for a single case or without isolation (the code under test then runs in this process)."""
-    from acceptance.parallel import default_jobs
+    import torch
 
-    if jobs is None and getattr(device, "type", None) == "cuda":
-        import torch
+    from acceptance.device import default_jobs
+    from acceptance.parallel import cores
 
-        from acceptance.device import default_jobs as device_jobs
-
-        jobs = device_jobs(device, default_jobs(), torch.cuda.device_count())
-    wanted = jobs if jobs is not None else default_jobs()
-    return 1 if not isolate or cases < 2 else min(wanted, cases)
+    if jobs is None:
+        jobs = default_jobs(device, cores(), torch.cuda.device_count() if device.type == "cuda" else 0)
+    return 1 if not isolate or cases < 2 else min(jobs, cases)
 
 
 def _reference_cache(enabled: bool):

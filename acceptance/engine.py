@@ -38,10 +38,10 @@ import torch
 from acceptance import adapters, dtypes, metrics
 from acceptance.device import synchronize
 from acceptance.errors import CaseError
-from acceptance.inputs import Recipe, RoleInputs
+from acceptance.inputs import Recipe, input_sets
 from acceptance.oracle import float64_inputs
 from acceptance.records import Timing
-from acceptance.workers import FLOAT64, IMPL, REFERENCE, Call
+from acceptance.workers import FLOAT64, IMPL, REFERENCE, Call, call_inputs
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -160,8 +160,8 @@ class _Deferred:
              names: Optional[list[str]] = None) -> tuple[Tensors, float]:
         call = self.calls[self._read]
         self._read += 1
-        args = float64_inputs(self.sets[-1]) if call.inputs == FLOAT64 else self.sets[min(call.inputs, len(self.sets) - 1)]
-        return self.executor.call(call.role, call.ref, self.trial, args, call.params, device=call.device,
+        return self.executor.call(call.role, call.ref, self.trial, call_inputs(self.sets, call.inputs), call.params,
+                                  device=call.device,
                                   timeout=timeout, limit=limit, names=names)
 
 
@@ -191,14 +191,12 @@ AHEAD_BYTES = 64 * 2**20
 
 @dataclass
 class _Planned:
-    """A trial sent to the executor: its inputs, the cached references and the batch of calls."""
+    """A trial sent to the executor: its reference inputs (empty when the worker makes them), the cached
+    references and the batch of calls."""
 
     index: int
-    inputs: Tensors
     reference: Tensors
     batch: Any
-    repeats: int
-    base_runs: int
     cached_base: Optional[Tensors]
     cached_oracle: Optional[Tensors]
 
@@ -236,38 +234,37 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     kwargs = {role: {**params, **role_params.get(role, {})} for role in ("impl", "baseline", "oracle")}
     cpu = torch.device("cpu")
 
+    def base_runs(t: int) -> int:  # the baseline's run-to-run check: more runs on the first trial's inputs
+        return 1 + (baseline_repeats if t == 0 else 0)
+
     def submit(t: int) -> _Planned:
-        inputs: Tensors = ()
         reference: Tensors = ()
         if remote and not (t == 0 and _needs_setup(roles, oracle)):
             sets: Any = make_inputs  # the worker makes the inputs
         else:
-            made = make_inputs(t)
-            inputs, reference = (tuple(made.impl), tuple(made.reference)) if isinstance(made, RoleInputs) else (
-                (tuple(made),) * 2)
+            sets = input_sets(make_inputs(t))
+            reference = sets[-1]
             if t == 0:
-                _setup(roles, inputs, reference, executor, kwargs, device, timing, oracle, names)
-            sets = (inputs,) if reference is inputs else (inputs, reference)
-        base_runs = 1 + (baseline_repeats if t == 0 else 0)
+                _setup(roles, sets[0], reference, executor, kwargs, device, timing, oracle, names)
         cached_base = references.get("baseline", t) if references is not None else None
         cached_oracle = references.get("oracle", t) if references is not None and oracle else None
         calls = [Call("impl", roles.impl, IMPL, kwargs["impl"], device)] * (1 + repeats)
         if cached_base is None:
-            calls += [Call("baseline", roles.baseline, REFERENCE, kwargs["baseline"], cpu)] * base_runs
+            calls += [Call("baseline", roles.baseline, REFERENCE, kwargs["baseline"], cpu)] * base_runs(t)
         if oracle and cached_oracle is None:
             calls.append(Call("oracle", roles.oracle, FLOAT64, kwargs["oracle"], cpu))
         batch = executor.submit(t, sets, calls)
-        return _Planned(t, inputs, reference, batch, repeats, base_runs, cached_base, cached_oracle)
+        return _Planned(t, reference, batch, cached_base, cached_oracle)
 
     def collect(plan: _Planned) -> Trial:
         t, batch = plan.index, plan.batch
         runs = []
-        for _ in range(1 + plan.repeats):
+        for _ in range(1 + repeats):
             out, seconds = batch.next(timeout=timeout - timing.impl, limit=timeout, names=names)
             runs.append(out)
             timing.impl += seconds
-        bases = [plan.cached_base] * plan.base_runs if plan.cached_base is not None else []
-        while len(bases) < plan.base_runs:
+        bases = [plan.cached_base] * base_runs(t) if plan.cached_base is not None else []
+        while len(bases) < base_runs(t):
             base, seconds = batch.next(timeout=baseline_timeout, limit=baseline_timeout, names=names)
             bases.append(base)
             timing.baseline += seconds

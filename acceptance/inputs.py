@@ -85,6 +85,14 @@ def quantized(values: np.ndarray, fmt: str, reference: str, dtype: str, name: st
     return packed, dtypes.to_tensor(quant.dequantize(blocks, fmt).astype(np.float64), dtype)
 
 
+def input_sets(made: Union[list[torch.Tensor], RoleInputs]) -> tuple[tuple[torch.Tensor, ...], ...]:
+    """What :func:`generate` made as a worker batch's input sets: (inputs,) when every role gets the same
+    tensors, (impl's, reference) for a :class:`RoleInputs` pair."""
+    if isinstance(made, RoleInputs):
+        return tuple(made.impl), tuple(made.reference)
+    return (tuple(made),)
+
+
 class Recipe:
     """The inputs of one case, trial after trial: ``recipe(t)`` is :func:`generate` (case, t). Picklable, so
     that a worker process can make a trial's inputs where they are used instead of receiving them."""

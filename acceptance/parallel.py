@@ -36,7 +36,7 @@ from acceptance.spec import Case, Rules, rules_for
 _STATE: dict[str, Any] = {}
 
 
-def default_jobs() -> int:
+def cores() -> int:
     """CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))

@@ -220,24 +220,15 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
             sets, calls = recv(conn)
         except EOFError:
             os._exit(0)
-        wide: Optional[tuple] = None
         if isinstance(sets, Generate):  # the inputs are made here, from the case's recipe
             recipe = sets.recipe if sets.recipe is not None else recipe
             try:
-                sets = _made(recipe(sets.trial))
+                sets = _input_sets(recipe(sets.trial))
             except Exception as exc:  # a spec whose inputs cannot be made: the batch ends here
                 send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
                 continue
         for role, ref, which, params, device in calls:
-            if which == FLOAT64:
-                if wide is None:
-                    from acceptance.oracle import float64_inputs
-
-                    wide = float64_inputs(sets[-1])
-                args = wide
-            else:
-                args = sets[min(which, len(sets) - 1)]
-            answer = _answer(cache, ref, args, params, device, memory_limit)
+            answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit)
             try:
                 data = dumps(answer + (time.monotonic(),))
             except Exception as exc:  # an output that cannot be pickled
@@ -249,7 +240,7 @@ def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[i
             data = None
             if stop:
                 break
-        sets = calls = wide = args = None
+        sets = calls = None
 
 
 class Generate(NamedTuple):
@@ -260,13 +251,11 @@ class Generate(NamedTuple):
     trial: int
 
 
-def _made(made: Any) -> tuple[Tensors, ...]:
-    """The input sets of what a recipe made: (impl's,) or (impl's, reference) for a role pair."""
-    from acceptance.inputs import RoleInputs
+def _input_sets(made: Any) -> tuple[Tensors, ...]:
+    """:func:`acceptance.inputs.input_sets` (imported when a worker first makes inputs)."""
+    from acceptance.inputs import input_sets
 
-    if isinstance(made, RoleInputs):
-        return tuple(made.impl), tuple(made.reference)
-    return (tuple(made),)
+    return input_sets(made)
 
 
 def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
@@ -415,6 +404,17 @@ WORKER_THREADS = 1
 IMPL, REFERENCE, FLOAT64 = 0, 1, 2
 
 
+def call_inputs(sets: tuple[Tensors, ...], which: int) -> Tensors:
+    """The inputs a call takes from a batch's ``sets`` ((impl's,) or (impl's, reference)): :data:`IMPL` the
+    impl's, :data:`REFERENCE` the reference's, :data:`FLOAT64` float64 copies of the reference's
+    (:func:`acceptance.oracle.float64_inputs`)."""
+    if which == FLOAT64:
+        from acceptance.oracle import float64_inputs
+
+        return float64_inputs(sets[-1])
+    return sets[min(which, len(sets) - 1)]
+
+
 @dataclass(frozen=True)
 class Call:
     """One call of a batch: ``role`` (for messages), the callable's :data:`Ref`, which inputs
@@ -481,9 +481,5 @@ class Batch:
 
     def _args(self, call: Call) -> Tensors:
         """The inputs ``call`` was given, as the runner holds them (made again from a recipe)."""
-        sets = self.sets if isinstance(self.sets, tuple) else _made(self.sets(self.trial))
-        if call.inputs == FLOAT64:
-            from acceptance.oracle import float64_inputs
-
-            return float64_inputs(sets[-1])
-        return sets[min(call.inputs, len(sets) - 1)]
+        return call_inputs(self.sets if isinstance(self.sets, tuple) else _input_sets(self.sets(self.trial)),
+                           call.inputs)
