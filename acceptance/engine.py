@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import deque
 import signal
 import threading
 import time
@@ -188,6 +189,12 @@ def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) 
 #: that two trials' tensors are never held at once.
 AHEAD_BYTES = 64 * 2**20
 
+#: Most trials in flight at once when the worker makes the inputs: it runs that far ahead of the measuring,
+#: so a run of quick trials measured slowly and a run of slow trials measured quickly even out. Each trial's
+#: answers wait in the connection's buffer (the worker holds one trial at a time), so the window costs the
+#: runner no memory; it shrinks so that the trials in flight stay within :data:`AHEAD_BYTES`.
+WINDOW = 8
+
 
 @dataclass
 class _Planned:
@@ -201,14 +208,125 @@ class _Planned:
     cached_oracle: Optional[Tensors]
 
 
+class TrialRun:
+    """The trials of one case, iterated in order (see :func:`run_trials`).
+
+    :meth:`start` sends the first trial's calls before iteration begins (e.g. while the caller is still
+    measuring another case on the same worker); ``then``, when set, is called once, as soon as the last
+    trial's calls have been sent. Leaving the iteration early (an error, a ``break``) gives up the trials
+    still in flight (:meth:`acceptance.workers.Batch.discard`).
+    """
+
+    def __init__(self, roles: Roles, make_inputs: Callable[[int], Any], trials: int, *, device: torch.device,
+                 params: dict, oracle: bool, repeats: int, timeout: float, baseline_timeout: float,
+                 oracle_timeout: float, timing: Timing, executor: Any, names: Optional[list[str]],
+                 baseline_repeats: int, role_params: dict[str, dict], references: Any):
+        self.roles, self.make_inputs, self.trials, self.device, self.oracle = roles, make_inputs, trials, device, oracle
+        self.repeats, self.baseline_repeats, self.names, self.references = repeats, baseline_repeats, names, references
+        self.timeout, self.baseline_timeout, self.oracle_timeout = timeout, baseline_timeout, oracle_timeout
+        self.timing, self.executor = timing, executor
+        self.kwargs = {role: {**params, **role_params.get(role, {})} for role in ("impl", "baseline", "oracle")}
+        self.ahead = getattr(executor, "concurrent", False)
+        self.remote = self.ahead and isinstance(make_inputs, Recipe)
+        self.then: Optional[Callable[[], None]] = None
+        self._planned: deque[_Planned] = deque()
+        self._sent = 0  # trials submitted so far
+
+    def _base_runs(self, t: int) -> int:  # the baseline's run-to-run check: more runs on the first trial's inputs
+        return 1 + (self.baseline_repeats if t == 0 else 0)
+
+    def _submit(self) -> None:
+        t = self._sent
+        roles, references, cpu = self.roles, self.references, torch.device("cpu")
+        reference: Tensors = ()
+        if self.remote and not (t == 0 and _needs_setup(roles, self.oracle)):
+            sets: Any = self.make_inputs  # the worker makes the inputs
+        else:
+            sets = input_sets(self.make_inputs(t))
+            reference = sets[-1]
+            if t == 0:
+                _setup(roles, sets[0], reference, self.executor, self.kwargs, self.device, self.timing, self.oracle,
+                       self.names)
+        cached_base = references.get("baseline", t) if references is not None else None
+        cached_oracle = references.get("oracle", t) if references is not None and self.oracle else None
+        calls = [Call("impl", roles.impl, IMPL, self.kwargs["impl"], self.device)] * (1 + self.repeats)
+        if cached_base is None:
+            calls += [Call("baseline", roles.baseline, REFERENCE, self.kwargs["baseline"], cpu)] * self._base_runs(t)
+        if self.oracle and cached_oracle is None:
+            calls.append(Call("oracle", roles.oracle, FLOAT64, self.kwargs["oracle"], cpu))
+        self._planned.append(_Planned(t, reference, self.executor.submit(t, sets, calls), cached_base, cached_oracle))
+        self._sent += 1
+        if self._sent == self.trials and self.then is not None:
+            then, self.then = self.then, None
+            then()
+
+    @property
+    def sent_all(self) -> bool:
+        """Whether every trial's calls have been sent."""
+        return self._sent >= self.trials
+
+    def start(self) -> None:
+        """Send the first trial's calls now (nothing when some are already sent)."""
+        if not self._sent and self.trials > 0:
+            self._submit()
+
+    def _collect(self, plan: _Planned) -> Trial:
+        t, batch, references, timing = plan.index, plan.batch, self.references, self.timing
+        runs = []
+        for _ in range(1 + self.repeats):
+            out, seconds = batch.next(timeout=self.timeout - timing.impl, limit=self.timeout, names=self.names)
+            runs.append(out)
+            timing.impl += seconds
+        bases = [plan.cached_base] * self._base_runs(t) if plan.cached_base is not None else []
+        while len(bases) < self._base_runs(t):
+            base, seconds = batch.next(timeout=self.baseline_timeout, limit=self.baseline_timeout, names=self.names)
+            bases.append(base)
+            timing.baseline += seconds
+        if plan.cached_base is None and references is not None and all(_same_bits(bases[0], b) for b in bases[1:]):
+            bases[0] = references.put("baseline", t, bases[0])  # a varying baseline is an error, never stored
+        ref = plan.cached_oracle
+        if self.oracle and ref is None:
+            out, seconds = batch.next(timeout=self.oracle_timeout, limit=self.oracle_timeout, names=self.names)
+            ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
+            timing.oracle += seconds
+            ref = references.put("oracle", t, ref) if references is not None else ref
+        _check(t, runs[0], bases[0], ref)
+        return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
+
+    def _window(self, trial: Trial) -> int:
+        """Trials to keep in flight after ``trial`` (see :data:`WINDOW`, :data:`AHEAD_BYTES`)."""
+        if not self.ahead:
+            return 0
+        nbytes = max(_nbytes(trial), 1)
+        if not self.remote:  # the runner holds the inputs of each trial sent: one ahead at most
+            return 1 if nbytes <= AHEAD_BYTES else 0
+        return max(min(WINDOW, AHEAD_BYTES // nbytes), 1 if nbytes <= AHEAD_BYTES else 0)
+
+    def __iter__(self) -> Iterator[Trial]:
+        trials = self.trials
+        try:
+            for t in range(trials):
+                if not self._planned:
+                    self._submit()
+                trial = self._collect(self._planned.popleft())
+                window = self._window(trial)
+                while self._sent < trials and len(self._planned) < window:
+                    self._submit()
+                yield trial
+        finally:
+            while self._planned:  # given up: an error, or the caller stopped early
+                batch = self._planned.popleft().batch
+                getattr(batch, "discard", lambda: None)()
+
+
 def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int, *, device: torch.device,
                params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
                baseline_timeout: float = math.inf, oracle_timeout: float = math.inf,
                timing: Optional[Timing] = None, executor: Any = None,
                names: Optional[list[str]] = None, baseline_repeats: int = 0,
                role_params: Optional[dict[str, dict]] = None,
-               references: Any = None) -> Iterator[Trial]:
-    """Run ``trials`` trials and yield each one's tensors (see the module docstring).
+               references: Any = None) -> TrialRun:
+    """The ``trials`` trials of a case, each one's tensors in turn when iterated (see the module docstring).
 
     ``executor`` calls the roles (:class:`InProcess`, the default, or a
     :class:`acceptance.workers.Worker`, for which ``roles`` holds references);
@@ -223,69 +341,16 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs), and
     ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses.
 
-    A trial's calls go to the executor together (:meth:`acceptance.workers.Worker.submit`); with a worker,
-    trial t+1 is sent before trial t is yielded when trial t is small (:data:`AHEAD_BYTES`), so the
-    callables of one trial run while the caller measures the previous one. Every trial's inputs and
-    results are the same either way.
+    A trial's calls go to the executor together (:meth:`acceptance.workers.Worker.submit`). With a worker,
+    later trials are sent before a trial is yielded, so the callables run while the caller measures: up to
+    :data:`WINDOW` trials when the worker makes the inputs, one otherwise, within :data:`AHEAD_BYTES`.
+    Every trial's inputs and results are the same either way.
     """
-    executor = executor if executor is not None else InProcess()
-    timing = timing if timing is not None else Timing()
-    role_params = role_params or {}
-    kwargs = {role: {**params, **role_params.get(role, {})} for role in ("impl", "baseline", "oracle")}
-    cpu = torch.device("cpu")
-
-    def base_runs(t: int) -> int:  # the baseline's run-to-run check: more runs on the first trial's inputs
-        return 1 + (baseline_repeats if t == 0 else 0)
-
-    def submit(t: int) -> _Planned:
-        reference: Tensors = ()
-        if remote and not (t == 0 and _needs_setup(roles, oracle)):
-            sets: Any = make_inputs  # the worker makes the inputs
-        else:
-            sets = input_sets(make_inputs(t))
-            reference = sets[-1]
-            if t == 0:
-                _setup(roles, sets[0], reference, executor, kwargs, device, timing, oracle, names)
-        cached_base = references.get("baseline", t) if references is not None else None
-        cached_oracle = references.get("oracle", t) if references is not None and oracle else None
-        calls = [Call("impl", roles.impl, IMPL, kwargs["impl"], device)] * (1 + repeats)
-        if cached_base is None:
-            calls += [Call("baseline", roles.baseline, REFERENCE, kwargs["baseline"], cpu)] * base_runs(t)
-        if oracle and cached_oracle is None:
-            calls.append(Call("oracle", roles.oracle, FLOAT64, kwargs["oracle"], cpu))
-        batch = executor.submit(t, sets, calls)
-        return _Planned(t, reference, batch, cached_base, cached_oracle)
-
-    def collect(plan: _Planned) -> Trial:
-        t, batch = plan.index, plan.batch
-        runs = []
-        for _ in range(1 + repeats):
-            out, seconds = batch.next(timeout=timeout - timing.impl, limit=timeout, names=names)
-            runs.append(out)
-            timing.impl += seconds
-        bases = [plan.cached_base] * base_runs(t) if plan.cached_base is not None else []
-        while len(bases) < base_runs(t):
-            base, seconds = batch.next(timeout=baseline_timeout, limit=baseline_timeout, names=names)
-            bases.append(base)
-            timing.baseline += seconds
-        if plan.cached_base is None and references is not None and all(_same_bits(bases[0], b) for b in bases[1:]):
-            bases[0] = references.put("baseline", t, bases[0])  # a varying baseline is an error, never stored
-        ref = plan.cached_oracle
-        if oracle and ref is None:
-            out, seconds = batch.next(timeout=oracle_timeout, limit=oracle_timeout, names=names)
-            ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
-            timing.oracle += seconds
-            ref = references.put("oracle", t, ref) if references is not None else ref
-        _check(t, runs[0], bases[0], ref)
-        return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
-
-    ahead = getattr(executor, "concurrent", False)
-    remote = ahead and isinstance(make_inputs, Recipe)
-    planned: Optional[_Planned] = None
-    for t in range(trials):
-        trial = collect(planned if planned is not None else submit(t))
-        planned = submit(t + 1) if ahead and t + 1 < trials and _nbytes(trial) <= AHEAD_BYTES else None
-        yield trial
+    return TrialRun(roles, make_inputs, trials, device=device, params=params, oracle=oracle, repeats=repeats,
+                    timeout=timeout, baseline_timeout=baseline_timeout, oracle_timeout=oracle_timeout,
+                    timing=timing if timing is not None else Timing(),
+                    executor=executor if executor is not None else InProcess(), names=names,
+                    baseline_repeats=baseline_repeats, role_params=role_params or {}, references=references)
 
 
 def _needs_setup(roles: Roles, oracle: bool) -> bool:

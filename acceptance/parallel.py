@@ -13,9 +13,11 @@ them together (Holm over the run) as with one job. The records' timings
 
 Jobs ignore SIGINT (a terminal's Ctrl-C reaches the runner only, which stops
 them); a job that dies takes only its in-flight cases down, each recorded as
-an error. The output-folder guard compares the folder before a case was
-submitted and when it finished; with several cases in flight a file the code
-under test writes is charged to the first of them that finishes.
+an error. Each job's worker checks the output folder around every call, so a
+file the code under test writes there is charged to the call that wrote it;
+without isolation the folder is compared before a case was submitted and when
+it finished, and with several cases in flight such a file is charged to the
+first of them that finishes.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def cores() -> int:
 
 
 def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
-          threads: Optional[int] = None) -> None:  # pragma: no cover
+          threads: Optional[int] = None, guard: Optional[Path] = None) -> None:  # pragma: no cover
     """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache;
     ``device``: the impl's device, or a queue of them from which each job takes its own."""
     if not isinstance(device, torch.device):
@@ -56,7 +58,7 @@ def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tup
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
     _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
-                  worker=None, threads=threads)
+                  worker=None, threads=threads, guard=guard)
 
 
 def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job process
@@ -70,7 +72,7 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
         if worker is None or worker.memory_limit != limit:
             if worker is not None:
                 worker.close()
-            worker = _STATE["worker"] = Worker(memory_limit=limit, threads=_STATE["threads"])
+            worker = _STATE["worker"] = Worker(memory_limit=limit, threads=_STATE["threads"], guard=_STATE["guard"])
     return runner.measure(case, _STATE["device"], rules_for(case), trials=_STATE["trials"], worker=worker,
                           references=_STATE["references"])
 
@@ -100,7 +102,8 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context,
                                                   initializer=_init, initargs=(given, trials, isolate,
                                                             (cache.root, cache.max_bytes, cache.enabled) if cache else None,
-                                                            threads))
+                                                            threads, guard))
+    folder = None if isolate else guard  # each job's worker checks its calls itself
     finished: dict[str, tuple[CaseResult, Rules]] = {}
     complete = False
     try:
@@ -110,7 +113,7 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
         def submit() -> None:
             case = next(queue, None)
             if case is not None:
-                pending[pool.submit(_measure, case)] = (case, runner.snapshot(guard))
+                pending[pool.submit(_measure, case)] = (case, runner.snapshot(folder))
 
         for _ in range(2 * jobs):  # a little ahead of the jobs, so none waits for the next case
             submit()
@@ -127,7 +130,7 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
                     from acceptance import sanitize as sanitizer
 
                     result = sanitizer.check(case.id, case.spec.path, result, str(device))
-                result = runner.guarded(result, guard, before)
+                result = runner.guarded(result, folder, before)
                 finished[case.id] = (result, rules_for(case))
                 if on_case:
                     on_case(case, result)

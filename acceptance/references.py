@@ -149,6 +149,13 @@ class RunReferences:
         self._fps[memo] = found
         return found
 
+    def known(self, roles: Any, worker: Any = None) -> bool:
+        """Whether :meth:`for_case` for ``roles`` needs no call (the cache is off, or both fingerprints are
+        known), so that it may run while the worker is busy with another case."""
+        if not self.cache.enabled:
+            return True
+        return all((ref if worker is not None else id(ref)) in self._fps for ref in (roles.baseline, roles.oracle))
+
     def for_case(self, case: Case, roles: Any, worker: Any = None) -> CaseReferences:
         """The references of ``case`` whose callables are ``roles`` (an :class:`acceptance.engine.Roles` of
         references when ``worker`` runs them, of callables otherwise)."""

@@ -41,7 +41,7 @@ from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
 from acceptance.references import RunReferences
 from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
-from acceptance.workers import WORKER_THREADS, Worker
+from acceptance.workers import WORKER_THREADS, Worker, snapshot
 
 
 def now() -> datetime:
@@ -201,31 +201,40 @@ def _floor_of(metric: str, rules: Rules) -> Optional[float]:
     return rules.floor_max if registry.get(metric).worst_case else rules.floor_mean
 
 
-def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
-            worker: Optional[Worker] = None, references: Optional[RunReferences] = None) -> CaseResult:
-    """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
-    for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
-    runner never imports the code under test); without, in this process. ``references``: the run's cache of
-    inputs, baseline and oracle outputs (:mod:`acceptance.references`)."""
+@dataclass
+class Begun:
+    """A case ready to be measured: its callables resolved, its references found, its trials planned (the
+    first perhaps already sent to the worker, see :func:`begin`)."""
+
+    case: Case
+    identity: dict[str, Any]
+    timing: Timing
+    started: float
+    executor: Any
+    trials: engine.TrialRun
+
+
+def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
+          worker: Optional[Worker] = None, references: Optional[RunReferences] = None,
+          ahead: bool = False) -> Optional[Begun | CaseResult]:
+    """Get ``case`` ready for :func:`measure` (its error, as a result, when its callables cannot be resolved).
+
+    ``ahead``: the worker may be answering another case meanwhile, so nothing may call it now: ``None`` when
+    getting ready needs a call (a callable's fingerprint not known yet, a role set up on trial 0's inputs);
+    else the case's first trial is sent, to run while the other case is still being measured."""
     n_trials = trials_of(case, rules, trials)
     identity = _identity(case, n_trials)
     timing = Timing()
     started = time.perf_counter()
-    dd = rules.dual_delta
-    dd_metrics = dd.metrics if dd else ()
-    atomic = case.spec.category == "atomic_add"
-    outputs: list[_Output] = []
-    peers = Peers(case.dtype)
-    spread = 0.0 if atomic else None
     try:
         roles = engine.Roles(*faithful.wrap_roles(*(role_refs(case.spec) if worker else resolve_roles(case.spec)),
                                                   case, refs=worker is not None))
     except Exception as exc:
-        return CaseResult(**identity, error=f"cannot resolve callables: {exc}")
+        return None if ahead else CaseResult(**identity, error=f"cannot resolve callables: {exc}")
+    if ahead and (engine._needs_setup(roles, True) or (references is not None and not references.known(roles, worker))):
+        return None
     spec = case.spec
-    extras = faithful.Extras(case)
     executor = worker if worker is not None else engine.InProcess()
-    noted = len(executor.notes)
     refs = references.for_case(case, roles, worker) if references is not None else None
     cache_inputs = refs is not None and not any(inp.quant for inp in spec.inputs)  # packed blocks: not cached
     if worker is not None:  # made in the worker, overlapped with measuring the previous trial (cheaper than reading them)
@@ -234,13 +243,49 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         make = lambda k: refs.inputs(k, lambda j: generate(case, j))  # noqa: E731
     else:
         make = lambda k: generate(case, k)  # noqa: E731
+    run = engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
+                            oracle=True, repeats=faithful.impl_repeats(case),
+                            baseline_repeats=faithful.BASELINE_RUNS - 1,
+                            timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
+                            oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
+                            names=[inp.name for inp in spec.inputs], role_params=case.role_params)
+    if ahead:
+        run.start()
+    return Begun(case, identity, timing, started, executor, run)
+
+
+def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
+            worker: Optional[Worker] = None, references: Optional[RunReferences] = None,
+            begun: Optional[Begun] = None, then: Optional[Callable[[], None]] = None) -> CaseResult:
+    """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
+    for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
+    runner never imports the code under test); without, in this process. ``references``: the run's cache of
+    inputs, baseline and oracle outputs (:mod:`acceptance.references`). ``begun``: the case as
+    :func:`begin` got it ready; ``then`` is called once every trial of the case is sent to the worker (the
+    caller may then send the next case's, see :func:`run`)."""
+    ready = begun if begun is not None else begin(case, device, rules, trials=trials, worker=worker,
+                                                   references=references)
+    if not isinstance(ready, Begun):
+        if then is not None:
+            then()
+        return ready
+    identity, timing, started, executor = ready.identity, ready.timing, ready.started, ready.executor
+    n_trials = ready.trials.trials
+    if then is not None:
+        ready.trials.then = then
+        if ready.trials.sent_all:
+            ready.trials.then = None
+            then()
+    noted = len(executor.notes)  # the answers of a case are read after those of the case before it
+    dd = rules.dual_delta
+    dd_metrics = dd.metrics if dd else ()
+    atomic = case.spec.category == "atomic_add"
+    outputs: list[_Output] = []
+    peers = Peers(case.dtype)
+    spread = 0.0 if atomic else None
+    extras = faithful.Extras(case)
     try:
-        for t in engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
-                                   oracle=True, repeats=faithful.impl_repeats(case),
-                                   baseline_repeats=faithful.BASELINE_RUNS - 1,
-                                   timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
-                                   oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
-                                   names=[inp.name for inp in spec.inputs], role_params=case.role_params):
+        for t in ready.trials:
             if not outputs:
                 outputs = [_Output(case.dtype) for _ in t.impl]
             extras.add(t)
@@ -313,8 +358,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     interrupted mid-run can still decide the finished part with :func:`decide_all`;
     cases already in it (by id, e.g. from a journal) are not run again.
     ``isolate``: the callables run in a worker process (see :mod:`acceptance.workers`). ``guard``: the
-    output folder; a case during which a file appears or changes there (other than the run's own journal and
-    lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
+    output folder; a call (with a worker) or a case (without) during which a file appears or changes there
+    (other than the run's own journal and lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
     compute-sanitizer (:mod:`acceptance.sanitize`); a finding makes the case an error.
     ``cache``: an :class:`acceptance.cache.ReferenceCache` for
     inputs, baseline and oracle outputs (``None``: none). ``jobs``: cases measured at once, each job in its
@@ -334,21 +379,35 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     own_threads = torch.get_num_threads()
     if isolate:  # the callables compute in the worker; here only small element-wise passes, which extra
         torch.set_num_threads(1)  # intra-op threads slow down on a busy machine (7x on 2 loaded cores)
+    todo = [case for case in cases if case.id not in done]
+    ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
     try:
-        for case in cases:
-            if case.id in done:
-                continue
+        for i, case in enumerate(todo):
             rules = rules_for(case)
             limit = int(case.spec.memory_limit_gib * 2**30)
             if isolate and (worker is None or worker.memory_limit != limit):
                 if worker is not None:
                     worker.close()
-                worker = Worker(memory_limit=limit, threads=threads)
-            before = snapshot(guard)
-            result = measure(case, device, rules, trials=trials, worker=worker, references=references)
+                worker = Worker(memory_limit=limit, threads=threads, guard=guard)
+            begun, ahead = ahead, None
+            before = snapshot(guard if worker is None else None)  # a worker checks each call itself
+
+            def then(following: Optional[Case] = todo[i + 1] if i + 1 < len(todo) else None) -> None:
+                """Send the next case's first trial to the worker once every trial of this one is sent."""
+                nonlocal ahead
+                if (following is None or worker is None or sanitize
+                        or worker.memory_limit != int(following.spec.memory_limit_gib * 2**30)):
+                    return
+                started = begin(following, device, rules_for(following), trials=trials, worker=worker,
+                                references=references, ahead=True)
+                if isinstance(started, Begun):
+                    ahead = started
+
+            result = measure(case, device, rules, trials=trials, worker=worker, references=references,
+                             begun=begun, then=then)
             if sanitize:
                 result = sanitizer.check(case.id, case.spec.path, result, str(device))
-            result = guarded(result, guard, before)
+            result = guarded(result, guard if worker is None else None, before)
             measured.append((result, rules))
             if on_case:
                 on_case(case, result)
@@ -361,7 +420,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
 
 def guarded(result: CaseResult, guard: Optional[Path], before: dict[str, tuple[int, int]]) -> CaseResult:
     """``result``, or an error when a file of the output folder ``guard`` appeared or changed since the
-    snapshot ``before`` (the files are removed)."""
+    snapshot ``before`` (the files are removed). For callables run in this process; a worker checks each call
+    itself (:class:`acceptance.workers.Worker` ``guard``)."""
     touched = sorted(name for name, stamp in snapshot(guard).items() if before.get(name) != stamp)
     if not touched:
         return result
@@ -370,14 +430,6 @@ def guarded(result: CaseResult, guard: Optional[Path], before: dict[str, tuple[i
     return result.model_copy(update={
         "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
                  "the files were removed"})
-
-
-def snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
-    """(size, mtime in ns) of the files of the output folder, but the run's own journal and lock."""
-    if folder is None:
-        return {}
-    own = {"journal.jsonl", ".acceptance.lock"}
-    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file() and p.name not in own}
 
 
 def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:

@@ -56,6 +56,12 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     return _COUNT.pack(len(sizes)) + b"".join(_COUNT.pack(n) for n in sizes) + buf.getvalue(), buffers
 
 
+def size(message: tuple[bytes, list[pickle.PickleBuffer]]) -> int:
+    """Bytes :func:`send` writes for ``message`` (the pickle and its buffers, without the per-part headers)."""
+    head, buffers = message
+    return len(head) + sum(b.raw().nbytes for b in buffers)
+
+
 def send(conn: multiprocessing.connection.Connection, message: tuple[bytes, list[pickle.PickleBuffer]]) -> None:
     """Send one message of :func:`dumps`: the pickle, then each buffer from its own memory."""
     head, buffers = message

@@ -19,7 +19,11 @@ the outputs, or with what went wrong. The runner waits with a deadline:
 - a callable that modifies its input tensors in place gives "impl modified
   input 1 (`b`) in place (12 elements changed) in trial 0" (a digest of each
   input is compared before and after the call; the changed input is sent back
-  and compared with the runner's copy only when the digest differs).
+  and compared with the runner's copy only when the digest differs);
+- a callable that writes to the run's output folder gives "impl wrote to the
+  output folder in trial 0 (results.json); the files were removed" (the
+  folder's files are compared before and after each call, so the write is
+  charged to the call that made it even while other cases' trials are in flight).
 
 A fresh worker takes the next call after a crash or a kill. Workers run in
 their own session (a terminal's Ctrl-C reaches the runner only), die with the
@@ -40,262 +44,28 @@ after an error.
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
-import resource
 import signal
 import time
-import traceback
-import zlib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Optional
 
 import torch
 
 from acceptance.errors import CaseError
-from acceptance.transport import dumps, recv, send
-
-#: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
-#: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts)
-#: | ("timed", Ref, TimerOptions.key()) (the callable in the timing loop of :mod:`acceptance.timing`, timed where it runs)
-#: | ("adapter", declaration JSON, spec_path, role) | ("setup", Ref): the ``setup`` of the adapter the worker
-#: already holds for Ref (see :mod:`acceptance.adapters`)
-#: | ("fingerprint", Ref): a call giving the hex SHA-256 of Ref's fingerprint.
-Ref = tuple
+from acceptance.serve import (FLOAT64, IMPL, REFERENCE, RUN_FILES, Generate, Ref, _changed, _input_sets, call_inputs,
+                              resolve, serve, snapshot)
+from acceptance.transport import dumps, recv, send, size
 
 Tensors = tuple[torch.Tensor, ...]
 
-
-def resolve(ref: Ref) -> Callable:
-    """The callable a :data:`Ref` names (imports the module: run this in a worker)."""
-    from acceptance import oracle
-    from acceptance.spec.callables import resolve_callable
-
-    kind = ref[0]
-    if kind == "callable":
-        return resolve_callable(ref[1], Path(ref[2]))
-    if kind == "float64":
-        return oracle.float64_oracle(resolve(ref[1]))
-    if kind == "mpmath":
-        return oracle.mpmath_oracle(ref[1], ref[2])
-    if kind == "object":
-        return ref[1]
-    if kind == "emulated":  # ("emulated", Ref, Emulation, role): acceptance.emulation around the callable
-        from acceptance import emulation
-
-        return emulation.wrap(ref[3], resolve(ref[1]), ref[2])
-    if kind == "layout":  # ("layout", Ref, layouts): inputs in the given memory layouts
-        from acceptance.layouts import with_layouts
-
-        return with_layouts(resolve(ref[1]), ref[2])
-    if kind == "timed":
-        from acceptance import timing
-
-        return timing.Timed(resolve(ref[1]), timing.TimerOptions(**dict(ref[2])))
-    if kind == "adapter":
-        from acceptance.adapters import resolve_adapter
-
-        return resolve_adapter(ref)
-    if kind == "fingerprint":
-        return _fingerprinter(resolve(ref[1]))
-    raise ValueError(f"unknown callable reference {ref!r}")
-
-
-def _fingerprinter(fn: Callable) -> Callable[[], torch.Tensor]:
-    """A call that returns the SHA-256 of ``fn``'s :func:`acceptance.cache.callable_fingerprint` (hex, as a uint8
-    tensor), so that the runner can key cached references without importing the code under test."""
-    def fingerprint() -> torch.Tensor:
-        from acceptance.cache import callable_fingerprint, canonical_json
-
-        hexdigest = hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
-        return torch.frombuffer(bytearray(hexdigest.encode()), dtype=torch.uint8)
-    return fingerprint
-
-
-def _digest(t: torch.Tensor) -> int:
-    """A checksum of a tensor's bytes (CRC-32 on the host; an integer weighted sum on a device)."""
-    if t.numel() == 0:
-        return 0
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    bits = t.detach().contiguous().view(width)
-    if t.device.type == "cpu":
-        return zlib.crc32(bits.numpy().view("u1").data)
-    flat = bits.reshape(-1).to(torch.int64)
-    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.int64)
-    return hash((int(flat.sum()), int((flat * weights).sum())))
-
-
-def _changed(now: torch.Tensor, before: torch.Tensor) -> int:
-    """Elements whose bits differ (every element when the shape changed)."""
-    if now.shape != before.shape or now.dtype != before.dtype:
-        return max(now.numel(), before.numel())
-    if now.is_floating_point():
-        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[now.element_size()]
-        return int((now.contiguous().view(width) != before.contiguous().view(width)).sum())
-    return int((now != before).sum())
-
-
-def _listed_children() -> Optional[list[str]]:
-    """This process's children from ``/proc/self/task/*/children`` (one small file per thread, ~0.1 ms in all,
-    where scanning all of /proc takes ~20 ms on a busy host); ``None`` where the kernel does not offer it."""
-    me = os.getpid()
-    try:
-        tasks = os.listdir(f"/proc/{me}/task")
-        pids: list[str] = []
-        for task in tasks:
-            try:
-                with open(f"/proc/{me}/task/{task}/children") as fh:
-                    pids += fh.read().split()
-            except FileNotFoundError:
-                if task == str(me):
-                    return None  # no CONFIG_PROC_CHILDREN
-        return pids
-    except OSError:
-        return None
-
-
-def _children() -> list[int]:
-    """Kill the live child processes of this worker (Linux /proc); their pids."""
-    me, found = str(os.getpid()), []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return found
-    listed = _listed_children()
-    for entry in (proc / pid for pid in listed) if listed is not None else proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z":
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
-
-
-def _where(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-
-
-def _cached(cache: dict, ref: Ref) -> Callable:
-    """The callable of ``ref``, resolved once per worker (a setup reference reaches the cached adapter)."""
-    if ref[0] == "setup":
-        return _cached(cache, ref[1]).setup
-    key = ref if ref[0] != "object" else id(ref[1])
-    return cache.get(key) or cache.setdefault(key, resolve(ref))
-
-
-def _serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int],
-           threads: Optional[int] = None) -> None:  # pragma: no cover
-    """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call."""
-    os.setsid()
-    if threads:
-        torch.set_num_threads(threads)
-    if hasattr(ctypes, "CDLL"):
-        try:
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the runner
-        except (OSError, AttributeError):
-            pass
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    if memory_limit:
-        with open("/proc/self/statm") as fh:
-            mapped = int(fh.read().split()[0]) * resource.getpagesize()
-        resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, resource.RLIM_INFINITY))
-    cache: dict[Any, Callable] = {}
-    recipe: Any = None
-    while True:
-        try:
-            sets, calls = recv(conn)
-        except EOFError:
-            os._exit(0)
-        if isinstance(sets, Generate):  # the inputs are made here, from the case's recipe
-            recipe = sets.recipe if sets.recipe is not None else recipe
-            try:
-                sets = _input_sets(recipe(sets.trial))
-            except Exception as exc:  # a spec whose inputs cannot be made: the batch ends here
-                send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
-                continue
-        for role, ref, which, params, device in calls:
-            answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit)
-            try:
-                data = dumps(answer + (time.monotonic(),))
-            except Exception as exc:  # an output that cannot be pickled
-                answer = ("bad", f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
-                data = dumps(answer + (time.monotonic(),))
-            stop = answer[0] == "bad" or bool(answer[2])  # the runner stops reading this batch here
-            answer = None  # the outputs live on in the message only
-            send(conn, data)
-            data = None
-            if stop:
-                break
-        sets = calls = None
-
-
-class Generate(NamedTuple):
-    """A batch's inputs as the worker makes them: ``recipe(trial)`` (:class:`acceptance.inputs.Recipe`);
-    ``recipe`` is ``None`` when the worker holds it from the previous batch."""
-
-    recipe: Any
-    trial: int
-
-
-def _input_sets(made: Any) -> tuple[Tensors, ...]:
-    """:func:`acceptance.inputs.input_sets` (imported when a worker first makes inputs)."""
-    from acceptance.inputs import input_sets
-
-    return input_sets(made)
-
-
-def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
-            memory_limit: Optional[int]) -> tuple:  # pragma: no cover - runs in the worker
-    """One call in the worker: ("ok", outputs on the CPU, [(i, input i as it is now)] for the inputs it changed,
-    seconds, notes) or ("bad", what went wrong)."""
-    try:
-        from acceptance.adapters import take_notes
-
-        fn = _cached(cache, ref)
-        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-        before = [_digest(a) for a in args]
-        started = time.perf_counter()
-        value = fn(*args, **params)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - started
-        outs = value if isinstance(value, (tuple, list)) else (value,)
-        if not outs:
-            answer: tuple = ("bad", "returned no output")
-        elif not all(isinstance(o, torch.Tensor) for o in outs):
-            k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
-            answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
-        else:
-            changed = [(i, a.detach().cpu()) for i, (a, d) in enumerate(zip(args, before)) if _digest(a) != d]
-            answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, take_notes(fn))
-    except SystemExit as exc:
-        answer = ("bad", f"called sys.exit({exc.code!r})")
-    except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
-        text = f"{type(exc).__name__}: {exc}{_where(exc)}"
-        if memory_limit and (isinstance(exc, MemoryError) or "allocate memory" in str(exc)):
-            answer = ("bad", f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
-        else:
-            answer = ("bad", f"raised {text}")
-    left = _children()
-    if left and answer[0] == "ok":
-        answer = ("bad", f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); "
-                         "they were killed")
-    return answer
-
+__all__ = ["FLOAT64", "IMPL", "REFERENCE", "RUN_FILES", "Ref", "Batch", "Call", "Worker", "WORKER_THREADS",
+           "call_inputs", "resolve", "snapshot"]
 
 _CONTEXT: Optional[multiprocessing.context.BaseContext] = None
 
@@ -321,15 +91,21 @@ class Worker:
 
     ``memory_limit``: bytes the worker may map beyond what it had at start (``None``: no limit).
     ``threads``: torch's intra-op threads in the worker (``None``: torch's default).
+    ``guard``: the run's output folder: a call during which a file there appears or changes (but the run's own
+    :data:`RUN_FILES`) is an error naming the role, the trial and the files, which are removed.
     """
 
     #: the calls run in another process: the engine may send a trial while it measures the previous one
     concurrent = True
 
-    def __init__(self, memory_limit: Optional[int] = None, threads: Optional[int] = None):
-        self.memory_limit, self.threads = memory_limit, threads
+    def __init__(self, memory_limit: Optional[int] = None, threads: Optional[int] = None,
+                 guard: Optional[Path] = None):
+        self.memory_limit, self.threads, self.guard = memory_limit, threads, guard
         self._proc: Optional[multiprocessing.process.BaseProcess] = None
-        self._batch: Optional[Batch] = None
+        self._pending: deque[Batch] = deque()  # submitted batches not finished, in submission order; those sent
+        # to the current process are a prefix of it
+        self._generation = 0  # bumped when a process starts or is killed: a batch sent to an earlier one is lost
+        self._free_at = 0.0  # CLOCK_MONOTONIC: the worker may have started its next call from then on
         self._recipe: Any = None  # the input recipe the worker holds
         self._conn: Optional[multiprocessing.connection.Connection] = None
         #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
@@ -337,11 +113,14 @@ class Worker:
 
     def _start(self) -> None:
         parent, child = _context().Pipe()
-        proc = _context().Process(target=_serve, args=(child, self.memory_limit, self.threads), daemon=True)
+        proc = _context().Process(target=serve, daemon=True,
+                                  args=(child, self.memory_limit, self.threads,
+                                        str(self.guard) if self.guard is not None else None))
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
         self._recipe = None
+        self._generation += 1
 
     def close(self) -> None:
         """Kill the worker and its process group (children it left behind included)."""
@@ -353,6 +132,7 @@ class Worker:
             self._proc.join(5)
             self._conn.close()
         self._proc = self._conn = None
+        self._generation += 1
 
     def __enter__(self) -> "Worker":
         return self
@@ -367,6 +147,9 @@ class Worker:
 
         :class:`CaseError` when it breaks; ``limit`` is the timeout as configured, for the message.
         """
+        if self._pending:
+            raise RuntimeError(f"{role}: a call while {len(self._pending)} batch(es) are in flight would be "
+                               "answered after them; read or discard them first")
         batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
         return batch.next(timeout=timeout, limit=limit, names=names)
 
@@ -377,43 +160,41 @@ class Worker:
         :data:`IMPL`, :data:`REFERENCE` and :data:`FLOAT64` (the reference inputs in float64, made in the
         worker). ``sets`` may instead be a picklable recipe (:class:`acceptance.inputs.Recipe`): the worker
         makes the trial's inputs itself, and the runner never holds them. The worker runs the calls one after
-        the other and stops at the first that breaks or modifies an input. A batch whose answers were not all read (the runner gave up on it) costs the worker: the next
-        submit starts a fresh one.
-        """
-        if self._batch is not None and not self._batch.done:
-            self.close()
-        if self._proc is None or not self._proc.is_alive():
-            self.close()
-            self._start()
-        sent: Any = sets
-        if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
-            sent = Generate(sets if self._recipe is not sets else None, trial)
-            self._recipe = sets
-        # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
-        send(self._conn, dumps((sent, [(c.role, c.ref, c.inputs, c.params, c.device) for c in calls])))
-        self._batch = Batch(self, trial, sets, calls, time.monotonic())
-        return self._batch
+        the other and stops at the first that breaks or modifies an input.
 
+        Several batches may be in flight: the worker runs them in the order sent, and they are read in that
+        order. A batch read while an earlier one still has unread answers means the earlier one was given up:
+        the worker is replaced, and the batch is sent again to the fresh one (as is any batch sent to a worker
+        that was since killed), so an answer always answers the call it was read for. A message larger than
+        :data:`SMALL_MESSAGE` waits to be sent until the batch is read, when nothing else is in flight (two
+        processes each blocked writing to the other would wait forever).
+        """
+        batch = Batch(self, trial, sets, calls)
+        if not calls:
+            return batch
+        first = not self._pending
+        follows = first or (self._pending[-1]._here() and self._alive())
+        self._pending.append(batch)
+        if follows:  # sent in order: now, or when it is read
+            batch._send(small_only=not first)
+        return batch
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    @property
+    def in_flight(self) -> int:
+        """Batches submitted whose answers are not all read."""
+        return len(self._pending)
+
+
+#: Bytes of a batch message that may be sent while other batches are in flight (a socket buffer holds many).
+SMALL_MESSAGE = 8 * 1024
 
 #: torch's intra-op threads in a worker unless told otherwise: one, so that a CPU callable's result (a
 #: reduction's order can follow the thread count) is the same on every machine and for any ``--jobs``, and N
 #: jobs on N cores do not oversubscribe them.
 WORKER_THREADS = 1
-
-#: Which inputs a :class:`Call` takes: the impl's, the reference's (the baseline's), the reference's in float64.
-IMPL, REFERENCE, FLOAT64 = 0, 1, 2
-
-
-def call_inputs(sets: tuple[Tensors, ...], which: int) -> Tensors:
-    """The inputs a call takes from a batch's ``sets`` ((impl's,) or (impl's, reference)): :data:`IMPL` the
-    impl's, :data:`REFERENCE` the reference's, :data:`FLOAT64` float64 copies of the reference's
-    (:func:`acceptance.oracle.float64_inputs`)."""
-    if which == FLOAT64:
-        from acceptance.oracle import float64_inputs
-
-        return float64_inputs(sets[-1])
-    return sets[min(which, len(sets) - 1)]
-
 
 @dataclass(frozen=True)
 class Call:
@@ -430,24 +211,93 @@ class Call:
 class Batch:
     """The answers of one :meth:`Worker.submit`, read in call order."""
 
-    def __init__(self, worker: Worker, trial: int, sets: tuple[Tensors, ...], calls: list[Call], sent: float):
+    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call]):
         self.worker, self.trial, self.sets, self.calls = worker, trial, sets, calls
-        self._started = sent  # CLOCK_MONOTONIC, shared by the processes: when the next call could start
+        self._generation = -1  # the worker process it was sent to (-1: not sent)
+        self._sent = 0.0
+        self._started = 0.0  # CLOCK_MONOTONIC: when the call to read next could start
         self._read = 0
         self.done = not calls
+
+    def _here(self) -> bool:
+        """Whether this batch was sent to the worker process now running."""
+        return self._generation == self.worker._generation
+
+    def _send(self, small_only: bool = False) -> bool:
+        """Send this batch (starting the worker when it is not running); with ``small_only``, only a message of
+        at most :data:`SMALL_MESSAGE` bytes. Whether it was sent."""
+        w = self.worker
+        if not w._alive():
+            w.close()
+            w._start()
+        sets: Any = self.sets
+        if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
+            sets = Generate(sets if w._recipe is not sets else None, self.trial)
+        # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
+        message = dumps((sets, [(c.role, c.ref, c.inputs, c.params, c.device) for c in self.calls]))
+        if small_only and size(message) > SMALL_MESSAGE:
+            return False
+        send(w._conn, message)
+        if not isinstance(self.sets, tuple):
+            w._recipe = self.sets
+        self._generation, self._sent, self._read = w._generation, time.monotonic(), 0
+        return True
+
+    def _finish(self) -> None:
+        self.done = True
+        pending = self.worker._pending
+        if pending and pending[0] is self:
+            pending.popleft()
+
+    def discard(self) -> None:
+        """Give this batch up: its answers will not be read. A batch the worker may still be answering costs
+        the worker (it is killed; the batches after this one are sent again to a fresh one when read)."""
+        if self.done:
+            return
+        w = self.worker
+        self.done = True
+        if self in w._pending:
+            w._pending.remove(self)
+            if self._here() and w._alive():
+                w.close()
+
+    def _first(self) -> None:
+        """Make this batch the first one the worker answers: batches submitted before it were given up by their
+        reader (the worker is replaced when one of them was sent to it); then send it, and the batches after it
+        that are not sent yet, in order."""
+        w = self.worker
+        given_up = []
+        while w._pending and w._pending[0] is not self:
+            given_up.append(w._pending.popleft())
+        for b in given_up:
+            b.done = True
+        if any(b._here() for b in given_up) and w._alive():
+            w.close()  # their answers would come first
+        if not self._here():
+            self._send()
+            for b in list(w._pending)[1:]:
+                if b._here() or not b._send(small_only=True):
+                    break
 
     def next(self, *, timeout: float = math.inf, limit: Optional[float] = None,
              names: Optional[list[str]] = None) -> tuple[Tensors, float]:
         """The next call's (outputs, seconds inside it); ``timeout`` seconds from when the worker could start it
-        (the previous answer, or the submit), so a runner busy elsewhere meanwhile never shortens it."""
+        (the submit, or when the previous answer was read), so a runner busy elsewhere meanwhile never
+        shortens it."""
+        w = self.worker
+        if self.done:
+            raise RuntimeError(f"trial {self.trial}: every answer of this batch was read (or it was discarded)")
+        if not (w._pending and w._pending[0] is self and self._here()):
+            self._first()
+        if self._read == 0:
+            self._started = max(self._sent, w._free_at)
         call = self.calls[self._read]
         self._read += 1
-        self.done = self._read == len(self.calls)
-        role, trial, w = call.role, self.trial, self.worker
+        role, trial = call.role, self.trial
         wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
         ready = multiprocessing.connection.wait([w._conn, w._proc.sentinel], wait)
         if not ready:
-            self.done = True
+            self._finish()
             w.close()
             shown = limit if limit is not None else timeout
             raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
@@ -456,24 +306,30 @@ class Batch:
         except (EOFError, OSError):
             answer = None
         if answer is None:
-            self.done = True
+            self._finish()
             w._proc.join(5)
             code = w._proc.exitcode
             w.close()
             if code is not None and code < 0:
                 raise CaseError(f"{role} terminated by {_signal_name(code)} in trial {trial}")
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
-        self._started = answer[-1]
+        # the next call started when this answer was sent, or later if sending it had to wait for this read
+        w._free_at = self._started = max(answer[-1], time.monotonic())
+        if self._read == len(self.calls):
+            self._finish()
         if answer[0] == "inputs":
-            self.done = True
+            self._finish()
             raise CaseError(answer[1])
         if answer[0] == "bad":
-            self.done = True
+            self._finish()
             raise CaseError(f"{role} {answer[1]} in trial {trial}")
+        if answer[0] == "wrote":
+            self._finish()
+            raise CaseError(f"{role} wrote to the output folder in trial {trial} ({answer[1]}); the files were removed")
         _, outs, changed, seconds, notes, _ = answer
         w.notes += notes
         for i, now in changed:
-            self.done = True
+            self._finish()
             name = f" (`{names[i]}`)" if names and i < len(names) else ""
             differs = _changed(now, self._args(call)[i])
             raise CaseError(f"{role} modified input {i}{name} in place ({differs} elements changed) in trial {trial}")

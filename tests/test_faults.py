@@ -31,7 +31,7 @@ CATALOGUE = {
     "allocates_too_much": "impl exceeded the worker's memory limit of 1 GiB",
     "closes_stdout": None,
     "leaves_a_child": "impl left 1 child process(es) running",
-    "writes_to_the_output_folder": "the code under test wrote to the output folder during this case (results.json)",
+    "writes_to_the_output_folder": "impl wrote to the output folder in trial 0 (results.json); the files were removed",
     "forges_a_log_line": "impl raised ValueError: bad",
     "returns_a_string": "impl returned str at output 0 in trial 0",
 }

@@ -141,7 +141,11 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def _distribution(top: str) -> Optional[str]:
+    """"name==version" of the distributions that install the top-level module ``top`` (comma-separated), or
+    ``None``. Memoized like :func:`_distributions`: reading a distribution's METADATA costs ~5 ms, and every
+    fingerprint of a callable that reaches numpy or torch asks again."""
     names = _distributions().get(top)
     if not names:
         return None
