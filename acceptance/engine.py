@@ -317,6 +317,7 @@ class TrialRun:
             while self._planned:  # given up: an error, or the caller stopped early
                 batch = self._planned.popleft().batch
                 getattr(batch, "discard", lambda: None)()
+            getattr(self.references, "close", lambda: None)()  # what was computed is kept, however it ended
 
 
 def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int, *, device: torch.device,
@@ -338,8 +339,9 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     ``role_params`` maps a role to keyword arguments merged over ``params`` for it. Roles declared as mappings (:mod:`acceptance.adapters`)
     are set up on trial 0's inputs before it, each under its own timeout, in ``timing.setup``.
     ``references`` (e.g. :class:`acceptance.references.CaseReferences`) may hold the baseline and oracle
-    outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs), and
-    ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses.
+    outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs),
+    ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses, and ``close()``
+    (when it has one) is called once the trials end.
 
     A trial's calls go to the executor together (:meth:`acceptance.workers.Worker.submit`). With a worker,
     later trials are sent before a trial is yielded, so the callables run while the caller measures: up to

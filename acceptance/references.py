@@ -23,6 +23,12 @@ torch, NumPy, acceptance and Python versions, CPU ISA, thread count)::
               (:func:`acceptance.cache.callable_fingerprint`), computed in the worker
               process so the runner never imports the code under test
 
+The baseline's (and the oracle's) outputs of a whole case are one entry, a *pack*, keyed as above
+with ``trial`` "all", when each trial's outputs are small (:data:`PACK_TRIAL_BYTES`, at most
+:data:`PACK_BYTES` in all): a run reads and writes one file per case and role instead of one per trial.
+Larger outputs get an entry per trial. A pack holds the trials computed so far ((trial, outputs) pairs
+after an int64 index), so a run with more trials adds to it and one with fewer reads part of it.
+
 A callable that cannot be fingerprinted, or a spec whose repr shows a memory
 address, is simply not cached. Outputs are made contiguous whether they come
 from the cache or from the call, so a warm run computes on the same bytes in
@@ -57,6 +63,11 @@ KEYED_ROLES = ("baseline", "oracle")
 #: Seconds a worker may take to fingerprint one callable (it imports the callable's module first).
 FINGERPRINT_TIMEOUT = 120.0
 
+#: Largest outputs (bytes) of one trial that go in the case's pack rather than an entry of their own.
+PACK_TRIAL_BYTES = 1 << 20
+#: Largest pack (bytes of tensors): the trials beyond get entries of their own.
+PACK_BYTES = 32 << 20
+
 
 def _fingerprint_hex(fn: Callable) -> str:
     return hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
@@ -89,38 +100,105 @@ def _sorted(value: Any) -> Any:
 
 
 class CaseReferences:
-    """The references of one case, for :func:`acceptance.engine.run_trials` (``get``/``put``) and for input
-    generation (:meth:`inputs`). ``fns`` maps "baseline"/"oracle" to the callable's fingerprint (``None``:
+    """The references of one case, for :func:`acceptance.engine.run_trials` (``get``/``put``/``close``) and for
+    input generation (:meth:`inputs`). ``fns`` maps "baseline"/"oracle" to the callable's fingerprint (``None``:
     not cached); ``base`` is ``None`` when the case is not cached at all."""
 
     def __init__(self, cache: ReferenceCache, base: Optional[dict[str, Any]], fns: dict[str, Optional[str]]):
         self.cache = cache
         self.base = base
         self.fns = fns
+        self._packed: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs, as read from its pack
+        self._fresh: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs computed here, to be packed
+        self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
 
-    def _key(self, role: str, trial: int) -> Optional[str]:
+    def _key(self, role: str, trial: int | str) -> Optional[str]:
         if self.base is None or not self.cache.enabled:
             return None
         if role != "inputs" and self.fns.get(role) is None:
             return None
         return key(role=role, trial=trial, fn=self.fns.get(role), **self.base)
 
+    def _pack(self, role: str) -> dict[int, Tensors]:
+        """The role's pack, read once (empty when there is none, or it does not hold what its index says)."""
+        if role not in self._packed:
+            k = self._key(role, "all")
+            found = self.cache.get(k) if k is not None else None
+            self._packed[role] = _unpack(found) if found is not None else {}
+        return self._packed[role]
+
     def get(self, role: str, trial: int) -> Optional[Tensors]:
+        if role == "inputs":
+            k = self._key(role, trial)
+            return self.cache.get(k) if k is not None else None
+        pack = self._pack(role)
+        if trial in pack:
+            return pack[trial]
         k = self._key(role, trial)
-        return self.cache.get(k) if k is not None else None
+        if k is None or (not pack and trial > 0 and not self._alone.get(role, False)):
+            return None  # trials are stored in order: with neither a pack nor trial 0's entry, nothing is stored
+        found = self.cache.get(k)
+        if trial == 0:
+            self._alone[role] = found is not None
+        return found
 
     def put(self, role: str, trial: int, tensors: Tensors) -> Tensors:
-        """Store ``tensors`` (made contiguous) and return them as the trial uses them."""
+        """Store ``tensors`` (made contiguous) and return them as the trial uses them: in the case's pack
+        (written by :meth:`close`) when small, else an entry of their own, written now."""
         tensors = tuple(t.contiguous() for t in tensors)
         k = self._key(role, trial)
-        if k is not None:
+        if k is None:
+            return tensors
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        fresh = self._fresh.setdefault(role, {})
+        packed = sum(_nbytes(v) for v in fresh.values())
+        if role != "inputs" and nbytes <= PACK_TRIAL_BYTES and packed + nbytes <= PACK_BYTES:
+            fresh[trial] = tensors
+        else:
             self.cache.put(k, tensors)
         return tensors
+
+    def close(self) -> None:
+        """Write the packs of the roles that computed trials here (with the trials their pack held); the trial
+        engine calls this when a case's trials end, however they end."""
+        for role, fresh in self._fresh.items():
+            k = self._key(role, "all")
+            if not fresh or k is None:
+                continue
+            trials = {**self._pack(role), **fresh}
+            self.cache.put(k, _packed(trials))
+            self._packed[role] = trials
+        self._fresh = {}
 
     def inputs(self, trial: int, make: Callable[[int], Any]) -> Tensors:
         """The inputs of ``trial``: from the cache, else ``make(trial)`` (stored)."""
         found = self.get("inputs", trial)
         return found if found is not None else self.put("inputs", trial, tuple(make(trial)))
+
+
+def _nbytes(tensors: Tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _packed(trials: dict[int, Tensors]) -> list[torch.Tensor]:
+    """A pack's tensors: an int64 index of (trial, outputs) rows, then each trial's outputs in trial order."""
+    order = sorted(trials)
+    index = torch.tensor([[t, len(trials[t])] for t in order], dtype=torch.int64).reshape(-1, 2)
+    return [index] + [x for t in order for x in trials[t]]
+
+
+def _unpack(tensors: Tensors) -> dict[int, Tensors]:
+    """The trials of a pack (:func:`_packed`); empty when the index does not match the tensors that follow."""
+    if not tensors or tensors[0].dtype != torch.int64 or tensors[0].dim() != 2 or tensors[0].shape[1] != 2:
+        return {}
+    rows = tensors[0].tolist()
+    if sum(n for _, n in rows) != len(tensors) - 1 or any(n < 1 for _, n in rows):
+        return {}
+    out, at = {}, 1
+    for t, n in rows:
+        out[t] = tuple(tensors[at:at + n])
+        at += n
+    return out
 
 
 class RunReferences:

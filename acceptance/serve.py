@@ -257,12 +257,14 @@ class FolderWatch:
 
     def written(self) -> list[str]:
         """The files the call wrote (removed now), sorted."""
-        now = snapshot(Path(self.folder))
         if self._fd is None:
-            touched = [name for name, stamp in now.items() if self._before.get(name) != stamp]
+            touched = [name for name, stamp in snapshot(Path(self.folder)).items() if self._before.get(name) != stamp]
         else:
             names, lost = self._events()
-            touched = list(now) if lost else [name for name in names if name in now]
+            if lost:
+                touched = list(snapshot(Path(self.folder)))
+            else:
+                touched = [name for name in names - RUN_FILES if os.path.isfile(os.path.join(self.folder, name))]
         for name in touched:
             try:
                 os.unlink(os.path.join(self.folder, name))
@@ -319,8 +321,9 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
                 continue
         digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
         for role, ref, which, params, device in calls:
+            # float64 copies are the call's own: nothing else reads them, so they need no digest
             answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit, watch,
-                             digests if which != FLOAT64 else None)
+                             digests, check=which != FLOAT64)
             try:
                 data = dumps(answer + (time.monotonic(),))
             except Exception as exc:  # an output that cannot be pickled
@@ -352,11 +355,12 @@ def _input_sets(made: Any) -> tuple[Tensors, ...]:
 
 def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
             memory_limit: Optional[int], watch: Optional[FolderWatch] = None,
-            digests: Optional[dict[int, int]] = None) -> tuple:  # pragma: no cover - in the worker
+            digests: Optional[dict[int, int]] = None, check: bool = True) -> tuple:  # pragma: no cover
     """One call in the worker: ("ok", outputs on the CPU, [(i, input i as it is now)] for the inputs it changed,
     seconds, notes), ("bad", what went wrong) or ("wrote", the files it wrote to the folder ``watch`` looks at,
     which are removed; importing the callable's module counts as the call). ``digests``: the inputs' digests
-    known from the batch's previous calls, by ``id`` of the tensor (updated here)."""
+    known from the batch's previous calls, by ``id`` of the tensor (updated here); ``check=False``: the inputs
+    are not checked for writes (copies made for this call alone)."""
     if watch is not None:
         watch.start()
     try:
@@ -366,7 +370,7 @@ def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.devi
         held = args  # the batch's own tensors, alive as long as its digests are kept
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
         digests = digests if digests is not None else {}
-        before = [digests[id(a)] if id(a) in digests else _digest(a) for a in args]
+        before = [digests[id(a)] if id(a) in digests else _digest(a) for a in args] if check else []
         started = time.perf_counter()
         value = fn(*args, **params)
         if device.type == "cuda":
@@ -379,7 +383,7 @@ def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.devi
             k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
             answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
         else:
-            after = [_digest(a) for a in args]
+            after = [_digest(a) for a in args] if check else []
             changed = [(i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after)) if e != d]
             digests.update((id(a), e) for a, h, e in zip(args, held, after) if a is h)  # never a copy's: its id
             # could name another tensor once it is freed

@@ -19,7 +19,8 @@ the outputs, or with what went wrong. The runner waits with a deadline:
 - a callable that modifies its input tensors in place gives "impl modified
   input 1 (`b`) in place (12 elements changed) in trial 0" (a digest of each
   input is compared before and after the call; the changed input is sent back
-  and compared with the runner's copy only when the digest differs);
+  and compared with the runner's copy only when the digest differs; the
+  oracle's float64 copies are its own, made for that call, and not checked);
 - a callable that writes to the run's output folder gives "impl wrote to the
   output folder in trial 0 (results.json); the files were removed" (the
   folder's files are compared before and after each call, so the write is

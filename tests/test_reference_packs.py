@@ -1,0 +1,122 @@
+"""A case's baseline and oracle outputs in one cache entry per role (a pack): bit-exact round trips, packs that
+grow with more trials, large outputs in entries of their own, a damaged index read as a miss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from acceptance import references as R
+from acceptance.cache import ReferenceCache
+
+BASE = dict(case="op[float32-N=4]", dtype="float32", seed=7, spec="spec-repr", generator="g" * 64, threads=1)
+FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
+
+
+def refs(cache: ReferenceCache) -> R.CaseReferences:
+    return R.CaseReferences(cache, dict(BASE), dict(FNS))
+
+
+def outputs(trial: int, n: int = 5) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(trial)
+    return (torch.randn(n, generator=g, dtype=torch.float64), torch.arange(trial + 1, dtype=torch.int32))
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and
+                                    torch.equal(x.view(torch.uint8) if x.dim() else x, y.view(torch.uint8) if y.dim() else y)
+                                    for x, y in zip(a, b))
+
+
+def files(cache: ReferenceCache) -> list:
+    return sorted(cache.root.rglob("*.ref"))
+
+
+def test_a_cases_trials_go_in_one_entry_per_role_and_come_back_bit_for_bit(tmp_path):
+    cache = ReferenceCache(tmp_path)
+    first = refs(cache)
+    assert first.get("baseline", 0) is None and first.get("oracle", 0) is None
+    for t in range(5):
+        first.put("baseline", t, outputs(t))
+        first.put("oracle", t, outputs(100 + t))
+    assert files(cache) == []  # written when the trials end
+    first.close()
+    assert len(files(cache)) == 2
+    second = refs(cache)
+    for t in range(5):
+        assert same(second.get("baseline", t), outputs(t)) and same(second.get("oracle", t), outputs(100 + t))
+    assert second.get("baseline", 5) is None
+    second.close()  # nothing new: nothing written
+    assert len(files(cache)) == 2
+
+
+def test_a_run_with_more_trials_adds_them_to_the_pack(tmp_path):
+    cache = ReferenceCache(tmp_path)
+    a = refs(cache)
+    for t in range(3):
+        a.put("baseline", t, outputs(t))
+    a.close()
+    b = refs(cache)
+    for t in range(6):
+        if b.get("baseline", t) is None:
+            b.put("baseline", t, outputs(t))
+    b.close()
+    c = refs(cache)
+    assert all(same(c.get("baseline", t), outputs(t)) for t in range(6))
+    assert len(files(cache)) == 1
+
+
+def test_large_outputs_get_entries_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(R, "PACK_TRIAL_BYTES", 64)
+    cache = ReferenceCache(tmp_path)
+    a = refs(cache)
+    big = [(torch.full((20,), float(t)),) for t in range(3)]  # 80 bytes a trial
+    for t in range(3):
+        a.put("oracle", t, big[t])
+    assert len(files(cache)) == 3  # written at once
+    a.close()
+    assert len(files(cache)) == 3
+    b = refs(cache)
+    assert all(same(b.get("oracle", t), big[t]) for t in range(3))
+    empty = R.CaseReferences(ReferenceCache(tmp_path / "other"), dict(BASE), dict(FNS))
+    assert empty.get("oracle", 0) is None and empty.get("oracle", 1) is None
+
+
+def test_a_pack_beyond_its_cap_leaves_the_rest_to_entries_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(R, "PACK_BYTES", 100)
+    cache = ReferenceCache(tmp_path)
+    a = refs(cache)
+    for t in range(6):
+        a.put("baseline", t, (torch.full((8,), float(t)),))  # 32 bytes: three fit in 100
+    a.close()
+    assert len(files(cache)) == 1 + 3
+    b = refs(cache)
+    assert [float(b.get("baseline", t)[0][0]) for t in range(6)] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_pack_whose_index_does_not_match_is_a_miss(tmp_path):
+    cache = ReferenceCache(tmp_path)
+    k = refs(cache)._key("baseline", "all")
+    cache.put(k, [torch.tensor([[0, 3]], dtype=torch.int64), torch.ones(2)])  # says 3 outputs, holds 1
+    assert refs(cache).get("baseline", 0) is None
+    cache.put(k, [torch.ones(2)])  # no index at all
+    assert refs(cache).get("baseline", 0) is None
+
+
+def test_an_uncacheable_role_is_never_packed(tmp_path):
+    cache = ReferenceCache(tmp_path)
+    r = R.CaseReferences(cache, dict(BASE), {"baseline": None, "oracle": "o" * 64})
+    r.put("baseline", 0, outputs(0))
+    r.close()
+    assert files(cache) == [] and r.get("baseline", 0) is None
+
+
+@pytest.mark.parametrize("stop", [1, 4])
+def test_a_case_that_ends_early_keeps_the_trials_it_computed(tmp_path, stop):
+    cache = ReferenceCache(tmp_path)
+    a = refs(cache)
+    for t in range(stop):
+        a.put("oracle", t, outputs(t))
+    a.close()  # the engine closes whatever ended the trials
+    b = refs(cache)
+    assert all(same(b.get("oracle", t), outputs(t)) for t in range(stop)) and b.get("oracle", stop) is None
