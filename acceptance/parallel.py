@@ -12,8 +12,8 @@ them together (Holm over the run) as with one job. The records' timings
 (seconds) naturally differ.
 
 Jobs ignore SIGINT (a terminal's Ctrl-C reaches the runner only, which stops
-them); a job that dies takes only its in-flight cases down, each recorded as
-an error. Each job's worker checks the output folder around every call, so a
+them) and end when the runner ends, however it ends; a job that dies takes
+only its in-flight cases down, each recorded as an error. Each job's worker checks the output folder around every call, so a
 file the code under test writes there is charged to the call that wrote it;
 without isolation the folder is compared before a case was submitted and when
 it finished, and with several cases in flight such a file is charged to the
@@ -47,7 +47,8 @@ def cores() -> int:
 
 
 def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
-          threads: Optional[int] = None, guard: Optional[Path] = None) -> None:  # pragma: no cover
+          threads: Optional[int] = None, guard: Optional[Path] = None,
+          runner: Optional[int] = None) -> None:  # pragma: no cover
     """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache;
     ``device``: the impl's device, or a queue of them from which each job takes its own."""
     if not isinstance(device, torch.device):
@@ -56,6 +57,10 @@ def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tup
     from acceptance.references import RunReferences
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if runner is not None:
+        from acceptance.serve import die_with
+
+        die_with(runner)  # its worker, started by this job, ends with the job
     torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
     _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
                   worker=None, threads=threads, guard=guard)
@@ -102,7 +107,7 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context,
                                                   initializer=_init, initargs=(given, trials, isolate,
                                                             (cache.root, cache.max_bytes, cache.enabled) if cache else None,
-                                                            threads, guard))
+                                                            threads, guard, os.getpid()))
     folder = None if isolate else guard  # each job's worker checks its calls itself
     finished: dict[str, tuple[CaseResult, Rules]] = {}
     complete = False

@@ -14,8 +14,10 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import resource
+import select
 import signal
 import struct
+import threading
 import time
 import traceback
 import zlib
@@ -286,10 +288,44 @@ def _cached(cache: dict, ref: Ref) -> Callable:
     return cache.get(key) or cache.setdefault(key, resolve(ref))
 
 
+def die_with(pid: int) -> None:  # pragma: no cover - runs in a worker or a job process
+    """End this process when process ``pid`` (the one that started it) ends, however it ends, ``kill -9``
+    included.
+
+    A worker's or a job's parent is the fork server, not the process it works for, and it holds the fork
+    server's liveness pipe: left alone, a worker of a killed runner would wait for a call forever and keep the
+    fork server alive with it. A thread waits on a pidfd of ``pid`` (Linux 5.3+; elsewhere it looks once a
+    second) and ends this process's group (a worker leads its own)."""
+    def wait() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+        if os.getpgid(0) == os.getpid():  # a worker: its children go too
+            os.killpg(0, signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="acceptance-watchdog", daemon=True).start()
+
+
 def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int],
-           threads: Optional[int] = None, guard: Optional[str] = None) -> None:  # pragma: no cover
+          threads: Optional[int] = None, guard: Optional[str] = None,
+          owner: Optional[int] = None) -> None:  # pragma: no cover
     """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call."""
     os.setsid()
+    if owner is not None:
+        die_with(owner)
     if threads:
         torch.set_num_threads(threads)
     if hasattr(ctypes, "CDLL"):

@@ -28,7 +28,7 @@ the outputs, or with what went wrong. The runner waits with a deadline:
 
 A fresh worker takes the next call after a crash or a kill. Workers run in
 their own session (a terminal's Ctrl-C reaches the runner only), die with the
-runner (``PR_SET_PDEATHSIG`` on Linux), and write their stdout and stderr to
+process that started them (:func:`acceptance.serve.die_with`, ``kill -9`` of it included), and write their stdout and stderr to
 the null device, so nothing the code under test prints reaches a CI log.
 Tensors cross the boundary as described in :mod:`acceptance.transport` (a
 copy each way, never shared memory the code under test could write back
@@ -116,7 +116,7 @@ class Worker:
         parent, child = _context().Pipe()
         proc = _context().Process(target=serve, daemon=True,
                                   args=(child, self.memory_limit, self.threads,
-                                        str(self.guard) if self.guard is not None else None))
+                                        str(self.guard) if self.guard is not None else None, os.getpid()))
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent

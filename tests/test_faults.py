@@ -158,7 +158,23 @@ def _comparable(results: dict) -> dict:
     return results
 
 
-def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path):
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment holds ``ACCEPTANCE_TEST_MARK=mark`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"ACCEPTANCE_TEST_MARK={mark}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("jobs", [["--jobs", "1"], ["--jobs", "2"]], ids=["jobs1", "jobs2"])
+def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path, jobs):
     specs = write_specs(tmp_path / "specs", {f"ok{k}": "good" for k in range(6)})
     for path in specs.glob("ok*.yaml"):  # slow enough to be killed in the middle
         path.write_text(path.read_text().replace("impl: faults.py:good", "impl: faults.py:good\nbaseline_timeout: 30")
@@ -166,8 +182,10 @@ def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path):
     full = tmp_path / "full"
     assert acceptance("run", specs, "--out", full).returncode == 0
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out), *jobs],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "ACCEPTANCE_TEST_MARK": mark})
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 2):
@@ -176,6 +194,11 @@ def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path):
     proc.wait()
     done = len(journal.read_text().splitlines())
     assert 2 <= done < 6 and not (out / "results.json").exists()
+    # its job processes, their workers and the fork servers end with it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _marked(mark):
+        time.sleep(0.2)
+    assert not _marked(mark), "processes of the killed run are still alive"
     resumed = acceptance("run", specs, "--out", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming: {done} of 6 cases" in resumed.stderr
