@@ -239,7 +239,7 @@ class TrialRun:
         t = self._sent
         roles, references, cpu = self.roles, self.references, torch.device("cpu")
         reference: Tensors = ()
-        if self.remote and not (t == 0 and _needs_setup(roles, self.oracle)):
+        if self.remote and not (t == 0 and needs_setup(roles, self.oracle)):
             sets: Any = self.make_inputs  # the worker makes the inputs
         else:
             sets = input_sets(self.make_inputs(t))
@@ -355,7 +355,7 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
                     baseline_repeats=baseline_repeats, role_params=role_params or {}, references=references)
 
 
-def _needs_setup(roles: Roles, oracle: bool) -> bool:
+def needs_setup(roles: Roles, oracle: bool) -> bool:
     """Whether a role is set up on trial 0's inputs before it (they are then made here)."""
     return any(adapters.setup_of(fn) is not None for fn in (roles.impl, roles.baseline, roles.oracle if oracle else None))
 

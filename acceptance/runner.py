@@ -231,7 +231,7 @@ def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[in
                                                   case, refs=worker is not None))
     except Exception as exc:
         return None if ahead else CaseResult(**identity, error=f"cannot resolve callables: {exc}")
-    if ahead and (engine._needs_setup(roles, True) or (references is not None and not references.known(roles, worker))):
+    if ahead and (engine.needs_setup(roles, True) or (references is not None and not references.known(roles, worker))):
         return None
     spec = case.spec
     executor = worker if worker is not None else engine.InProcess()
@@ -398,8 +398,11 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                 if (following is None or worker is None or sanitize
                         or worker.memory_limit != int(following.spec.memory_limit_gib * 2**30)):
                     return
-                started = begin(following, device, rules_for(following), trials=trials, worker=worker,
-                                references=references, ahead=True)
+                try:
+                    started = begin(following, device, rules_for(following), trials=trials, worker=worker,
+                                    references=references, ahead=True)
+                except Exception:  # it gets ready in its turn, where its own error is reported
+                    return
                 if isinstance(started, Begun):
                     ahead = started
 
