@@ -256,7 +256,7 @@ class TrialRun:
             calls.append(Call("oracle", roles.oracle, FLOAT64, self.kwargs["oracle"], cpu))
         self._planned.append(_Planned(t, reference, self.executor.submit(t, sets, calls), cached_base, cached_oracle))
         self._sent += 1
-        if self._sent == self.trials and self.then is not None:
+        if self.sent_all and self.then is not None:
             then, self.then = self.then, None
             then()
 
@@ -264,6 +264,14 @@ class TrialRun:
     def sent_all(self) -> bool:
         """Whether every trial's calls have been sent."""
         return self._sent >= self.trials
+
+    def after_sent(self, then: Callable[[], None]) -> None:
+        """Call ``then`` once every trial's calls have been sent: now when they have, else from the submit of
+        the last."""
+        if self.sent_all:
+            then()
+        else:
+            self.then = then
 
     def start(self) -> None:
         """Send the first trial's calls now (nothing when some are already sent)."""
@@ -297,10 +305,8 @@ class TrialRun:
         """Trials to keep in flight after ``trial`` (see :data:`WINDOW`, :data:`AHEAD_BYTES`)."""
         if not self.ahead:
             return 0
-        nbytes = max(_nbytes(trial), 1)
-        if not self.remote:  # the runner holds the inputs of each trial sent: one ahead at most
-            return 1 if nbytes <= AHEAD_BYTES else 0
-        return max(min(WINDOW, AHEAD_BYTES // nbytes), 1 if nbytes <= AHEAD_BYTES else 0)
+        # the runner holds the inputs of each trial it makes: one ahead at most unless the worker makes them
+        return min(WINDOW if self.remote else 1, AHEAD_BYTES // max(_nbytes(trial), 1))
 
     def __iter__(self) -> Iterator[Trial]:
         trials = self.trials

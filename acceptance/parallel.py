@@ -72,7 +72,7 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
 
     worker = None
     if _STATE["isolate"]:
-        limit = int(case.spec.memory_limit_gib * 2**30)
+        limit = runner.worker_limit(case)
         worker = _STATE["worker"]
         if worker is None or worker.memory_limit != limit:
             if worker is not None:

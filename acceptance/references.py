@@ -149,10 +149,9 @@ class CaseReferences:
         k = self._key(role, trial)
         if k is None:
             return tensors
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        nbytes = _nbytes(tensors)
         fresh = self._fresh.setdefault(role, {})
-        packed = sum(_nbytes(v) for v in fresh.values())
-        if role != "inputs" and nbytes <= PACK_TRIAL_BYTES and packed + nbytes <= PACK_BYTES:
+        if role != "inputs" and nbytes <= PACK_TRIAL_BYTES and sum(map(_nbytes, fresh.values())) + nbytes <= PACK_BYTES:
             fresh[trial] = tensors
         else:
             self.cache.put(k, tensors)

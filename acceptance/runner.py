@@ -41,7 +41,7 @@ from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
 from acceptance.references import RunReferences
 from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
-from acceptance.workers import WORKER_THREADS, Worker, snapshot
+from acceptance.workers import WORKER_THREADS, Worker, remove_written, snapshot
 
 
 def now() -> datetime:
@@ -272,10 +272,7 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     identity, timing, started, executor = ready.identity, ready.timing, ready.started, ready.executor
     n_trials = ready.trials.trials
     if then is not None:
-        ready.trials.then = then
-        if ready.trials.sent_all:
-            ready.trials.then = None
-            then()
+        ready.trials.after_sent(then)
     noted = len(executor.notes)  # the answers of a case are read after those of the case before it
     dd = rules.dual_delta
     dd_metrics = dd.metrics if dd else ()
@@ -380,23 +377,23 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     if isolate:  # the callables compute in the worker; here only small element-wise passes, which extra
         torch.set_num_threads(1)  # intra-op threads slow down on a busy machine (7x on 2 loaded cores)
     todo = [case for case in cases if case.id not in done]
+    folder = None if isolate else guard  # a worker checks the folder around each call itself
     ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
     try:
         for i, case in enumerate(todo):
             rules = rules_for(case)
-            limit = int(case.spec.memory_limit_gib * 2**30)
+            limit = worker_limit(case)
             if isolate and (worker is None or worker.memory_limit != limit):
                 if worker is not None:
                     worker.close()
                 worker = Worker(memory_limit=limit, threads=threads, guard=guard)
             begun, ahead = ahead, None
-            before = snapshot(guard if worker is None else None)  # a worker checks each call itself
+            before = snapshot(folder)
 
             def then(following: Optional[Case] = todo[i + 1] if i + 1 < len(todo) else None) -> None:
                 """Send the next case's first trial to the worker once every trial of this one is sent."""
                 nonlocal ahead
-                if (following is None or worker is None or sanitize
-                        or worker.memory_limit != int(following.spec.memory_limit_gib * 2**30)):
+                if following is None or worker is None or sanitize or worker.memory_limit != worker_limit(following):
                     return
                 try:
                     started = begin(following, device, rules_for(following), trials=trials, worker=worker,
@@ -410,7 +407,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                              begun=begun, then=then)
             if sanitize:
                 result = sanitizer.check(case.id, case.spec.path, result, str(device))
-            result = guarded(result, guard if worker is None else None, before)
+            result = guarded(result, folder, before)
             measured.append((result, rules))
             if on_case:
                 on_case(case, result)
@@ -421,15 +418,18 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     return decide_all(measured, strict=strict)
 
 
+def worker_limit(case: Case) -> int:
+    """Bytes the worker measuring ``case`` may map beyond its start (the spec's ``memory_limit_gib``)."""
+    return int(case.spec.memory_limit_gib * 2**30)
+
+
 def guarded(result: CaseResult, guard: Optional[Path], before: dict[str, tuple[int, int]]) -> CaseResult:
     """``result``, or an error when a file of the output folder ``guard`` appeared or changed since the
     snapshot ``before`` (the files are removed). For callables run in this process; a worker checks each call
     itself (:class:`acceptance.workers.Worker` ``guard``)."""
-    touched = sorted(name for name, stamp in snapshot(guard).items() if before.get(name) != stamp)
+    touched = remove_written(guard, before) if guard is not None else []
     if not touched:
         return result
-    for name in touched:
-        (guard / name).unlink(missing_ok=True)
     return result.model_copy(update={
         "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
                  "the files were removed"})

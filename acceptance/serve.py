@@ -53,8 +53,6 @@ def call_inputs(sets: tuple[Tensors, ...], which: int) -> Tensors:
 #: | ("fingerprint", Ref): a call giving the hex SHA-256 of Ref's fingerprint.
 Ref = tuple
 
-Tensors = tuple[torch.Tensor, ...]
-
 
 def resolve(ref: Ref) -> Callable:
     """The callable a :data:`Ref` names (imports the module: run this in a worker)."""
@@ -201,6 +199,14 @@ def snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
     return found
 
 
+def remove_written(folder: Path, before: dict[str, tuple[int, int]]) -> list[str]:
+    """The files of ``folder`` that appeared or changed since its :func:`snapshot` ``before``, removed; sorted."""
+    touched = sorted(name for name, stamp in snapshot(folder).items() if before.get(name) != stamp)
+    for name in touched:
+        (folder / name).unlink(missing_ok=True)
+    return touched
+
+
 class FolderWatch:
     """Files written to a folder during a call: :meth:`start` before it, :meth:`written` after it.
 
@@ -260,13 +266,12 @@ class FolderWatch:
     def written(self) -> list[str]:
         """The files the call wrote (removed now), sorted."""
         if self._fd is None:
-            touched = [name for name, stamp in snapshot(Path(self.folder)).items() if self._before.get(name) != stamp]
+            return remove_written(Path(self.folder), self._before)
+        names, lost = self._events()
+        if lost:
+            touched = list(snapshot(Path(self.folder)))
         else:
-            names, lost = self._events()
-            if lost:
-                touched = list(snapshot(Path(self.folder)))
-            else:
-                touched = [name for name in names - RUN_FILES if os.path.isfile(os.path.join(self.folder, name))]
+            touched = [name for name in names - RUN_FILES if os.path.isfile(os.path.join(self.folder, name))]
         for name in touched:
             try:
                 os.unlink(os.path.join(self.folder, name))
@@ -330,7 +335,7 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
         torch.set_num_threads(threads)
     if hasattr(ctypes, "CDLL"):
         try:
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the runner
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server
         except (OSError, AttributeError):
             pass
     null = os.open(os.devnull, os.O_WRONLY)

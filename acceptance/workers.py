@@ -60,13 +60,13 @@ import torch
 
 from acceptance.errors import CaseError
 from acceptance.serve import (FLOAT64, IMPL, REFERENCE, RUN_FILES, Generate, Ref, _changed, _input_sets, call_inputs,
-                              resolve, serve, snapshot)
+                              remove_written, resolve, serve, snapshot)
 from acceptance.transport import dumps, recv, send, size
 
 Tensors = tuple[torch.Tensor, ...]
 
 __all__ = ["FLOAT64", "IMPL", "REFERENCE", "RUN_FILES", "Ref", "Batch", "Call", "Worker", "WORKER_THREADS",
-           "call_inputs", "resolve", "snapshot"]
+           "call_inputs", "remove_written", "resolve", "snapshot"]
 
 _CONTEXT: Optional[multiprocessing.context.BaseContext] = None
 
@@ -196,6 +196,7 @@ SMALL_MESSAGE = 8 * 1024
 #: reduction's order can follow the thread count) is the same on every machine and for any ``--jobs``, and N
 #: jobs on N cores do not oversubscribe them.
 WORKER_THREADS = 1
+
 
 @dataclass(frozen=True)
 class Call:
