@@ -40,13 +40,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 
 from acceptance.cache import FingerprintError, ReferenceCache, callable_fingerprint, canonical_json, key
 from acceptance.errors import CaseError
 from acceptance.spec import Case
+from acceptance.workers import IMPL, Call
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -67,6 +68,11 @@ FINGERPRINT_TIMEOUT = 120.0
 PACK_TRIAL_BYTES = 1 << 20
 #: Largest pack (bytes of tensors): the trials beyond get entries of their own.
 PACK_BYTES = 32 << 20
+
+
+def _answered_hex(outs: Any) -> str:
+    """The hex digest a worker's fingerprint call answers (its ASCII bytes as a uint8 tensor)."""
+    return bytes(outs[0].numpy()).decode("ascii")
 
 
 def _fingerprint_hex(fn: Callable) -> str:
@@ -220,11 +226,40 @@ class RunReferences:
             else:
                 outs, _ = worker.call(f"{role} fingerprint", ("fingerprint", ref), 0, (), {},
                                       device=torch.device("cpu"), timeout=FINGERPRINT_TIMEOUT)
-                found = bytes(outs[0].numpy()).decode("ascii")
+                found = _answered_hex(outs)
         except (CaseError, FingerprintError, TypeError, ValueError, RecursionError):
             found = None
         self._fps[memo] = found
         return found
+
+    def prefetch(self, roles: Iterable[Any], worker: Any) -> None:
+        """Fingerprint the baseline and oracle callables of every :class:`acceptance.engine.Roles` in ``roles``
+        (worker references) not known yet, in one batch to the idle ``worker``: one round trip at the start of
+        a run instead of one whenever a case names a callable first, and every case can then get ready while
+        the worker answers the case before it (:meth:`known`). A call that breaks leaves its callable without
+        a fingerprint, as :meth:`_fingerprint` does; the callables after it are fingerprinted when needed."""
+        if not self.cache.enabled or worker is None or worker.in_flight:
+            return
+        todo: dict[Any, str] = {}
+        for r in roles:
+            for role, ref in (("baseline", r.baseline), ("oracle", r.oracle)):
+                try:
+                    if ref not in self._fps:
+                        todo.setdefault(ref, role)
+                except TypeError:  # unhashable: left to _fingerprint, which reports it alike
+                    pass
+        if not todo:
+            return
+        cpu = torch.device("cpu")
+        batch = worker.submit(0, ((),), [Call(f"{role} fingerprint", ("fingerprint", ref), IMPL, {}, cpu)
+                                         for ref, role in todo.items()])
+        for ref in todo:
+            try:
+                self._fps[ref] = _answered_hex(batch.next(timeout=FINGERPRINT_TIMEOUT)[0])
+            except (CaseError, ValueError):
+                self._fps[ref] = None
+                batch.discard()
+                return
 
     def known(self, roles: Any, worker: Any = None) -> bool:
         """Whether :meth:`for_case` for ``roles`` needs no call (the cache is off, or both fingerprints are

@@ -227,8 +227,7 @@ def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[in
     timing = Timing()
     started = time.perf_counter()
     try:
-        roles = engine.Roles(*faithful.wrap_roles(*(role_refs(case.spec) if worker else resolve_roles(case.spec)),
-                                                  case, refs=worker is not None))
+        roles = roles_of(case, refs=worker is not None)
     except Exception as exc:
         return None if ahead else CaseResult(**identity, error=f"cannot resolve callables: {exc}")
     if ahead and (engine.needs_setup(roles, True) or (references is not None and not references.known(roles, worker))):
@@ -252,6 +251,24 @@ def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[in
     if ahead:
         run.start()
     return Begun(case, identity, timing, started, executor, run)
+
+
+def roles_of(case: Case, *, refs: bool) -> engine.Roles:
+    """The callables of ``case`` as it runs them (layouts and emulation applied): worker references
+    (``refs``) or the callables themselves."""
+    return engine.Roles(*faithful.wrap_roles(*(role_refs(case.spec) if refs else resolve_roles(case.spec)),
+                                             case, refs=refs))
+
+
+def known_roles(cases: Iterable[Case]) -> list[engine.Roles]:
+    """The worker references of each case whose callables can be named (the others report it in their turn)."""
+    out = []
+    for case in cases:
+        try:
+            out.append(roles_of(case, refs=True))
+        except Exception:
+            pass
+    return out
 
 
 def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
@@ -387,6 +404,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                 if worker is not None:
                     worker.close()
                 worker = Worker(memory_limit=limit, threads=threads, guard=guard)
+                references.prefetch(known_roles(todo[i:]), worker)
             begun, ahead = ahead, None
             before = snapshot(folder)
 

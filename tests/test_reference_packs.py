@@ -120,3 +120,69 @@ def test_a_case_that_ends_early_keeps_the_trials_it_computed(tmp_path, stop):
     a.close()  # the engine closes whatever ended the trials
     b = refs(cache)
     assert all(same(b.get("oracle", t), outputs(t)) for t in range(stop)) and b.get("oracle", stop) is None
+
+
+# --------------------------------------------------------------------------- fingerprints fetched at the start
+
+
+def _hex(fn) -> str:
+    import hashlib
+
+    from acceptance.cache import callable_fingerprint, canonical_json
+
+    return hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
+
+
+def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
+    from acceptance.engine import Roles
+    from acceptance.workers import Worker
+
+    where = str(tmp_path / "spec.yaml")
+    add, mul, sub = (("callable", f"torch:{n}", where) for n in ("add", "mul", "sub"))
+    roles = [Roles(add, add, ("float64", add)), Roles(mul, mul, ("float64", mul)), Roles(add, add, sub)]
+    run = R.RunReferences(ReferenceCache(tmp_path / "cache"))
+    with Worker() as worker:
+        sent = []
+        submit = worker.submit
+        worker.submit = lambda *a: sent.append(a) or submit(*a)
+        run.prefetch(roles, worker)
+        assert len(sent) == 1 and len(sent[0][2]) == 5  # add, float64(add), mul, float64(mul), sub: once each
+        assert all(run.known(r, worker) for r in roles)
+        assert worker.in_flight == 0
+        generation = worker._generation
+        # answered as computed in this process, and never asked again
+        assert run._fingerprint("baseline", add, worker) == _hex(torch.add)
+        assert run._fingerprint("oracle", sub, worker) == _hex(torch.sub)
+        assert run._fingerprint("baseline", mul, worker) != _hex(torch.add)
+        run.prefetch(roles, worker)
+        assert len(sent) == 1 and worker._generation == generation
+
+
+def test_a_callable_that_cannot_be_fingerprinted_leaves_the_rest_to_their_turn(tmp_path):
+    from acceptance.engine import Roles
+    from acceptance.workers import Worker
+
+    where = str(tmp_path / "spec.yaml")
+    add = ("callable", "torch:add", where)
+    missing = ("callable", "no_such_module_here:f", where)
+    mul = ("callable", "torch:mul", where)
+    run = R.RunReferences(ReferenceCache(tmp_path / "cache"))
+    with Worker() as worker:
+        run.prefetch([Roles(add, add, missing), Roles(mul, mul, mul)], worker)
+        assert run.known(Roles(add, add, missing), worker)
+        assert run._fps[missing] is None  # uncacheable, as when asked in its turn
+        assert not run.known(Roles(mul, mul, mul), worker)  # after the broken call: asked when needed
+        assert run._fingerprint("baseline", mul, worker) == _hex(torch.mul)
+
+
+def test_nothing_is_fetched_without_a_cache(tmp_path):
+    from acceptance.engine import Roles
+
+    class NoWorker:
+        in_flight = 0
+
+        def submit(self, *a):
+            raise AssertionError("no call without a cache")
+
+    add = ("callable", "torch:add", "spec.yaml")
+    R.RunReferences(ReferenceCache(tmp_path / "cache", enabled=False)).prefetch([Roles(add, add, add)], NoWorker())
