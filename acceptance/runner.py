@@ -16,10 +16,12 @@ multiplicity over the whole run (Holm), and only then decides each verdict
 
 from __future__ import annotations
 
+import importlib
 import math
 import platform
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,7 +32,7 @@ import numpy as np
 import torch
 
 import acceptance
-from acceptance import dtypes, engine, faithful, metrics, sanitize as sanitizer, stats, verdict
+from acceptance import dtypes, engine, faithful, metrics, sanitize as sanitizer, verdict
 from acceptance.device import device_name
 from acceptance.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flush_changes_nothing,
                                  flushed)
@@ -319,6 +321,8 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         timing.total = time.perf_counter() - started
         return CaseResult(**identity, error=extras.error(), timing=timing, **extras.fields())
     records = []
+    if dd_metrics:
+        from acceptance import stats  # scipy.stats: imported while the worker starts (see run)
     for out, acc in enumerate(outputs):
         for name in dd_metrics:
             floor = _floor_of(name, rules)
@@ -352,6 +356,8 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
 
 def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False) -> list[CaseResult]:
     """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.verdict.decide`)."""
+    from acceptance import stats
+
     adjusted = iter(stats.apply_holm([rec for case, _ in measured for rec in case.dual_delta]))
     out = []
     for case, rules in measured:
@@ -396,6 +402,9 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     todo = [case for case in cases if case.id not in done]
     folder = None if isolate else guard  # a worker checks the folder around each call itself
     ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
+    # scipy.stats takes ~1 s to import; this process would otherwise sit idle while the worker starts and
+    # fingerprints the callables, so it is imported meanwhile (and waited for before anything else runs here)
+    loading = _imported_meanwhile("acceptance.stats")
     try:
         for i, case in enumerate(todo):
             rules = rules_for(case)
@@ -405,6 +414,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                     worker.close()
                 worker = Worker(memory_limit=limit, threads=threads, guard=guard)
                 references.prefetch(known_roles(todo[i:]), worker)
+            loading.join()
             begun, ahead = ahead, None
             before = snapshot(folder)
 
@@ -434,6 +444,20 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
         if worker is not None:
             worker.close()
     return decide_all(measured, strict=strict)
+
+
+def _imported_meanwhile(name: str) -> threading.Thread:
+    """A thread importing module ``name`` (an import error surfaces where the module is next imported);
+    join it before this process imports anything else, so that two threads never import at once."""
+    def load() -> None:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+
+    thread = threading.Thread(target=load, name=f"import {name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def worker_limit(case: Case) -> int:

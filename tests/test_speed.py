@@ -84,6 +84,14 @@ def test_command_line_starts_without_torch_or_scipy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_the_runner_leaves_scipy_stats_to_be_imported_while_the_worker_starts():
+    code = ("import sys, acceptance.runner\n"
+            "print('scipy.stats' in sys.modules, 'acceptance.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+
+
 _PLAIN_SPEC = """name: plain_add
 category: arithmetic
 impl: operator:add
