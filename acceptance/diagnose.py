@@ -18,13 +18,7 @@ import numpy as np
 import torch
 
 from acceptance import dtypes
-from acceptance.records import Bias, WorstElement
-
-#: Relative-error buckets, as rocMLIR prints them: label -> upper bound (exclusive).
-REL_ERROR_BUCKETS: tuple[tuple[str, float], ...] = (
-    ("<1e-6", 1e-6), ("1e-6..1e-5", 1e-5), ("1e-5..1e-4", 1e-4), ("1e-4..1e-3", 1e-3),
-    ("1e-3..1e-2", 1e-2), ("1e-2..1e-1", 1e-1), ("1e-1..1", 1.0),
-)
+from acceptance.records import REL_ERROR_BUCKETS, Bias, WorstElement
 
 
 def abs_error(e: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

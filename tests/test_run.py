@@ -231,7 +231,7 @@ def test_dual_delta_section_of_a_spec(tmp_path):
 
 
 def test_relative_error_buckets_against_numpy():
-    from acceptance.diagnose import REL_ERROR_BUCKETS
+    from acceptance.records import REL_ERROR_BUCKETS
     from acceptance.diagnose import abs_error as _abs_error
     from acceptance.diagnose import buckets as _buckets
     from acceptance.diagnose import rel_error as _rel_error

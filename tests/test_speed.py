@@ -104,15 +104,18 @@ cases:
 """
 
 
-@pytest.mark.parametrize("command", ["list", "validate", "compare", "report"])
+@pytest.mark.parametrize("command", ["list", "validate", "compare", "report", "report-files"])
 def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_path):
-    """``list``/``validate`` of a spec whose callables are plain Python, ``compare``/``report`` of results files:
-    none of them loads torch, scipy or numba (only a spec's own callables may)."""
+    """``list``/``validate`` of a spec whose callables are plain Python, ``compare``/``report`` of results files
+    (``report-files``: every report file written): none of them loads torch, scipy or numba (only a spec's own
+    callables may)."""
     spec = tmp_path / "plain_add.yaml"
     spec.write_text(_PLAIN_SPEC)
     recorded = str(ROOT / "tests" / "fixtures" / "recorded_run.json")
+    files = [x for name in ("html", "junit", "summary", "signoff", "merged") for x in (f"--{name}", str(tmp_path / name))]
     args = {"list": [str(spec)], "validate": [str(spec)], "compare": [recorded, recorded],
-            "report": [recorded]}[command]
+            "report": [recorded], "report-files": [recorded, *files]}[command]
+    command = command.split("-")[0]
     code = ("import sys, acceptance.cli as c\n"
             f"try:\n    c.main({[command, *args]!r})\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
             "print(sorted(m for m in ('torch', 'scipy', 'numba') if m in sys.modules))")
@@ -124,6 +127,9 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
         assert lines[0] == "1 specs valid, 6 cases"  # 2 cases x 3 dtypes
     if command == "list":
         assert lines[1].split()[:4] == ["plain_add", "arithmetic", "float16,bfloat16,float32", "6"]
+    if len(args) > 1 and args[1] == "--html":
+        assert "rel_error_buckets" in Path(recorded).read_text()  # the report's bucket section has data to show
+        assert all((tmp_path / name).stat().st_size > 0 for name in ("html", "junit", "summary", "signoff", "merged"))
 
 
 # ----------------------------------------------------------------------------- cache and jobs in runs

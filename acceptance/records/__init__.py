@@ -33,8 +33,15 @@ __all__ = [
     "CaseComparison", "Comparison", "MetricRatio", "PerfRatio", "PerfRecord", "WaiverRecord",
     "Environment", "CriterionKind", "Criterion", "WorstElement", "Describe", "StatTest", "DualDeltaRecord",
     "Determinism", "Timing", "UlpStats", "Bias", "Advisory", "Diff4Counts", "CaseResult", "Summary", "Results",
-    "sorted_failures_first",
+    "sorted_failures_first", "REL_ERROR_BUCKETS",
 ]
+
+#: Relative-error buckets of :attr:`CaseResult.rel_error_buckets`, as rocMLIR prints them: label -> upper
+#: bound (exclusive); below them "=0", above them ">1".
+REL_ERROR_BUCKETS: tuple[tuple[str, float], ...] = (
+    ("<1e-6", 1e-6), ("1e-6..1e-5", 1e-5), ("1e-5..1e-4", 1e-4), ("1e-4..1e-3", 1e-3),
+    ("1e-3..1e-2", 1e-2), ("1e-2..1e-1", 1e-1), ("1e-1..1", 1.0),
+)
 
 
 class Environment(_Model):

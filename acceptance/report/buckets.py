@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptance.diagnose import REL_ERROR_BUCKETS
-from acceptance.records import CaseResult
+from acceptance.records import REL_ERROR_BUCKETS, CaseResult
 
 #: Bucket labels in order ('=0', '<1e-6', ..., '>1').
 LABELS: tuple[str, ...] = ("=0", *(label for label, _ in REL_ERROR_BUCKETS), ">1")
