@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -115,6 +115,21 @@ def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) 
     return int((~same).sum())
 
 
+#: Where float64 copies of a trial's tensors may already be: a tensor -> its flat float64 host copy, or
+#: ``None`` when there is none (:meth:`acceptance.metrics.Batch.float64`, whose copies the metrics of the
+#: trial made); the element-wise passes then read those instead of widening each tensor again.
+Float64 = Callable[[torch.Tensor], Optional[np.ndarray]]
+
+
+def host64(x: torch.Tensor, f64: Optional[Float64] = None) -> np.ndarray:
+    """The host tensor ``x`` flattened as float64: ``f64``'s copy when it has one, else a new one (the same values:
+    every format widens to float64 exactly)."""
+    from acceptance.metrics import elementwise
+
+    found = f64(x) if f64 is not None else None
+    return found if found is not None else elementwise.host_float64(x)
+
+
 def _on_host(*tensors: Optional[torch.Tensor]) -> bool:
     """Whether every given tensor is on the CPU (then the fused host passes of :mod:`.metrics.elementwise` apply)."""
     return all(t is None or t.device.type == "cpu" for t in tensors)
@@ -143,11 +158,14 @@ class BiasSums:
     baseline_value: float = 0.0
     baseline_magnitude: float = 0.0
 
-    def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
+    def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, f64: Optional[Float64] = None
+            ) -> None:
+        """Fold in one trial of one output; ``f64``: where float64 copies of e, b and o may already be (see
+        :data:`Float64`)."""
         if not e.is_floating_point() or e.numel() == 0:
             return
         if _on_host(e, b, o) and e.numel() <= DIAGNOSIS_BLOCK:  # bounded scratch, as the pieces of Diagnosis
-            self._add_host(e, b, o, dtype)
+            self._add_host(e, b, o, dtype, f64)
             return
         o64 = o.to(device=e.device, dtype=torch.float64)
         e64, b64 = e.to(torch.float64), b.to(device=e.device, dtype=torch.float64)
@@ -165,13 +183,14 @@ class BiasSums:
         self.baseline_value += float(sb.sum())
         self.baseline_magnitude += float((sb * sign[keep]).sum())
 
-    def _add_host(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str) -> None:
+    def _add_host(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str,
+                  f64: Optional[Float64] = None) -> None:
         """:meth:`add` of host data: the clipped errors in one fused pass (:func:`elementwise.bias_pass`), summed
         by torch as :meth:`add` sums them (the same values in the same order: the same float64 sums)."""
         from acceptance.metrics import elementwise
 
         row = dtypes.lookup(dtype)
-        fe, fb, fo = (elementwise.host_float64(x) for x in (e, b, o))
+        fe, fb, fo = (host64(x, f64) for x in (e, b, o))
         rows = np.empty((4, fe.shape[0]))
         kept, flush = elementwise.bias_pass(fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin,
                                             BIAS_CLIP, rows)
@@ -215,8 +234,9 @@ class Diagnosis:
     bad_where: Optional[str] = None
 
     def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor],
-            tol: float) -> None:
-        """Fold in one trial of output ``out``; ``tol`` is the element tolerance on the hybrid error.
+            tol: float, f64: Optional[Float64] = None) -> None:
+        """Fold in one trial of output ``out``; ``tol`` is the element tolerance on the hybrid error; ``f64``:
+        where float64 copies of e, b and o may already be (see :data:`Float64`).
 
         Pieces of :data:`DIAGNOSIS_BLOCK` elements at a time, so the float64 temporaries stay small whatever
         the output's size; counts, the first largest score and the over-tolerance mask are those of one pass
@@ -226,15 +246,19 @@ class Diagnosis:
         flat_e, flat_b = e.reshape(-1), b.reshape(-1)
         flat_o = o.reshape(-1) if o is not None else None
         if _on_host(e, b, o):
-            worst, flat, bad = self._scan_host(flat_e, flat_b, flat_o, tol)
+            whole = None
+            if f64 is not None and e.numel() <= DIAGNOSIS_BLOCK:  # one piece: the whole output
+                whole = host64(e, f64), host64(b, f64), host64(o, f64) if o is not None else None
+            worst, flat, bad = self._scan_host(flat_e, flat_b, flat_o, tol, whole)
         else:
             worst, flat, bad = self._scan(flat_e, flat_b, flat_o, tol)
         self._fold(trial, out, e, flat_e, flat_b, flat_o, worst, flat, bad)
 
-    def _scan_host(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float
-                   ) -> tuple[float, int, torch.Tensor]:
+    def _scan_host(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float,
+                   whole: Optional[tuple] = None) -> tuple[float, int, torch.Tensor]:
         """:meth:`_scan` of host data: the same pieces, each in one fused pass (:func:`elementwise.diagnosis_pass`),
-        combined alike."""
+        combined alike; ``whole``: the float64 copies of e, b and o when the output is one piece and they are
+        at hand."""
         from acceptance.metrics import elementwise  # numba loads on first use, not with the report's imports
 
         counts = np.zeros(len(REL_ERROR_BUCKETS) + 2, dtype=np.int64)
@@ -242,8 +266,12 @@ class Diagnosis:
         worst, flat = math.nan, -1
         for lo in range(0, flat_e.numel(), DIAGNOSIS_BLOCK):
             piece = slice(lo, lo + DIAGNOSIS_BLOCK)
-            fe, fb = elementwise.host_float64(flat_e[piece]), elementwise.host_float64(flat_b[piece])
-            fo = elementwise.host_float64(flat_o[piece]) if flat_o is not None else fe[:0]
+            if whole is not None:
+                fe, fb, fo = whole
+            else:
+                fe, fb = elementwise.host_float64(flat_e[piece]), elementwise.host_float64(flat_b[piece])
+                fo = elementwise.host_float64(flat_o[piece]) if flat_o is not None else None
+            fo = fo if fo is not None else fe[:0]
             at, value = elementwise.diagnosis_pass(fe, fb, fo, flat_o is not None, float(tol),
                                                    elementwise.BUCKET_EDGES, counts, bad[piece])
             if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Optional
+
 import torch
 
 from acceptance import diagnose
@@ -35,12 +37,16 @@ ASSERT_CLOSE_TOLERANCES: dict[str, tuple[float, float]] = {
 DYNAMO_TOL = 1e-4
 
 
-def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> int:
+def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float,
+                f64: Optional[diagnose.Float64] = None) -> int:
     """Elements failing |e - b| <= atol + rtol·|b| (NaN anywhere fails; equal infinities pass); counted piece by
-    piece (:data:`acceptance.diagnose.DIAGNOSIS_BLOCK` elements), so the float64 temporaries stay small."""
+    piece (:data:`acceptance.diagnose.DIAGNOSIS_BLOCK` elements), so the float64 temporaries stay small.
+    ``f64``: where float64 copies of e and b may already be (:data:`acceptance.diagnose.Float64`)."""
     from acceptance.metrics import elementwise  # numba loads on first use
 
     flat_e, flat_b, count = e.reshape(-1), b.reshape(-1), 0
+    if diagnose._on_host(e, b) and e.numel() <= diagnose.DIAGNOSIS_BLOCK:  # one piece: the whole output
+        return int(elementwise.close_mismatches(diagnose.host64(e, f64), diagnose.host64(b, f64), rtol, atol))
     for lo in range(0, flat_e.numel(), diagnose.DIAGNOSIS_BLOCK):
         piece = slice(lo, lo + diagnose.DIAGNOSIS_BLOCK)
         if diagnose._on_host(e, b):  # one fused pass per piece, the same count
@@ -65,17 +71,19 @@ class Peers:
     dynamo: list[str] = field(default_factory=list)
     flash: list[str] = field(default_factory=list)
 
-    def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, eo: dict, bo: dict) -> None:
-        """Fold in one trial of one output; ``eo``/``bo`` are the metrics of impl and baseline against the oracle."""
+    def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, eo: dict, bo: dict,
+            f64: Optional[diagnose.Float64] = None) -> None:
+        """Fold in one trial of one output; ``eo``/``bo`` are the metrics of impl and baseline against the oracle;
+        ``f64``: where float64 copies of e and b may already be."""
         where = f"trial {trial}" + (f", output {out}" if out else "")
         rtol, atol = ASSERT_CLOSE_TOLERANCES.get(self.dtype, (0.0, 0.0))
-        bad = _mismatches(e, b, rtol, atol)
+        bad = _mismatches(e, b, rtol, atol, f64)
         self.close_fail += bad > 0
         self.close_worst = max(self.close_worst, bad)
         self.elements = max(self.elements, e.numel())
         res, ref = math.sqrt(eo["mse"]), math.sqrt(bo["mse"])
         m = 3.0 if self.dtype == "bfloat16" or e.numel() < 1000 else 2.0
-        if not res <= m * ref + DYNAMO_TOL / 10 and _mismatches(e, b, DYNAMO_TOL, DYNAMO_TOL):
+        if not res <= m * ref + DYNAMO_TOL / 10 and _mismatches(e, b, DYNAMO_TOL, DYNAMO_TOL, f64):
             self.dynamo.append(f"{where}: RMSE vs fp64 {fmt(res)} > {fmt(m)} x {fmt(ref)} + 1e-5")
         if not eo["max_abs"] <= 2 * bo["max_abs"]:
             self.flash.append(f"{where}: max|e-o| {fmt(eo['max_abs'])} > 2 x {fmt(bo['max_abs'])}")

@@ -158,11 +158,11 @@ class _Output:
                                 baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
                                 baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]))
         if rules.diff4:
-            self.bias.add(e, b, o, self.dtype)
+            self.bias.add(e, b, o, self.dtype, batch.float64)
         if rules.bit_exact:
             self.bits += bit_mismatches(e, b, rounded)
-        self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance)
-        peers.add(t.index, out, e, b, eo, bo)
+        self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance, batch.float64)
+        peers.add(t.index, out, e, b, eo, bo, batch.float64)
         self.constant &= constant(e)
         self.oracle_constant &= constant(o)
 
