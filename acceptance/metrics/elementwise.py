@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from numba import njit
 
+from acceptance.metrics.host import _f64_bits, _pow2
+
 #: Upper edges (exclusive) of the relative-error buckets after ``=0``; the last bucket is ``>= 1``.
 BUCKET_EDGES = np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0])
 
@@ -108,8 +110,10 @@ def bias_pass(e, b, o, normal, is_float, precision, emin, clip, out):  # pragma:
         flushed += flush
         if flush or not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
             continue
-        if is_float:
-            u = math.ldexp(1.0, max(math.frexp(abs(z))[1] - 1, emin) - (precision - 1))
+        if is_float:  # 2^(max(E - 1, emin) - (p - 1)), E - 1 = floor(log2 |z|) from z's exponent bits
+            az = abs(z)
+            k = max(((_f64_bits(az) >> 52) & 0x7FF) - 1023 if az != 0.0 else -1, emin) - (precision - 1)
+            u = _pow2(k >> 1) * _pow2(k - (k >> 1))  # exact in two steps, down to 2^-1074
         else:
             u = 1.0
         sign = 1.0 if z > 0.0 else (-1.0 if z < 0.0 else 0.0)
