@@ -163,8 +163,8 @@ class _Output:
             self.bits += bit_mismatches(e, b, rounded)
         self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance, batch.float64)
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
-        self.constant &= constant(e)
-        self.oracle_constant &= constant(o)
+        self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
+        self.oracle_constant = self.oracle_constant and constant(o)
 
     def metrics_record(self) -> dict[str, Any]:
         """The worst metrics, with diff4 from the counts summed over trials."""
