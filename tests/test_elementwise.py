@@ -105,6 +105,31 @@ def test_bias_pass_matches_numpy(fmt):
         assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("fmt", [(53, -1022, 2.0 ** -1022), (24, -126, 2.0 ** -126), (11, -14, 2.0 ** -14),
+                                 (8, -126, 2.0 ** -126)])
+def test_bias_pass_spacing_over_every_float64_exponent(fmt):
+    """Oracle values from random bit patterns (every exponent, float64 subnormals, zeros of both signs), the impl
+    a little off and never flushed (the smallest normal where the oracle is below it, so the errors there are a
+    fraction of an ulp, not clipped): the spacing is numpy's frexp/ldexp formula everywhere."""
+    p, emin, normal = fmt
+    rng = np.random.default_rng(p)
+    o = rng.integers(0, 2 ** 63, 20000, dtype=np.int64).view(np.float64)
+    o = o[np.isfinite(o)] * rng.choice([-1.0, 1.0], int(np.isfinite(o).sum()))
+    o = np.concatenate([o, [0.0, -0.0, 5e-324, -5e-324, 2.0 ** -1022, 2.0 ** -1074 * 3]])
+    e = np.where(np.abs(o) < normal, normal, o + np.abs(o) * 2.0 ** -45)  # |e| >= normal: nothing flushed
+    b = o + np.where(o == 0, 1.0, np.abs(o) * 2.0 ** -40)
+    with np.errstate(invalid="ignore", over="ignore"):
+        _, ex = np.frexp(np.abs(o))
+        u = np.ldexp(1.0, np.maximum(ex - 1, emin) - (p - 1))
+        keep = np.isfinite(b)
+        want_e = np.clip((e - o) / u, -16, 16)[keep]
+        want_b = np.clip((b - o) / u, -16, 16)[keep]
+    rows = np.empty((4, o.size))
+    kept, flushed = W.bias_pass(e, b, o, normal, True, p, emin, 16.0, rows)
+    assert (kept, flushed) == (int(keep.sum()), 0)
+    assert np.array_equal(rows[0, :kept], want_e) and np.array_equal(rows[2, :kept], want_b)
+
+
 def test_bias_pass_integer_dtype_counts_in_units():
     e, b, o = np.array([3.0, 5.0]), np.array([2.0, 5.0]), np.array([2.0, 4.0])
     rows = np.empty((4, 2))
