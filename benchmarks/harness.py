@@ -59,6 +59,17 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def speed() -> float:
+    """Seconds of a fixed pure-Python loop (3e7 additions), one core: how fast this machine runs right now. On a
+    shared or throttled machine it moves, and every wall time moves with it; compare figures taken at like
+    speeds."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(30_000_000):
+        total += i
+    return time.perf_counter() - started
+
+
 def acceptance(*args: str, env: dict | None = None) -> float:
     """Wall seconds of ``python -m acceptance ARGS`` (output discarded; a failure to run raises)."""
     started = time.perf_counter()
@@ -153,7 +164,7 @@ def main() -> None:
     args = ap.parse_args()
 
     print(f"machine: {machine()}")
-    print(f"load average at start: {load()}")
+    print(f"load average at start: {load()}; a 3e7-addition Python loop: {speed():.2f} s")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         cache = {"ACCEPTANCE_CACHE_DIR": str(tmp / "cache")}
@@ -204,7 +215,7 @@ def main() -> None:
             print(f"memory, 5e7-element float32 add: the case's own tensors {own / 2**20:.0f} MiB; peak RSS of the "
                   f"runner {runner_peak / 2**20:.0f} MiB ({runner_peak / own:.2f}x), of the worker "
                   f"{worker_peak / 2**20:.0f} MiB ({worker_peak / own:.2f}x)")
-    print(f"load average at end: {load()}")
+    print(f"load average at end: {load()}; a 3e7-addition Python loop: {speed():.2f} s")
 
 
 if __name__ == "__main__":
