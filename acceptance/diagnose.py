@@ -121,13 +121,14 @@ def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) 
 Float64 = Callable[[torch.Tensor], Optional[np.ndarray]]
 
 
-def host64(x: torch.Tensor, f64: Optional[Float64] = None) -> np.ndarray:
-    """The host tensor ``x`` flattened as float64: ``f64``'s copy when it has one, else a new one (the same values:
-    every format widens to float64 exactly)."""
+def piece64(x: torch.Tensor, lo: int, f64: Optional[Float64] = None) -> np.ndarray:
+    """Elements ``lo`` to ``lo + DIAGNOSIS_BLOCK`` of the host tensor ``x``, flattened, as float64: ``f64``'s copy
+    of ``x`` when ``x`` is that one piece and ``f64`` has one, else a new one (the same values: every format
+    widens to float64 exactly)."""
     from acceptance.metrics import elementwise
 
-    found = f64(x) if f64 is not None else None
-    return found if found is not None else elementwise.host_float64(x)
+    found = f64(x) if f64 is not None and lo == 0 and x.numel() <= DIAGNOSIS_BLOCK else None
+    return found if found is not None else elementwise.host_float64(x.reshape(-1)[lo:lo + DIAGNOSIS_BLOCK])
 
 
 def _on_host(*tensors: Optional[torch.Tensor]) -> bool:
@@ -190,7 +191,7 @@ class BiasSums:
         from acceptance.metrics import elementwise
 
         row = dtypes.lookup(dtype)
-        fe, fb, fo = (host64(x, f64) for x in (e, b, o))
+        fe, fb, fo = (piece64(x, 0, f64) for x in (e, b, o))  # one piece: see add
         rows = np.empty((4, fe.shape[0]))
         kept, flush = elementwise.bias_pass(fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin,
                                             BIAS_CLIP, rows)
@@ -246,34 +247,25 @@ class Diagnosis:
         flat_e, flat_b = e.reshape(-1), b.reshape(-1)
         flat_o = o.reshape(-1) if o is not None else None
         if _on_host(e, b, o):
-            whole = None
-            if f64 is not None and e.numel() <= DIAGNOSIS_BLOCK:  # one piece: the whole output
-                whole = host64(e, f64), host64(b, f64), host64(o, f64) if o is not None else None
-            worst, flat, bad = self._scan_host(flat_e, flat_b, flat_o, tol, whole)
+            worst, flat, bad = self._scan_host(e, b, o, tol, f64)
         else:
             worst, flat, bad = self._scan(flat_e, flat_b, flat_o, tol)
         self._fold(trial, out, e, flat_e, flat_b, flat_o, worst, flat, bad)
 
-    def _scan_host(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float,
-                   whole: Optional[tuple] = None) -> tuple[float, int, torch.Tensor]:
+    def _scan_host(self, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor], tol: float,
+                   f64: Optional[Float64] = None) -> tuple[float, int, torch.Tensor]:
         """:meth:`_scan` of host data: the same pieces, each in one fused pass (:func:`elementwise.diagnosis_pass`),
-        combined alike; ``whole``: the float64 copies of e, b and o when the output is one piece and they are
-        at hand."""
+        combined alike; ``f64``: where float64 copies of e, b and o may already be (:func:`piece64`)."""
         from acceptance.metrics import elementwise  # numba loads on first use, not with the report's imports
 
         counts = np.zeros(len(REL_ERROR_BUCKETS) + 2, dtype=np.int64)
-        bad = np.empty(flat_e.numel(), dtype=np.bool_)
+        bad = np.empty(e.numel(), dtype=np.bool_)
         worst, flat = math.nan, -1
-        for lo in range(0, flat_e.numel(), DIAGNOSIS_BLOCK):
-            piece = slice(lo, lo + DIAGNOSIS_BLOCK)
-            if whole is not None:
-                fe, fb, fo = whole
-            else:
-                fe, fb = elementwise.host_float64(flat_e[piece]), elementwise.host_float64(flat_b[piece])
-                fo = elementwise.host_float64(flat_o[piece]) if flat_o is not None else None
-            fo = fo if fo is not None else fe[:0]
-            at, value = elementwise.diagnosis_pass(fe, fb, fo, flat_o is not None, float(tol),
-                                                   elementwise.BUCKET_EDGES, counts, bad[piece])
+        for lo in range(0, e.numel(), DIAGNOSIS_BLOCK):
+            fe, fb = piece64(e, lo, f64), piece64(b, lo, f64)
+            fo = piece64(o, lo, f64) if o is not None else fe[:0]
+            at, value = elementwise.diagnosis_pass(fe, fb, fo, o is not None, float(tol),
+                                                   elementwise.BUCKET_EDGES, counts, bad[lo:lo + DIAGNOSIS_BLOCK])
             if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max
                 worst, flat = value, lo + at
         for k, v in zip(_BUCKET_LABELS, counts.tolist()):

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections import deque
 import signal
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path

@@ -45,13 +45,11 @@ def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float,
     from acceptance.metrics import elementwise  # numba loads on first use
 
     flat_e, flat_b, count = e.reshape(-1), b.reshape(-1), 0
-    if diagnose._on_host(e, b) and e.numel() <= diagnose.DIAGNOSIS_BLOCK:  # one piece: the whole output
-        return int(elementwise.close_mismatches(diagnose.host64(e, f64), diagnose.host64(b, f64), rtol, atol))
     for lo in range(0, flat_e.numel(), diagnose.DIAGNOSIS_BLOCK):
         piece = slice(lo, lo + diagnose.DIAGNOSIS_BLOCK)
         if diagnose._on_host(e, b):  # one fused pass per piece, the same count
-            count += elementwise.close_mismatches(elementwise.host_float64(flat_e[piece]),
-                                                  elementwise.host_float64(flat_b[piece]), rtol, atol)
+            count += elementwise.close_mismatches(diagnose.piece64(e, lo, f64), diagnose.piece64(b, lo, f64),
+                                                  rtol, atol)
             continue
         e64, b64 = flat_e[piece].to(torch.float64), flat_b[piece].to(device=e.device, dtype=torch.float64)
         close = (e64 - b64).abs() <= atol + rtol * b64.abs()

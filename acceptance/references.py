@@ -246,7 +246,7 @@ class RunReferences:
                 try:
                     if ref not in self._fps:
                         todo.setdefault(ref, role)
-                except TypeError:  # unhashable: left to _fingerprint, which reports it alike
+                except TypeError:  # unhashable (refs are tuples of strings and frozen records): left to its turn
                     pass
         if not todo:
             return
