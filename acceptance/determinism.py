@@ -25,16 +25,14 @@ from typing import Optional
 
 import torch
 
+from acceptance import dtypes
 from acceptance.records import CaseResult, Determinism
 
 KINDS: tuple[str, ...] = ("bitwise", "nan_payloads", "varying")
 
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def _bits(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().contiguous()
-    return t.view(_INT_OF_SIZE[t.element_size()]) if t.is_floating_point() or t.is_complex() else t
+    return dtypes.bits_view(t) if t.is_floating_point() or t.is_complex() else t
 
 
 def compare(first: torch.Tensor, again: torch.Tensor) -> tuple[str, float, int]:

@@ -103,10 +103,10 @@ def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) 
     """
     b = b.to(e.device)
     if e.is_floating_point():
-        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[e.element_size()]
-        same = e.view(width) == b.view(width)
+        bits = dtypes.bits_view(e)
+        same = bits == dtypes.bits_view(b)
         if r is not None:
-            same |= e.view(width) == r.to(e.device).view(width)
+            same |= bits == dtypes.bits_view(r.to(e.device))
         same |= torch.isnan(e) & torch.isnan(b)
     else:
         same = e == b

@@ -341,6 +341,14 @@ _TENSOR_FAST: dict[str, Callable[[np.ndarray], Optional[torch.Tensor]]] = {
 }
 
 
+def bits_view(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements as the integers of their width (a view: uint8, int16, int32 or int64 for 1, 2, 4 or 8
+    bytes), to compare or checksum bit patterns (the sign of zero and NaN payloads included)."""
+    import torch
+
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
     """A float64 tensor correctly rounded to ``dtype`` (one rounding, ties to even), as a CPU tensor of ``dtype``.
 

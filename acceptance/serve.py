@@ -26,6 +26,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
+from acceptance import dtypes
 from acceptance.transport import dumps, recv, send
 
 Tensors = tuple[torch.Tensor, ...]
@@ -104,8 +105,7 @@ def _digest(t: torch.Tensor) -> int:
     """A checksum of a tensor's bytes (CRC-32 on the host; an integer weighted sum on a device)."""
     if t.numel() == 0:
         return 0
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    bits = t.detach().contiguous().view(width)
+    bits = dtypes.bits_view(t.detach().contiguous())
     if t.device.type == "cpu":
         return zlib.crc32(bits.numpy().view("u1").data)
     flat = bits.reshape(-1).to(torch.int64)
@@ -118,8 +118,7 @@ def _changed(now: torch.Tensor, before: torch.Tensor) -> int:
     if now.shape != before.shape or now.dtype != before.dtype:
         return max(now.numel(), before.numel())
     if now.is_floating_point():
-        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[now.element_size()]
-        return int((now.contiguous().view(width) != before.contiguous().view(width)).sum())
+        return int((dtypes.bits_view(now.contiguous()) != dtypes.bits_view(before.contiguous())).sum())
     return int((now != before).sum())
 
 
