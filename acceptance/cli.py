@@ -36,8 +36,10 @@ DEFAULT_OUT = Path("reports/latest")
 
 
 def _load(paths: tuple[Path, ...]):
-    """Discover and validate specs; a :class:`SpecError` with one line per problem."""
+    """Discover and validate specs; a :class:`SpecError` with one line per problem. The code under test is
+    imported for the check in a child process (:mod:`acceptance.importcheck`), never in this one."""
     from acceptance import spec
+    from acceptance.importcheck import load_checked
 
     paths = list(paths) or [DEFAULT_SPECS]
     missing = [p for p in paths if not p.exists()]
@@ -46,7 +48,7 @@ def _load(paths: tuple[Path, ...]):
     files = spec.discover(paths)
     if not files:
         raise UsageError(f"{', '.join(map(str, paths))}: no spec files (*.yaml) found")
-    specs, problems = spec.load_specs(files)
+    specs, problems = load_checked(files)
     if problems:
         raise SpecError(*(str(p) for p in problems), f"{len(problems)} problem(s) in the specs; nothing was run")
     return specs

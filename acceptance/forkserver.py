@@ -12,8 +12,9 @@ import multiprocessing.forkserver
 import os
 from multiprocessing.context import BaseContext
 
-#: Modules the fork server imports before it forks anything.
-PRELOAD = ["torch", "acceptance.workers"]
+#: Modules the fork server imports before it forks anything (the spec package: workers and the import check
+#: resolve callables with it).
+PRELOAD = ["torch", "acceptance.workers", "acceptance.spec"]
 
 
 def context() -> BaseContext:

@@ -93,7 +93,7 @@ class SpecFile(pytest.File):
     def collect(self):
         from acceptance.spec import expand, load_spec
 
-        spec, problems = load_spec(self.path)
+        spec, problems = load_spec(self.path, _imports(self.config))
         if problems:
             raise SpecProblems("\n".join(str(p) for p in problems))
         for case in expand([spec]):
@@ -119,6 +119,20 @@ def _worker(config: pytest.Config) -> Any:
     if worker is None:
         worker = config._acceptance_worker = Worker()
     return worker
+
+
+def _imports(config: pytest.Config) -> Any:
+    """The session's :class:`~acceptance.importcheck.ImportCheck` (``None`` with ``--acceptance-no-isolation``):
+    a spec's modules are imported in a child process to be checked, so that one exiting at import cannot end
+    the session."""
+    from acceptance.importcheck import ImportCheck
+
+    if config.getoption("acceptance_no_isolation"):
+        return None
+    check = getattr(config, "_acceptance_imports", None)
+    if check is None:
+        check = config._acceptance_imports = ImportCheck()
+    return check
 
 
 class CaseItem(pytest.Item):
@@ -164,6 +178,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _RESULTS.clear()
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    check = getattr(session.config, "_acceptance_imports", None)
+    if check is not None:  # every spec is collected: its child is not needed any more
+        check.close()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":  # on the xdist controller too: user_properties travel with the report
         for key, value in report.user_properties:
@@ -175,9 +195,9 @@ _RESULTS: list[str] = []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    worker = getattr(session.config, "_acceptance_worker", None)
-    if worker is not None:
-        worker.close()
+    for held in ("_acceptance_worker", "_acceptance_imports"):
+        if getattr(session.config, held, None) is not None:
+            getattr(session.config, held).close()
     out = session.config.getoption("acceptance_out")
     if out and _RESULTS and not hasattr(session.config, "workerinput"):  # the xdist controller or a plain run
         _write(Path(out), session.config)

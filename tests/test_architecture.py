@@ -18,7 +18,7 @@ STAGES: list[tuple[str, ...]] = [
     ("oracle", "emulate", "emulation"),                   # reference callables (float64, mpmath, emulated)
     ("spec", "adapters"),                                 # specs -> validated cases and their rules; callable kinds
     ("inputs",),                                          # deterministic inputs
-    ("transport", "serve", "workers", "forkserver"),               # where the code under test runs, how tensors get there
+    ("transport", "serve", "workers", "forkserver", "importcheck"),               # where the code under test runs, how tensors get there
     ("engine", "diagnose", "peers", "determinism"),       # the trial loop, per-element diagnostics, peer gates
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -95,8 +95,14 @@ def _valid_part(data: dict, name: str, failed: set) -> Any:
     return TypeAdapter(annotation).validate_python(data[name], strict=True)
 
 
-def load_spec(path: Path) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
+def load_spec(path: Path, imports: Optional[Callable[[str, Path], Any]] = None
+              ) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
     """Load and validate one spec file: the spec, or ``None`` and all its problems.
+
+    ``imports(ref, spec_path)`` checks each ``module:attr`` reference, raising :class:`SpecError`
+    (default: :func:`~acceptance.spec.resolve_callable` in this process; the command line checks them in a
+    child process, :class:`acceptance.importcheck.ImportCheck`, so that no import of the code under test runs
+    in the runner).
 
     The schema is checked first; inputs and cases, and dtypes and thresholds,
     are checked further whenever they are valid themselves, so one pass reports
@@ -107,15 +113,16 @@ def load_spec(path: Path) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
     if problem:
         return None, [problem]
     try:
-        return _validate(path, data)
+        return _validate(path, data, imports)
     except RecursionError:
         return None, [SpecProblem(str(path), "", "a YAML alias refers to itself; the spec must be a finite tree")]
 
 
-def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
+def _validate(path: Path, data: dict, imports: Optional[Callable[[str, Path], Any]] = None
+              ) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
     model: Optional[SpecModel] = None
     try:
-        model = SpecModel.model_validate(data, context={"spec_path": path})
+        model = SpecModel.model_validate(data, context={"spec_path": path, "imports": imports})
         parts = [model.inputs, model.cases, model.dtypes, {"thresholds": model.thresholds, "floors": model.floors}]
         found: list[tuple[str, str]] = []
     except ValidationError as exc:
@@ -144,8 +151,9 @@ def _validate(path: Path, data: dict) -> tuple[Optional[OperatorSpec], list[Spec
     return None, [SpecProblem(str(path), f, m) for f, m in found]
 
 
-def load_specs(paths: list[Path]) -> tuple[list[OperatorSpec], list[SpecProblem]]:
-    """Load every spec file under ``paths`` (see :func:`discover`).
+def load_specs(paths: list[Path], imports: Optional[Callable[[str, Path], Any]] = None
+               ) -> tuple[list[OperatorSpec], list[SpecProblem]]:
+    """Load every spec file under ``paths`` (see :func:`discover`); ``imports``: as for :func:`load_spec`.
 
     Returns the valid specs and every problem found in every file (a file with
     a problem gives no spec); operator names must be unique across files.
@@ -157,7 +165,7 @@ def load_specs(paths: list[Path]) -> tuple[list[OperatorSpec], list[SpecProblem]
     specs: list[OperatorSpec] = []
     first: dict[str, Path] = {}
     for path in discover(paths):
-        spec, found = load_spec(path)
+        spec, found = load_spec(path, imports)
         problems += found
         if spec is None:
             continue
