@@ -82,6 +82,12 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
                           references=_STATE["references"])
 
 
+def _costly(case: Case) -> bool:
+    """Whether ``case`` has an mpmath oracle: arbitrary precision, element by element, the costliest calls of a
+    run when its references are not cached (seconds per case where the others take milliseconds)."""
+    return isinstance(case.spec.oracle, dict) and "mpmath" in case.spec.oracle
+
+
 def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trials: Optional[int] = None,
                 on_case: Optional[Callable[[Case, CaseResult], None]] = None,
                 measured: list[tuple[CaseResult, Rules]], isolate: bool = True, guard: Optional[Path] = None,
@@ -113,7 +119,9 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     complete = False
     try:
         pending: dict[concurrent.futures.Future, tuple[Case, dict]] = {}
-        queue = iter(todo)
+        # the costliest cases go first, so that no job is left measuring one of them while the others idle
+        # at the end (the records are put back in case order below)
+        queue = iter(sorted(todo, key=lambda case: not _costly(case)))
 
         def submit() -> None:
             case = next(queue, None)

@@ -390,8 +390,12 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     if jobs > 1:
         from acceptance import parallel
 
+        # decide_all needs scipy.stats (~1-2 s to import); this process mostly waits on the jobs meanwhile,
+        # where it would otherwise import it after the last case, with every core idle
+        loading = _imported_meanwhile("acceptance.stats")
         parallel.measure_all(cases, device, jobs=jobs, trials=trials, on_case=on_case, measured=measured,
                              isolate=isolate, guard=guard, cache=cache, sanitize=sanitize, threads=threads)
+        loading.join()
         return decide_all(measured, strict=strict)
     references = RunReferences(cache)
     done = {m.id for m, _ in measured}
@@ -447,8 +451,9 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
 
 
 def _imported_meanwhile(name: str) -> threading.Thread:
-    """A thread importing module ``name`` (an import error surfaces where the module is next imported);
-    join it before this process imports anything else, so that two threads never import at once."""
+    """A thread importing module ``name`` (an import error surfaces where the module is next imported); join
+    it before this process's own work needs it (CPython's per-module import locks keep two importing threads
+    apart, but they would share one core's worth of the GIL)."""
     def load() -> None:
         try:
             importlib.import_module(name)

@@ -252,8 +252,9 @@ def test_every_spec_field_is_either_keyed_or_named_as_harmless():
 def _library_subset(folder: Path) -> Path:
     """Copies of diverse built-in specs (a softmax, a reduction, a matmul, a composite, a quantized matmul and an
     atomic one, with their helper module), each cut to its first case and one dtype; the matmul once more with
-    an emulated baseline and per-role keyword arguments of the oracle, and an add of 600,001 elements (more
-    than one piece of the host metrics engine)."""
+    an emulated baseline and per-role keyword arguments of the oracle, an add of 600,001 elements (more
+    than one piece of the host metrics engine), and a vendor-math spec with an mpmath oracle (its case is the
+    last in case order and the first that ``--jobs`` starts)."""
     import yaml
 
     folder.mkdir()
@@ -266,6 +267,10 @@ def _library_subset(folder: Path) -> Path:
     matmul.update(name="matmul_emulated", dtypes=["float16"], cases=matmul["cases"][1:2],
                   emulate={"contraction": "matmul", "accumulate": {"dtype": "float32", "chunk": 4}})
     (folder / "matmul_emulated.yaml").write_text(yaml.safe_dump(matmul))
+    arctan = yaml.safe_load((ROOT / "operator_specs" / "vendor_math" / "np_arctan.yaml").read_text())
+    arctan.update(name="zz_np_arctan", dtypes=["float32"], cases=[{"N": 300, "LO": -10, "HI": 10}])
+    (folder / "_vendor.py").write_text((ROOT / "operator_specs" / "vendor_math" / "_vendor.py").read_text())
+    (folder / "zz_np_arctan.yaml").write_text(yaml.safe_dump(arctan))  # last in case order, first sent to a job
     (folder / "big_add.yaml").write_text(
         "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
         "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {normal: [0, 1]}}\n"
@@ -288,7 +293,8 @@ def test_results_identical_cold_warm_and_two_jobs_on_diverse_specs(tmp_path, mon
     parallel = run("jobs2", "--jobs", "2", "--no-cache")
     ops = sorted({c["operator"] for c in cold["cases"]})
     assert ops == ["big_add", "index_add", "layer_norm", "matmul", "matmul_emulated", "q4_0_q8_1_matmul", "softmax",
-                   "sum"]
+                   "sum", "zz_np_arctan"]
+    assert cold["cases"][-1]["operator"] == "zz_np_arctan"
     assert not [c["id"] for c in cold["cases"] if c["verdict"] == "error"]
     emulated = next(c for c in cold["cases"] if c["operator"] == "matmul_emulated")
     assert emulated["emulation"] and "float32 accumulator" in emulated["emulation"]
@@ -381,3 +387,43 @@ def test_torch_free_dtype_facts_agree_with_torch():
         if row.kind != "block" and getattr(torch, name, None) is not None:
             assert row.itemsize == getattr(torch, name).itemsize, name
     assert dtypes.TABLE["bfloat16"].max == float(torch.finfo(torch.bfloat16).max)
+
+
+def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
+    """The vendor-math cases (mpmath oracles, seconds each when not cached) are the last of the built-in
+    library; ``--jobs`` sends them to the jobs first, so that no job is left alone with one at the end, and the
+    records still come back in case order."""
+    import concurrent.futures
+
+    import torch
+
+    from acceptance import parallel, runner, spec
+    from acceptance.records import CaseResult
+
+    specs, problems = spec.load_specs(spec.discover([ROOT / "operator_specs"]))
+    assert not problems
+    cases = spec.expand(specs)
+    mpmath_ids = [c.id for c in cases if isinstance(c.spec.oracle, dict) and "mpmath" in c.spec.oracle]
+    assert len(mpmath_ids) >= 20 and cases[-1].id in mpmath_ids  # last in case order
+    sent = []
+
+    class Pool:  # in place of the job processes: records what is sent, in order
+        def __init__(self, **kwargs):
+            pass
+
+        def submit(self, fn, case):
+            sent.append(case.id)
+            future = concurrent.futures.Future()
+            future.set_result(CaseResult(**runner._identity(case, 1)))
+            return future
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(parallel.concurrent.futures, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(parallel.forkserver, "context", lambda: None)
+    measured = []
+    parallel.measure_all(cases, torch.device("cpu"), jobs=2, measured=measured)
+    assert sent[:len(mpmath_ids)] == mpmath_ids  # first, in their own order
+    assert sent[len(mpmath_ids):] == [c.id for c in cases if c.id not in set(mpmath_ids)]
+    assert [m.id for m, _ in measured] == [c.id for c in cases]
