@@ -36,6 +36,7 @@ def _check(conn: multiprocessing.connection.Connection, owner: int) -> None:  # 
     from acceptance.serve import die_with
     from acceptance.spec.callables import resolve_callable
 
+    os.setsid()  # its own process group: closing the check ends what an import started too
     die_with(owner)
     while True:
         try:
@@ -166,7 +167,9 @@ class ImportCheck:
     def close(self) -> None:
         """End the child (a no-op when none runs); questions not answered are dropped."""
         if self._proc is not None:
-            if self._proc.is_alive():
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # not yet its own group leader
                 self._proc.kill()
             self._proc.join(5)
             self._conn.close()

@@ -33,7 +33,14 @@ MODULES = {
     "exits3.py": "import os\nos._exit(3)\n",
     "segv.py": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
     "sysexit.py": "import sys\nsys.exit(0)\n",
-    "sleeps.py": "import time\ntime.sleep(600)\ndef add(a, b): return a + b\n",
+    "sleeps.py": textwrap.dedent("""\
+        import subprocess, time
+        child = subprocess.Popen(["sleep", "600"])
+        with open(__file__[:-3] + ".child", "w") as fh:
+            fh.write(str(child.pid))
+        time.sleep(600)
+        def add(a, b): return a + b
+        """),
     "marker.py": textwrap.dedent("""\
         import os
         with open(__file__[:-3] + ".marks", "a") as fh:  # every process that imports it, by pid
@@ -96,12 +103,28 @@ def test_the_runner_never_imports_the_code_under_test(folder):
     assert len(pids) >= 2 and proc.pid not in pids  # imported by the check and by the worker, elsewhere
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` ended within 10 s (absent, or a zombie waiting to be reaped)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_an_import_that_hangs_is_stopped_and_the_next_reference_is_checked(folder):
     with ImportCheck(timeout=1.5) as check:
         started = time.monotonic()
         with pytest.raises(SpecError, match=r"^'sleeps.py:add': importing 'sleeps.py' did not finish within 1.5 s"):
             check("sleeps.py:add", folder / "good.yaml")
         assert time.monotonic() - started < 30
+        left = int((folder / "sleeps.child").read_text())  # what the import started went with it
+        assert _gone(left)
         check("torch:add", folder / "good.yaml")  # a fresh child answers
         with pytest.raises(SpecError, match="has no attribute 'nope'"):
             check("torch:nope", folder / "good.yaml")
