@@ -390,9 +390,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     if jobs > 1:
         from acceptance import parallel
 
-        # decide_all needs scipy.stats (~1-2 s to import); this process mostly waits on the jobs meanwhile,
-        # where it would otherwise import it after the last case, with every core idle
-        loading = _imported_meanwhile("acceptance.stats")
+        loading = _imported_meanwhile("acceptance.stats")  # for decide_all, while this process waits on the jobs
         parallel.measure_all(cases, device, jobs=jobs, trials=trials, on_case=on_case, measured=measured,
                              isolate=isolate, guard=guard, cache=cache, sanitize=sanitize, threads=threads)
         loading.join()
