@@ -127,73 +127,116 @@ _M_ABS, _M_REL, _M_RELF, _M_D31, _M_D32, _M_ULP, _M_HYB, _M_E, _M_B = range(9)  
 _C_N, _C_GT, _C_LT, _C_SPECIAL, _C_NAN, _C_INF = range(6)          # int64 counts
 
 
+#: Elements of one chunk of :func:`_kernel`: its per-element terms wait in four float64 buffers of this size
+#: (16 KiB, in the L1 cache) between its two passes.
+_CHUNK = 512
+
+
 @njit(nogil=True, cache=True, fastmath=False, error_model="numpy")
 def _kernel(e, b, code_e, code_b, precision, emin, integer, th, sums, maxs, counts):  # pragma: no cover
     """Add the partial results of one piece (1-D arrays ``e``, ``b``) into ``sums``, ``maxs`` and ``counts``.
 
     ``e`` and ``b`` are float32 or float64 values, or uint16 bit patterns of
     the 16-bit float format ``code_e`` / ``code_b`` (see :data:`_BITS16`).
+
+    Per element, where x and y are both finite (the others add nothing):
+    d = |x − y|, rel = d / |y| (0/0 = 0, d/0 = inf), h = d / (1 + |y|),
+    u = d / spacing(min(|x|, |y|)) in units of the format's last place (d
+    itself for integer formats); sums of d, |y|, d², y², u and h; maxima of
+    d, rel (all, where |y| > REL_FLOOR, where |y| > th), d where |y| ≤ th, u,
+    h, |x| and |y|; counts of compared, x > y, x < y, and of the non-finite
+    pairs (equal or both NaN, one NaN, unequal infinities).
+
+    The piece goes in chunks of :data:`_CHUNK` elements, each in two passes.
+    The first computes every term element by element, without branches (a
+    pair not both finite gets +0 terms), so that the compiler can use vector
+    instructions; it takes the maxima on the terms' bit patterns (all terms
+    are +0 or positive, where IEEE order is the order of the bits as
+    integers) and counts. The second adds the terms into the six sums in
+    element order: the same float64 additions as one element at a time, +0
+    terms leaving a sum of non-negative terms unchanged, so every sum is
+    bit for bit the sequential one. The non-finite pairs of a chunk, if any,
+    are classified in a pass of their own.
     """
     s_abs = s_absb = s_sq = s_b2 = s_ulp = s_hyb = 0.0
-    m_abs = m_rel = m_relf = m_d31 = m_d32 = m_ulp = m_hyb = m_e = m_b = 0.0
+    i_abs = i_rel = i_relf = i_d31 = i_d32 = i_ulp = i_hyb = i_e = i_b = np.int64(0)  # bits of the maxima
     n = gt = lt = special = nan_mm = inf_mm = 0
-    for i in range(e.shape[0]):
-        x = _load(e, i, code_e)
-        y = _load(b, i, code_b)
-        gt += x > y
-        lt += x < y
-        if math.isfinite(x) and math.isfinite(y):
-            n += 1
-            d = abs(x - y)
-            ax = abs(x)
-            ay = abs(y)
-            s_abs += d
-            s_absb += ay
-            s_sq += d * d
-            s_b2 += ay * ay
-            m_abs = max(m_abs, d)
-            m_e = max(m_e, ax)
-            m_b = max(m_b, ay)
+    t_d, t_ay, t_h, t_u = np.empty(_CHUNK), np.empty(_CHUNK), np.empty(_CHUNK), np.empty(_CHUNK)
+    size = e.shape[0]
+    for start in range(0, size, _CHUNK):
+        m = min(_CHUNK, size - start)
+        finite = 0
+        for j in range(m):
+            x = _load(e, start + j, code_e)
+            y = _load(b, start + j, code_b)
+            gt += x > y
+            lt += x < y
+            both = math.isfinite(x) and math.isfinite(y)
+            finite += both
+            d = abs(x - y) if both else 0.0
+            ax = abs(x) if both else 0.0
+            ay = abs(y) if both else 0.0
             rel = d / (ay + (d == 0.0))  # x/0 = inf; 0/0 = 0 (the denominator is ay + 1 where d = 0)
-            m_rel = max(m_rel, rel)
-            m_relf = max(m_relf, rel if ay > REL_FLOOR else 0.0)
-            m_d31 = max(m_d31, rel if ay > th else 0.0)
-            m_d32 = max(m_d32, d if ay <= th else 0.0)
             h = d / (1.0 + ay)
-            s_hyb += h
-            m_hyb = max(m_hyb, h)
             if integer:
                 u = d
             else:
                 ex = ((_f64_bits(min(ax, ay)) >> 52) & 0x7FF) - 1023  # floor(log2), < emin for 0/subnormal
                 sh = precision - 1 - max(ex, emin)
                 u = d * _pow2(sh >> 1) * _pow2(sh - (sh >> 1))  # d / spacing, exact in two power-of-2 steps
-            s_ulp += u
-            m_ulp = max(m_ulp, u)
-        elif math.isnan(x) or math.isnan(y):
-            if math.isnan(x) and math.isnan(y):
-                special += 1
-            else:
-                nan_mm += 1
-        elif x == y:
-            special += 1
-        else:
-            inf_mm += 1
+            t_d[j] = d
+            t_ay[j] = ay
+            t_h[j] = h
+            t_u[j] = u
+            i_abs = max(i_abs, _f64_bits(d))
+            i_e = max(i_e, _f64_bits(ax))
+            i_b = max(i_b, _f64_bits(ay))
+            i_rel = max(i_rel, _f64_bits(rel))
+            i_relf = max(i_relf, _f64_bits(rel if ay > REL_FLOOR else 0.0))
+            i_d31 = max(i_d31, _f64_bits(rel if ay > th else 0.0))
+            i_d32 = max(i_d32, _f64_bits(d if ay <= th else 0.0))
+            i_hyb = max(i_hyb, _f64_bits(h))
+            i_ulp = max(i_ulp, _f64_bits(u))
+        n += finite
+        if finite != m:
+            for j in range(m):
+                x = _load(e, start + j, code_e)
+                y = _load(b, start + j, code_b)
+                if math.isfinite(x) and math.isfinite(y):
+                    continue
+                if math.isnan(x) or math.isnan(y):
+                    if math.isnan(x) and math.isnan(y):
+                        special += 1
+                    else:
+                        nan_mm += 1
+                elif x == y:
+                    special += 1
+                else:
+                    inf_mm += 1
+        for j in range(m):
+            d = t_d[j]
+            ay = t_ay[j]
+            s_abs += d
+            s_absb += ay
+            s_sq += d * d
+            s_b2 += ay * ay
+            s_ulp += t_u[j]
+            s_hyb += t_h[j]
     sums[_S_ABS] += s_abs
     sums[_S_ABSB] += s_absb
     sums[_S_SQ] += s_sq
     sums[_S_B2] += s_b2
     sums[_S_ULP] += s_ulp
     sums[_S_HYB] += s_hyb
-    maxs[_M_ABS] = max(maxs[_M_ABS], m_abs)
-    maxs[_M_REL] = max(maxs[_M_REL], m_rel)
-    maxs[_M_RELF] = max(maxs[_M_RELF], m_relf)
-    maxs[_M_D31] = max(maxs[_M_D31], m_d31)
-    maxs[_M_D32] = max(maxs[_M_D32], m_d32)
-    maxs[_M_ULP] = max(maxs[_M_ULP], m_ulp)
-    maxs[_M_HYB] = max(maxs[_M_HYB], m_hyb)
-    maxs[_M_E] = max(maxs[_M_E], m_e)
-    maxs[_M_B] = max(maxs[_M_B], m_b)
+    maxs[_M_ABS] = max(maxs[_M_ABS], _bits_f64(i_abs))
+    maxs[_M_REL] = max(maxs[_M_REL], _bits_f64(i_rel))
+    maxs[_M_RELF] = max(maxs[_M_RELF], _bits_f64(i_relf))
+    maxs[_M_D31] = max(maxs[_M_D31], _bits_f64(i_d31))
+    maxs[_M_D32] = max(maxs[_M_D32], _bits_f64(i_d32))
+    maxs[_M_ULP] = max(maxs[_M_ULP], _bits_f64(i_ulp))
+    maxs[_M_HYB] = max(maxs[_M_HYB], _bits_f64(i_hyb))
+    maxs[_M_E] = max(maxs[_M_E], _bits_f64(i_e))
+    maxs[_M_B] = max(maxs[_M_B], _bits_f64(i_b))
     counts[_C_N] += n
     counts[_C_GT] += gt
     counts[_C_LT] += lt
