@@ -38,6 +38,9 @@ DEFAULT_OUT = Path("reports/latest")
 def _load(paths: tuple[Path, ...]):
     """Discover and validate specs; a :class:`SpecError` with one line per problem. The code under test is
     imported for the check in a child process (:mod:`acceptance.importcheck`), never in this one."""
+    from acceptance import forkserver
+
+    forkserver.start()  # the check's child starts from it: its preload overlaps with this process's imports
     from acceptance import spec
     from acceptance.importcheck import load_checked
 

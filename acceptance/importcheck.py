@@ -22,6 +22,7 @@ from collections import deque
 import multiprocessing.connection
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -57,6 +58,9 @@ def load_checked(files: list[Path], timeout: float = IMPORT_SECONDS) -> tuple[li
     """:func:`acceptance.spec.load_specs` with every reference imported in a child process: the specs are
     validated while the child imports (:meth:`ImportCheck.ahead`), and validated again, each reference then
     answered, only when some import failed, so that each problem names its spec and field."""
+    from acceptance import forkserver
+
+    forkserver.start()  # its preload (torch) runs while this process imports the schema and validates
     from acceptance import spec
 
     with ImportCheck(timeout) as check:
@@ -91,9 +95,12 @@ class ImportCheck:
     def __init__(self, timeout: float = IMPORT_SECONDS):
         self.timeout = timeout
         self._proc: Any = None
-        self._conn: Optional[multiprocessing.connection.Connection] = None
+        self._conn: Optional[multiprocessing.connection.Connection] = None  # set once the child runs
         self._answers: dict[tuple, Optional[str]] = {}
         self._sent: deque[tuple] = deque()  # (key, ref, spec_path) asked of the child, in order, unanswered
+        self._lock = threading.Lock()  # _sent and _conn, between the caller and the thread starting the child
+        self._starting: Optional[threading.Thread] = None
+        self._failed: Optional[BaseException] = None
 
     @staticmethod
     def _key(ref: str, spec_path: Path) -> tuple:
@@ -108,24 +115,39 @@ class ImportCheck:
             raise SpecError(answer)
 
     def ahead(self, ref: str, spec_path: Path) -> None:
-        """Ask the child about ``ref`` (once) and return at once; the answers already there are read."""
+        """Ask the child about ``ref`` (once) and return at once; the answers already there are read. The first
+        question starts the child in a thread (it waits for the fork server's preload), so the caller goes on."""
         key = self._key(ref, spec_path)
         if key in self._answers or any(item[0] == key for item in self._sent):
             return
-        self._send((key, ref, str(spec_path)))
-        while self._sent and self._conn is not None and self._conn.poll(0):
+        with self._lock:
+            self._sent.append((key, ref, str(spec_path)))
+            running = self._conn is not None
+            if running:
+                self._post(self._sent[-1])
+        if not running and self._starting is None:
+            self._starting = threading.Thread(target=self._start, name="acceptance-import-check", daemon=True)
+            self._starting.start()
+        while running and self._sent and self._conn.poll(0):
             self._read(0)
 
     def settle(self) -> bool:
         """Read every answer asked for; whether any is a problem."""
+        self._started()
         while self._sent:
             self._read(self.timeout)
         return any(answer is not None for answer in self._answers.values())
 
-    def _send(self, item: tuple) -> None:
-        if self._proc is None:
-            self._start()
-        self._sent.append(item)
+    def _started(self) -> None:
+        """Wait for the thread starting the child; raise what made it fail."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+
+    def _post(self, item: tuple) -> None:
         try:
             self._conn.send(item[1:])
         except OSError:  # the child ended: found when its answers are read
@@ -148,24 +170,34 @@ class ImportCheck:
                        " the module exits or crashes at import")
         self._answers[key] = problem
         self._sent.popleft()
-        rest, self._sent = list(self._sent), deque()
         self.close()
-        for item in rest:
-            self._send(item)
+        if self._sent:  # the questions not answered, to a fresh child
+            self._start()
+            self._started()
 
     def _start(self) -> None:
+        """Start the child and send it every question asked so far (in the caller, or in a thread)."""
         from acceptance.forkserver import context
 
-        ctx = context()
-        parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_check, args=(child, os.getpid()), daemon=True,
-                                 name="acceptance-import-check")
-        self._proc.start()
-        child.close()
-        self._conn = parent
+        try:
+            ctx = context()
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_check, args=(child, os.getpid()), daemon=True, name="acceptance-import-check")
+            proc.start()
+            child.close()
+        except BaseException as exc:  # raised to the caller by settle
+            self._failed = exc
+            return
+        with self._lock:
+            self._proc, self._conn = proc, parent
+            for item in self._sent:
+                self._post(item)
 
     def close(self) -> None:
-        """End the child (a no-op when none runs); questions not answered are dropped."""
+        """End the child (a no-op when none runs); questions not answered stay asked."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         if self._proc is not None:
             try:
                 os.killpg(self._proc.pid, signal.SIGKILL)
