@@ -1,11 +1,14 @@
 """What the harness costs around the code it tests, on the built-in library, measured in one run.
 
-    python benchmarks/harness.py [--specs operator_specs] [--only GLOB] [--jobs N] [--no-memory]
+    python benchmarks/harness.py [--specs operator_specs] [--only GLOB] [--jobs N] [--no-memory] [--warm-up GLOB]
 
 Prints the machine (CPU, cores, load average before and after: the figures
 are wall-clock times, so a loaded machine inflates them), then:
 
-- startup (bytecode compiled once, as an installed package has it): ``acceptance --help``,
+- a warm-up run, not timed (every case, one trial): it writes the bytecode and compiles the numba
+  kernels once, as an installed package has them after its first run; every timed command then runs
+  with that bytecode (``PYTHONPYCACHEPREFIX``), whatever ``PYTHONDONTWRITEBYTECODE`` says;
+- startup: ``acceptance --help``,
   ``acceptance report results.json``, ``list`` and
   ``validate`` of the specs, ``compare`` of two of the runs' results.json
   (best of 5, a fresh interpreter each time);
@@ -161,14 +164,24 @@ def main() -> None:
     ap.add_argument("--only", help="restrict the runs to operators/case ids matching this glob")
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--warm-up", metavar="GLOB", help="cases of the untimed warm-up run, one trial each "
+                                                       "(default: every case, so that every kernel is compiled)")
     args = ap.parse_args()
 
     print(f"machine: {machine()}")
     print(f"load average at start: {load()}; a 3e7-addition Python loop: {speed():.2f} s")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        cache = {"ACCEPTANCE_CACHE_DIR": str(tmp / "cache")}
+        # every run as an installed package runs after its first: bytecode written once (an environment that
+        # sets PYTHONDONTWRITEBYTECODE would otherwise compile every module on every start), and the numba
+        # kernels compiled and cached on disk by a warm-up run that is not timed (else the first timed run,
+        # the cold one, would pay for compiling them in a fresh checkout)
+        compiled = {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": str(tmp / "pyc")}
+        cache = {"ACCEPTANCE_CACHE_DIR": str(tmp / "cache"), **compiled}
         select = [args.specs] + (["--only", args.only] if args.only else [])
+        warm_up = acceptance("run", args.specs, *(["--only", args.warm_up] if args.warm_up else []), "--out",
+                             str(tmp / "warm-up"), "--no-cache", "--jobs", "1", "--trials", "1", env=compiled)
+        print(f"warm-up (bytecode and JIT kernels compiled, not counted): {warm_up:.1f} s")
         runs = [("jobs 1, cold cache", ["--jobs", "1"]), ("jobs 1, warm cache", ["--jobs", "1"]),
                 ("jobs 1, no cache", ["--jobs", "1", "--no-cache"]),
                 (f"jobs {args.jobs}, no cache", ["--jobs", str(args.jobs), "--no-cache"])]
@@ -188,9 +201,6 @@ def main() -> None:
             if a["summary"] != b["summary"] or diff:
                 print(f"  differs from the cold run in {label_f[0]}: summary {a['summary'] != b['summary']}, "
                       f"{len(diff)} case fields, e.g. {diff[:3]}")
-        # start-up as an installed package starts: with its bytecode written once (an environment that sets
-        # PYTHONDONTWRITEBYTECODE would otherwise compile every module on every start)
-        compiled = {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": str(tmp / "pyc")}
 
         def started(*cmd: str) -> float:
             acceptance(*cmd, env=compiled)

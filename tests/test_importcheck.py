@@ -175,3 +175,18 @@ def test_questions_asked_ahead_are_answered_in_order_across_dead_children(folder
     with ImportCheck() as check:
         check.ahead("torch:add", spec)
         assert check.settle() is False
+
+
+def test_a_child_that_cannot_start_is_reported_to_the_caller(monkeypatch, folder):
+    """The child starts in a thread: what stops it from starting is raised where the answers are read."""
+    from acceptance import forkserver
+
+    def broken():
+        raise OSError("no fork server here")
+
+    monkeypatch.setattr(forkserver, "context", broken)
+    check = ImportCheck()
+    check.ahead("torch:add", folder / "good.yaml")  # returns at once
+    with pytest.raises(OSError, match="no fork server here"):
+        check.settle()
+    check.close()
