@@ -109,30 +109,31 @@ class CaseFailed(Exception):
     """A case that failed or errored; the message is its reasons and its full account."""
 
 
-def _worker(config: pytest.Config) -> Any:
-    """One worker process per pytest process (per xdist worker), closed at the end of the session."""
-    from acceptance.workers import Worker
-
+def _held(config: pytest.Config, attr: str, make: Any) -> Any:
+    """``make()`` once per pytest process (per xdist worker), kept on ``config`` as ``attr`` and closed at the
+    end of the session; ``None`` with ``--acceptance-no-isolation`` (the code under test then runs here)."""
     if config.getoption("acceptance_no_isolation"):
         return None
-    worker = getattr(config, "_acceptance_worker", None)
-    if worker is None:
-        worker = config._acceptance_worker = Worker()
-    return worker
+    held = getattr(config, attr, None)
+    if held is None:
+        held = make()
+        setattr(config, attr, held)
+    return held
+
+
+def _worker(config: pytest.Config) -> Any:
+    """The session's worker process."""
+    from acceptance.workers import Worker
+
+    return _held(config, "_acceptance_worker", Worker)
 
 
 def _imports(config: pytest.Config) -> Any:
-    """The session's :class:`~acceptance.importcheck.ImportCheck` (``None`` with ``--acceptance-no-isolation``):
-    a spec's modules are imported in a child process to be checked, so that one exiting at import cannot end
-    the session."""
+    """The session's :class:`~acceptance.importcheck.ImportCheck`: a spec's modules are imported in a child
+    process to be checked, so that one exiting at import cannot end the session (closed once collected)."""
     from acceptance.importcheck import ImportCheck
 
-    if config.getoption("acceptance_no_isolation"):
-        return None
-    check = getattr(config, "_acceptance_imports", None)
-    if check is None:
-        check = config._acceptance_imports = ImportCheck()
-    return check
+    return _held(config, "_acceptance_imports", ImportCheck)
 
 
 class CaseItem(pytest.Item):
