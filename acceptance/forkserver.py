@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 from multiprocessing.context import BaseContext
 
 #: Modules the fork server imports before it forks anything (the spec package: workers and the import check
@@ -48,3 +49,11 @@ def _launch() -> None:
     finally:
         for k in added:
             del os.environ[k]
+
+
+def signal_name(exitcode: int) -> str:
+    """The signal that ended a child process, from its negative ``exitcode``: ``SIGSEGV``, or ``signal 99``."""
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"

@@ -26,6 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from acceptance import forkserver
 from acceptance.errors import SpecError
 
 #: Seconds one reference's import may take in the checking process before it is stopped and reported.
@@ -58,9 +59,6 @@ def load_checked(files: list[Path], timeout: float = IMPORT_SECONDS) -> tuple[li
     """:func:`acceptance.spec.load_specs` with every reference imported in a child process: the specs are
     validated while the child imports (:meth:`ImportCheck.ahead`), and validated again, each reference then
     answered, only when some import failed, so that each problem names its spec and field."""
-    from acceptance import forkserver
-
-    forkserver.start()  # its preload (torch) runs while this process imports the schema and validates
     from acceptance import spec
 
     with ImportCheck(timeout) as check:
@@ -74,12 +72,7 @@ def _ended(code: Optional[int]) -> str:
     """How a child process ended, in words: ``exit status 0`` or ``killed by SIGSEGV``."""
     if code is None:
         return "an unknown status"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
+    return f"killed by {forkserver.signal_name(code)}" if code < 0 else f"exit status {code}"
 
 
 class ImportCheck:
@@ -177,10 +170,8 @@ class ImportCheck:
 
     def _start(self) -> None:
         """Start the child and send it every question asked so far (in the caller, or in a thread)."""
-        from acceptance.forkserver import context
-
         try:
-            ctx = context()
+            ctx = forkserver.context()
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_check, args=(child, os.getpid()), daemon=True, name="acceptance-import-check")
             proc.start()

@@ -196,9 +196,10 @@ _RESULTS: list[str] = []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    for held in ("_acceptance_worker", "_acceptance_imports"):
-        if getattr(session.config, held, None) is not None:
-            getattr(session.config, held).close()
+    for attr in ("_acceptance_worker", "_acceptance_imports"):
+        held = getattr(session.config, attr, None)
+        if held is not None:
+            held.close()
     out = session.config.getoption("acceptance_out")
     if out and _RESULTS and not hasattr(session.config, "workerinput"):  # the xdist controller or a plain run
         _write(Path(out), session.config)

@@ -59,6 +59,7 @@ from typing import Any, Optional
 import torch
 
 from acceptance.errors import CaseError
+from acceptance.forkserver import signal_name
 from acceptance.serve import (FLOAT64, IMPL, REFERENCE, RUN_FILES, Generate, Ref, _changed, _input_sets, call_inputs,
                               remove_written, resolve, serve, snapshot)
 from acceptance.transport import dumps, recv, send, size
@@ -78,13 +79,6 @@ def _context() -> multiprocessing.context.BaseContext:
 
         _CONTEXT = context()
     return _CONTEXT
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
 
 
 class Worker:
@@ -313,7 +307,7 @@ class Batch:
             code = w._proc.exitcode
             w.close()
             if code is not None and code < 0:
-                raise CaseError(f"{role} terminated by {_signal_name(code)} in trial {trial}")
+                raise CaseError(f"{role} terminated by {signal_name(code)} in trial {trial}")
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
         # the next call started when this answer was sent, or later if sending it had to wait for this read
         w._free_at = self._started = max(answer[-1], time.monotonic())
