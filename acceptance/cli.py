@@ -376,13 +376,14 @@ def _reporter_options(command):
 @click.option("--annotations", is_flag=True, help="Print at most 10 GitHub ::error annotations.")
 @click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
 def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
-    """Re-render reports from results.json (several files = shards, merged)."""
+    """Re-render reports from results.json files or run folders (several = shards, merged)."""
     from acceptance import results as results_mod
 
-    parts = [results_mod.load(p) for p in results_files]
+    files = [f for p in results_files for f in results_mod.files_of(p)]
+    parts = [results_mod.load(f) for f in files]
     res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
     if len(parts) == 1:
-        digest = hashlib.sha256(Path(results_files[0]).read_bytes()).hexdigest()
+        digest = hashlib.sha256(files[0].read_bytes()).hexdigest()
     else:
         digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
     context = Context(results_sha256=digest, artifact_url=artifact_url)
@@ -444,10 +445,11 @@ def _compare_base(path: Optional[Path], max_slowdown: float = 1.25):
     error at once)."""
     if path is None:
         return None
-    from acceptance.cli_tune import check_max_slowdown, load_run
+    from acceptance import results as results_mod
+    from acceptance.cli_tune import check_max_slowdown
 
     check_max_slowdown(max_slowdown)
-    return load_run(path)
+    return results_mod.load_run(path)
 
 
 def _with_comparison(res: Results, base: Results, label: str, *, max_slowdown: float = 1.25) -> Results:

@@ -12,23 +12,7 @@ from typing import Optional
 
 import click
 
-from acceptance.errors import EXIT_FAIL, ResultsError, UsageError
-
-
-def load_run(path: Path):
-    """A results.json file, or a folder: its results.json, else every results*.json below it merged (shards)."""
-    from acceptance import results as results_mod
-
-    path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or directory")
-    if path.is_dir():
-        files = [path / "results.json"] if (path / "results.json").is_file() else sorted(path.rglob("results*.json"))
-        if not files:
-            raise ResultsError(f"{path}: no results.json in this folder")
-        parts = [results_mod.load(f) for f in files]
-        return parts[0] if len(parts) == 1 else results_mod.merge(parts)
-    return results_mod.load(path)
+from acceptance.errors import EXIT_FAIL, UsageError
 
 
 def check_max_slowdown(value: float) -> None:
@@ -57,16 +41,17 @@ def check_max_slowdown(value: float) -> None:
 def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_slack, write, check,
              no_isolation) -> None:
     """Propose thresholds from the errors seen over many seeds (or earlier results)."""
+    from acceptance import results as results_mod
     from acceptance import tunewrite
     from acceptance.cli import _load
     from acceptance.proposal import TuneResult, observations, proposals
     from acceptance.tuning import run_seeds
 
     if write and from_:
-        files = {c.spec_file for p in from_ for c in load_run(p).cases}
+        files = {c.spec_file for p in from_ for c in results_mod.load_run(p).cases}
         digests = {Path(f): tunewrite.sha256_of(Path(f)) for f in files if Path(f).is_file()}
     if from_:
-        cases = [c for p in from_ for c in load_run(p).cases]
+        cases = [c for p in from_ for c in results_mod.load_run(p).cases]
     else:
         specs = _load(paths)
         digests = {s.path: tunewrite.sha256_of(s.path) for s in specs}
@@ -113,12 +98,13 @@ def compare_cmd(base: Path, new: Path, max_ratio: float, markdown_path: Optional
     """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, timings NEW/BASE,
     waivers that can go. Exit 1 on a regression."""
     from acceptance import regression as compare_mod
+    from acceptance import results as results_mod
 
     if not max_ratio > 1:
         raise UsageError(f"--max-ratio: must be > 1, got {max_ratio:g}")
     check_max_slowdown(max_slowdown)
-    cmp = compare_mod.compare_results(load_run(base), load_run(new), max_ratio=max_ratio, base_label=str(base),
-                                      max_slowdown=max_slowdown)
+    cmp = compare_mod.compare_results(results_mod.load_run(base), results_mod.load_run(new), max_ratio=max_ratio,
+                                      base_label=str(base), max_slowdown=max_slowdown)
     text = compare_mod.markdown(cmp)
     if markdown_path is not None and str(markdown_path) != "-":
         markdown_path.parent.mkdir(parents=True, exist_ok=True)

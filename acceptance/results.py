@@ -81,6 +81,27 @@ def load(path: Path) -> Results:
         raise ResultsError(f"{path}: invalid results: {exc}") from None
 
 
+def files_of(path: Path) -> list[Path]:
+    """The results files a path names: a file itself; a folder's ``results.json``, else every ``results*.json``
+    below it (the shards of a sharded run, in path order). :class:`ResultsError` naming the path when it does not
+    exist or the folder holds none."""
+    path = Path(path)
+    if not path.exists():
+        raise ResultsError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        return [path]
+    files = [path / "results.json"] if (path / "results.json").is_file() else sorted(path.rglob("results*.json"))
+    if not files:
+        raise ResultsError(f"{path}: no results.json in this folder")
+    return files
+
+
+def load_run(path: Path) -> Results:
+    """The run a path names (see :func:`files_of`): one file read, or a folder's shards read and merged."""
+    parts = [load(f) for f in files_of(path)]
+    return parts[0] if len(parts) == 1 else merge(parts)
+
+
 @contextlib.contextmanager
 def _collector_paused():
     """Python's cyclic garbage collector paused, then restored as it was: a results.json of a few MB becomes

@@ -86,8 +86,7 @@ def compare(base, new, *, max_ratio: float = 2.0, max_slowdown: float = 1.25) ->
         cmp.passed, cmp.regressions, [c.worst_ratio for c in cmp.cases]
     """
     def loaded(x):
-        return x if isinstance(x, Results) else results_mod.load(Path(x) / "results.json" if Path(x).is_dir()
-                                                                  else Path(x))
+        return x if isinstance(x, Results) else results_mod.load_run(Path(x))
 
     label = base if not isinstance(base, Results) else "base"
     try:

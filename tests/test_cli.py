@@ -81,6 +81,33 @@ def test_report_rerenders_and_merges_shards(tmp_path):
     assert r.exit_code == 2 and "nope.json" in r.output
 
 
+def test_report_reads_run_folders_like_compare(tmp_path):
+    """A run's output folder is what a user has at hand: report reads its results.json, or merges the shards'
+    results*.json below it; the summary it prints is the recorded one, counted here from the cases."""
+    fixture = Path(__file__).parent / "fixtures" / "recorded_run.json"
+    res = results_mod.load(fixture)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_bytes(fixture.read_bytes())
+    third = len(res.cases) // 3
+    for i, cases in enumerate((res.cases[:third], res.cases[third:])):
+        part = res.model_copy(update={"cases": cases, "summary": summarize(cases)})
+        results_mod.write(part, tmp_path / "shards" / f"shard-{i}" / "results.json")
+    verdicts = [c.verdict for c in res.cases]
+    expected = f"{len(verdicts)} cases, {verdicts.count('pass')} passed, {verdicts.count('fail')} failed"
+    for folder in ("run", "shards"):
+        r = invoke("report", tmp_path / folder, "--merged", tmp_path / f"{folder}.json")
+        assert r.exit_code == 0, r.output
+        merged = results_mod.load(tmp_path / f"{folder}.json")
+        assert sorted(c.id for c in merged.cases) == sorted(c.id for c in res.cases)
+    r = invoke("report", tmp_path / "run")
+    assert expected in r.output
+    (tmp_path / "empty").mkdir()
+    r = invoke("report", tmp_path / "empty")
+    assert r.exit_code == 2 and "empty: no results.json in this folder" in r.output
+    r = invoke("compare", tmp_path / "run", tmp_path / "shards")
+    assert r.exit_code == 0, r.output
+
+
 def test_mpmath_oracle_through_a_spec(tmp_path):
     (tmp_path / "exp.yaml").write_text(
         "name: exp_mp\ncategory: activation\nimpl: torch:exp\noracle: {mpmath: exp, dps: 40}\n"
