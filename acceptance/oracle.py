@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import mpmath
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a tensor is handled, not here: validating and listing a spec that names an mpmath oracle
+# checks the function's name against this module without loading torch (~1.7 s)
 
 Fn = Callable[..., Any]
 
@@ -30,6 +34,8 @@ MIN_DPS = 20
 def float64_inputs(args: tuple) -> tuple:
     """CPU float64 copies of the floating tensors in ``args`` (complex to complex128);
     integer and bool tensors moved to the CPU unchanged; non-tensors passed through."""
+    import torch
+
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -44,6 +50,8 @@ def float64_inputs(args: tuple) -> tuple:
 
 def _float64_outputs(result: Any) -> Any:
     """Floating tensor outputs as CPU float64; a tuple keeps its shape."""
+    import torch
+
     if isinstance(result, (tuple, list)):
         return tuple(_float64_outputs(r) for r in result)
     if isinstance(result, torch.Tensor) and result.is_floating_point():
@@ -105,42 +113,52 @@ def _gelu(ctx: Any, x: Any, approximate: str = "none") -> Any:
     return x / 2 * ctx.erfc(-x / ctx.sqrt(2))
 
 
-#: name -> (high-precision formula (ctx, *args, **params), float64 torch function for
-#: IEEE special points). Names not listed map to ``mpmath.<name>`` directly.
-_FUNCTIONS: dict[str, tuple[Fn, Optional[Fn]]] = {
-    "exp": (lambda c, x: c.exp(x), torch.exp),
-    "exp2": (lambda c, x: c.power(2, x), torch.exp2),
-    "expm1": (lambda c, x: c.expm1(x), torch.expm1),
-    "log": (lambda c, x: c.log(x), torch.log),
-    "log2": (lambda c, x: c.log(x, 2), torch.log2),
-    "log10": (lambda c, x: c.log10(x), torch.log10),
-    "log1p": (lambda c, x: c.log1p(x), torch.log1p),
-    "sqrt": (lambda c, x: c.sqrt(x), torch.sqrt),
-    "rsqrt": (lambda c, x: 1 / c.sqrt(x), torch.rsqrt),
-    "reciprocal": (lambda c, x: 1 / x, torch.reciprocal),
-    "sin": (lambda c, x: c.sin(x), torch.sin),
-    "cos": (lambda c, x: c.cos(x), torch.cos),
-    "tan": (lambda c, x: c.tan(x), torch.tan),
-    "asin": (lambda c, x: c.asin(x), torch.asin),
-    "acos": (lambda c, x: c.acos(x), torch.acos),
-    "atan": (lambda c, x: c.atan(x), torch.atan),
-    "sinh": (lambda c, x: c.sinh(x), torch.sinh),
-    "cosh": (lambda c, x: c.cosh(x), torch.cosh),
-    "tanh": (lambda c, x: c.tanh(x), torch.tanh),
-    "asinh": (lambda c, x: c.asinh(x), torch.asinh),
-    "acosh": (lambda c, x: c.acosh(x), torch.acosh),
-    "atanh": (lambda c, x: c.atanh(x), torch.atanh),
-    "erf": (lambda c, x: c.erf(x), torch.erf),
-    "erfc": (lambda c, x: c.erfc(x), torch.erfc),
-    "sigmoid": (lambda c, x: 1 / (1 + c.exp(-x)), torch.sigmoid),
-    "silu": (lambda c, x: x / (1 + c.exp(-x)), F.silu),
-    "softplus": (lambda c, x: c.log1p(c.exp(x)), F.softplus),
-    "mish": (lambda c, x: x * c.tanh(c.log1p(c.exp(x))), F.mish),
-    "gelu": (_gelu, F.gelu),
-    "atan2": (lambda c, y, x: c.atan2(y, x), torch.atan2),
-    "pow": (lambda c, x, y: c.power(x, y), torch.pow),
-    "hypot": (lambda c, x, y: c.hypot(x, y), torch.hypot),
+#: name -> (high-precision formula (ctx, *args, **params), the float64 torch function for IEEE special points,
+#: by its name under ``torch``). Names not listed map to ``mpmath.<name>`` directly.
+_FUNCTIONS: dict[str, tuple[Fn, Optional[str]]] = {
+    "exp": (lambda c, x: c.exp(x), "exp"),
+    "exp2": (lambda c, x: c.power(2, x), "exp2"),
+    "expm1": (lambda c, x: c.expm1(x), "expm1"),
+    "log": (lambda c, x: c.log(x), "log"),
+    "log2": (lambda c, x: c.log(x, 2), "log2"),
+    "log10": (lambda c, x: c.log10(x), "log10"),
+    "log1p": (lambda c, x: c.log1p(x), "log1p"),
+    "sqrt": (lambda c, x: c.sqrt(x), "sqrt"),
+    "rsqrt": (lambda c, x: 1 / c.sqrt(x), "rsqrt"),
+    "reciprocal": (lambda c, x: 1 / x, "reciprocal"),
+    "sin": (lambda c, x: c.sin(x), "sin"),
+    "cos": (lambda c, x: c.cos(x), "cos"),
+    "tan": (lambda c, x: c.tan(x), "tan"),
+    "asin": (lambda c, x: c.asin(x), "asin"),
+    "acos": (lambda c, x: c.acos(x), "acos"),
+    "atan": (lambda c, x: c.atan(x), "atan"),
+    "sinh": (lambda c, x: c.sinh(x), "sinh"),
+    "cosh": (lambda c, x: c.cosh(x), "cosh"),
+    "tanh": (lambda c, x: c.tanh(x), "tanh"),
+    "asinh": (lambda c, x: c.asinh(x), "asinh"),
+    "acosh": (lambda c, x: c.acosh(x), "acosh"),
+    "atanh": (lambda c, x: c.atanh(x), "atanh"),
+    "erf": (lambda c, x: c.erf(x), "erf"),
+    "erfc": (lambda c, x: c.erfc(x), "erfc"),
+    "sigmoid": (lambda c, x: 1 / (1 + c.exp(-x)), "sigmoid"),
+    "silu": (lambda c, x: x / (1 + c.exp(-x)), "nn.functional.silu"),
+    "softplus": (lambda c, x: c.log1p(c.exp(x)), "nn.functional.softplus"),
+    "mish": (lambda c, x: x * c.tanh(c.log1p(c.exp(x))), "nn.functional.mish"),
+    "gelu": (_gelu, "nn.functional.gelu"),
+    "atan2": (lambda c, y, x: c.atan2(y, x), "atan2"),
+    "pow": (lambda c, x, y: c.power(x, y), "pow"),
+    "hypot": (lambda c, x, y: c.hypot(x, y), "hypot"),
 }
+
+
+def _torch_function(path: str) -> Fn:
+    """The torch function at ``path`` under ``torch`` (``"exp"``, ``"nn.functional.silu"``)."""
+    import torch
+
+    fn: Any = torch
+    for part in path.split("."):
+        fn = getattr(fn, part)
+    return fn
 
 
 def mpmath_names() -> list[str]:
@@ -193,6 +211,8 @@ def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tens
     ctx.dps = dps
 
     def oracle(*tensors: torch.Tensor, **params: Any) -> torch.Tensor:
+        import torch
+
         _check_params(name, len(tensors), params)
         try:
             xs = torch.broadcast_tensors(*float64_inputs(tensors))
@@ -209,7 +229,7 @@ def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tens
         if special is not None:
             mask = torch.tensor([_is_special(v) for v in zip(*columns)], dtype=torch.bool).reshape(result.shape)
             if mask.any():
-                result = torch.where(mask, special(*xs, **params), result)
+                result = torch.where(mask, _torch_function(special)(*xs, **params), result)
         return result
 
     oracle.__name__ = f"mpmath.{name}"

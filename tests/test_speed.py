@@ -104,16 +104,22 @@ cases:
 """
 
 
-@pytest.mark.parametrize("command", ["list", "validate", "compare", "report", "report-files"])
+_MPMATH_SPEC = _PLAIN_SPEC.replace("name: plain_add", "name: plain_exp").replace(
+    "impl: operator:add", "impl: math:exp\noracle: {mpmath: exp, dps: 30}")
+
+
+@pytest.mark.parametrize("command", ["list", "validate", "list-mpmath", "validate-mpmath", "compare", "report",
+                                     "report-files"])
 def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_path):
-    """``list``/``validate`` of a spec whose callables are plain Python, ``compare``/``report`` of results files
-    (``report-files``: every report file written): none of them loads torch, scipy or numba (only a spec's own
-    callables may)."""
+    """``list``/``validate`` of a spec whose callables are plain Python (``-mpmath``: with an mpmath oracle, whose
+    function name is checked), ``compare``/``report`` of results files (``report-files``: every report file
+    written): none of them loads torch, scipy or numba (only a spec's own callables may)."""
     spec = tmp_path / "plain_add.yaml"
-    spec.write_text(_PLAIN_SPEC)
+    spec.write_text(_MPMATH_SPEC if command.endswith("-mpmath") else _PLAIN_SPEC)
     recorded = str(ROOT / "tests" / "fixtures" / "recorded_run.json")
     files = [x for name in ("html", "junit", "summary", "signoff", "merged") for x in (f"--{name}", str(tmp_path / name))]
-    args = {"list": [str(spec)], "validate": [str(spec)], "compare": [recorded, recorded],
+    args = {"list": [str(spec)], "validate": [str(spec)], "list-mpmath": [str(spec)], "validate-mpmath": [str(spec)],
+            "compare": [recorded, recorded],
             "report": [recorded], "report-files": [recorded, *files]}[command]
     command = command.split("-")[0]
     code = ("import sys, acceptance.cli as c\n"
@@ -126,7 +132,8 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
     if command == "validate":
         assert lines[0] == "1 specs valid, 6 cases"  # 2 cases x 3 dtypes
     if command == "list":
-        assert lines[1].split()[:4] == ["plain_add", "arithmetic", "float16,bfloat16,float32", "6"]
+        name = "plain_exp" if spec.read_text() == _MPMATH_SPEC else "plain_add"
+        assert lines[1].split()[:4] == [name, "arithmetic", "float16,bfloat16,float32", "6"]
     if len(args) > 1 and args[1] == "--html":
         assert "rel_error_buckets" in Path(recorded).read_text()  # the report's bucket section has data to show
         assert all((tmp_path / name).stat().st_size > 0 for name in ("html", "junit", "summary", "signoff", "merged"))
