@@ -182,17 +182,19 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         folder.append(result)
         advance(case, result)
 
+    decided = None  # every case decided by the run; when it is interrupted, the finished part is decided below
     with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
-            runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
-                       isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
-                       cache=_reference_cache(not no_cache),
-                       jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
-                       threads=threads)
+            decided = runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
+                                 isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
+                                 cache=_reference_cache(not no_cache),
+                                 jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
+                                 threads=threads)
         except KeyboardInterrupt as exc:
             stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
-    measured.sort(key=lambda m: order[m[0].id])
-    case_results = runner.decide_all(measured, strict=strict)
+    if decided is None:
+        decided = runner.decide_all(measured, strict=strict)  # Holm's adjusted p-values do not depend on the order
+    case_results = sorted(decided, key=lambda c: order[c.id])
     env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
                              end=runner.now())
     res = Results(environment=env, summary=verdict.summarize(case_results, interrupted=stopped),

@@ -434,3 +434,52 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
     assert sent[:len(mpmath_ids)] == mpmath_ids  # first, in their own order
     assert sent[len(mpmath_ids):] == [c.id for c in cases if c.id not in set(mpmath_ids)]
     assert [m.id for m, _ in measured] == [c.id for c in cases]
+
+
+_DUAL_SPEC = """name: scaled_exp
+category: activation
+impl: _k.py:scaled_exp
+baseline: torch:exp
+dtypes: [float16, float32]
+inputs:
+  - {name: x, shape: [N], dist: {uniform: [-2, 2]}}
+cases:
+  - {N: 64}
+  - {N: 9}
+seed: 3
+dual_delta: {trials: 12}
+"""
+
+
+def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, monkeypatch):
+    """``run`` decides the measured cases once (the runner's decision is the run's), in case order, with every
+    p-value adjusted by Holm over the whole run: recomputed here from the recorded raw p-values by the step-down
+    formula adj_(i) = min(1, max_{j<=i} (m - j + 1) p_(j))."""
+    from acceptance import runner
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "exp.yaml").write_text(_DUAL_SPEC)
+    (tmp_path / "s" / "_k.py").write_text("import torch\n\ndef scaled_exp(x):\n"
+                                          "    return torch.exp(x) * (1 + 2 ** -9)\n")
+    calls = []
+    decide_all = runner.decide_all
+    monkeypatch.setattr(runner, "decide_all", lambda *a, **k: calls.append(1) or decide_all(*a, **k))
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "s"), "--out", str(tmp_path / "out"), "--jobs", "1"],
+                           catch_exceptions=False)
+    assert r.exit_code in (0, 1), r.output
+    assert len(calls) == 1
+    cases = json.loads((tmp_path / "out" / "results.json").read_text())["cases"]
+    assert [c["id"] for c in cases] == [f"scaled_exp[{d}-N={n}]" for d in ("float16", "float32") for n in (64, 9)]
+    family = [(c["id"], i, f) for c in cases for i, rec in enumerate(c["dual_delta"])
+              for f in ("p_value", "p_worst") if rec[f] is not None]
+    raw = {key: next(c for c in cases if c["id"] == key[0])["dual_delta"][key[1]][key[2]] for key in family}
+    ranked = sorted(family, key=lambda key: raw[key])
+    m, running, expected = len(ranked), 0.0, {}
+    for j, key in enumerate(ranked, start=1):
+        running = max(running, min(1.0, (m - j + 1) * raw[key]))
+        expected[key] = running
+    assert m >= 8
+    for key in family:
+        rec = next(c for c in cases if c["id"] == key[0])["dual_delta"][key[1]]
+        got = rec["p_adjusted" if key[2] == "p_value" else "p_worst_adjusted"]
+        assert got == pytest.approx(expected[key], rel=1e-12, abs=0)
