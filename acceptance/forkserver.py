@@ -18,12 +18,47 @@ from multiprocessing.context import BaseContext
 PRELOAD = ["torch", "acceptance.workers", "acceptance.spec"]
 
 
+#: Whether this process starts its processes from a fork server another process launched (see :func:`adopt`).
+_adopted = False
+
+
 def context() -> BaseContext:
-    """The ``forkserver`` multiprocessing context with :data:`PRELOAD` (one server per process), launched."""
+    """The ``forkserver`` multiprocessing context with :data:`PRELOAD`, launched (one server per process, unless
+    it adopted its parent's: :func:`adopt`)."""
     found = multiprocessing.get_context("forkserver")
     found.set_forkserver_preload(PRELOAD)
-    _launch()
+    if not _adopted:
+        _launch()
     return found
+
+
+def handle() -> tuple:
+    """What a process started from this process's fork server needs to start its own processes from it too:
+    (the server's socket address, its authentication key where the Python version has one)."""
+    server = multiprocessing.forkserver._forkserver
+    return server._forkserver_address, getattr(server, "_forkserver_authkey", None)
+
+
+def adopt(found: tuple) -> bool:
+    """In a process started from a fork server (a job of ``--jobs``): start processes from that server
+    (``found``: its :func:`handle`) instead of launching one of its own, which would import torch and the
+    preloaded modules again (~1.7 s of a core per job, which its first worker waited for). Whether it was
+    adopted: not when this process launched a server itself, was not started from one (it then holds no end
+    of the server's liveness pipe), or ``found`` names none.
+
+    The server outlives a job as it did before: it ends when the last process holding that pipe ends.
+    """
+    global _adopted
+    server = multiprocessing.forkserver._forkserver
+    address, key = found
+    if address is None or getattr(server, "_forkserver_pid", None) is not None or server._forkserver_alive_fd is None:
+        return False
+    server._forkserver_address = address
+    if key is not None:
+        server._forkserver_authkey = key
+    server.ensure_running = lambda: None  # it runs: the process that launched it holds it
+    _adopted = True
+    return True
 
 
 def start() -> None:

@@ -48,9 +48,12 @@ def cores() -> int:
 
 def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
           threads: Optional[int] = None, guard: Optional[Path] = None,
-          runner: Optional[int] = None) -> None:  # pragma: no cover
+          runner: Optional[int] = None, server: Optional[tuple] = None) -> None:  # pragma: no cover
     """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache;
-    ``device``: the impl's device, or a queue of them from which each job takes its own."""
+    ``device``: the impl's device, or a queue of them from which each job takes its own; ``server``: the
+    runner's fork server (:func:`acceptance.forkserver.handle`), which the job's workers start from."""
+    if server is not None:
+        forkserver.adopt(server)
     if not isinstance(device, torch.device):
         device = device.get()
     from acceptance.cache import ReferenceCache
@@ -113,7 +116,7 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context,
                                                   initializer=_init, initargs=(given, trials, isolate,
                                                             (cache.root, cache.max_bytes, cache.enabled) if cache else None,
-                                                            threads, guard, os.getpid()))
+                                                            threads, guard, os.getpid(), forkserver.handle()))
     folder = None if isolate else guard  # each job's worker checks its calls itself
     finished: dict[str, tuple[CaseResult, Rules]] = {}
     complete = False

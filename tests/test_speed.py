@@ -483,3 +483,28 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
         rec = next(c for c in cases if c["id"] == key[0])["dual_delta"][key[1]]
         got = rec["p_adjusted" if key[2] == "p_value" else "p_worst_adjusted"]
         assert got == pytest.approx(expected[key], rel=1e-12, abs=0)
+
+
+def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
+    """With ``--jobs 2`` every worker is forked by the same fork server, the one the run launched (before, each
+    job launched its own, importing torch again): the impl records the parent of the process it runs in."""
+    (tmp_path / "s").mkdir()
+    record = tmp_path / "parents"
+    (tmp_path / "s" / "_k.py").write_text(
+        "import os, time\n\ndef add(a, b):\n"
+        f"    with open({str(record)!r}, 'a') as fh:\n"
+        "        fh.write(f'{os.getpid()} {os.getppid()}\\n')\n"
+        "    time.sleep(0.2)\n    return a + b\n")
+    (tmp_path / "s" / "add.yaml").write_text(
+        "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "cases: [{N: 3}, {N: 4}, {N: 5}, {N: 6}, {N: 7}, {N: 8}]\ntrials: 2\nseed: 0\n")
+    out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "s"), "--out",
+                          str(tmp_path / "out"), "--jobs", "2", "--no-cache"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pairs = {tuple(map(int, line.split())) for line in record.read_text().splitlines()}
+    workers = {pid for pid, _ in pairs}
+    parents = {parent for _, parent in pairs}
+    assert len(workers) == 2, pairs  # one worker per job, each called
+    assert len(parents) == 1, pairs
