@@ -301,11 +301,19 @@ def _progress(total: int, label: str, done: int = 0):
 
 
 def _command_line(ctx: click.Context) -> str:
-    """The command as typed, rebuilt from the parsed parameters (works under any launcher)."""
+    """The command as typed, rebuilt from the parameters given on the command line or by the environment
+    (works under any launcher): a flag by its name alone (``--no-cache``), never ``--no-cache True``, and
+    nothing left at its default."""
+    from click.core import ParameterSource
+
     words = ["acceptance", *ctx.command_path.split()[1:]]
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
-        if value is None or value == () or (isinstance(param, click.Option) and value == param.default):
+        given = ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+        if value is None or value == () or not given:
+            continue
+        if isinstance(param, click.Option) and param.is_flag and isinstance(value, bool):
+            words += (param.opts if value else param.secondary_opts)[:1]
             continue
         values = value if isinstance(value, (tuple, list)) else (value,)
         for v in values:

@@ -256,3 +256,20 @@ def test_relative_error_buckets_against_numpy():
     want[">1"] = int((nz >= 1.0).sum())
     assert got == want
     assert sum(got.values()) == 5000 and got["=0"] == 50 + 5 + 1
+
+
+def test_the_recorded_command_line_reproduces_the_run(tmp_path):
+    """results.json's ``command_line`` parsed again gives the run's parameters: flags by their names alone
+    (``--no-cache``, never ``--no-cache True``), options with their values, defaults left out."""
+    import shlex
+
+    out = tmp_path / "out"
+    args = [str(SPECS), "--out", str(out), "--trials", "2", "--no-cache", "--jobs", "1", "--strict"]
+    r = run_cli("run", *args)
+    assert r.exit_code in (0, 1), r.output
+    words = shlex.split(json.loads((out / "results.json").read_text())["environment"]["command_line"])
+    assert words[:2] == ["acceptance", "run"]
+    assert "True" not in words and "False" not in words
+    assert "--resume" not in words and "--sanitize" not in words
+    again = main.commands["run"].make_context("run", words[2:]).params
+    assert again == main.commands["run"].make_context("run", args).params
