@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import shlex
 import signal
 import sys
 from pathlib import Path
@@ -130,7 +129,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         from acceptance import forkserver
 
         forkserver.start()  # its torch import overlaps with this process's own imports
-    from acceptance import dtypes, runner, spec, verdict
+    from acceptance import dtypes, provenance, runner, spec, verdict
     from acceptance.device import resolve_device
     from acceptance.records import Results
     from acceptance.results import JOURNAL, OutputFolder
@@ -170,7 +169,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}"
                          f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})")
 
-    start = runner.now()
+    start = provenance.now()
     order = {case.id: k for k, case in enumerate(cases)}
     journaled = {c.id: c for c in folder.journaled()} if resume else {}
     measured = [(journaled[case.id], spec.rules_for(case)) for case in cases if case.id in journaled]
@@ -195,8 +194,8 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     if decided is None:
         decided = runner.decide_all(measured, strict=strict)  # Holm's adjusted p-values do not depend on the order
     case_results = sorted(decided, key=lambda c: order[c.id])
-    env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
-                             end=runner.now())
+    env = provenance.environment(dev, command_line=provenance.command_line(click.get_current_context()), start=start,
+                                 end=provenance.now())
     res = Results(environment=env, summary=verdict.summarize(case_results, interrupted=stopped),
                   cases=case_results, interrupted=stopped is not None,
                   not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [],
@@ -298,27 +297,6 @@ def _progress(total: int, label: str, done: int = 0):
             click.echo(f"[{count:>{len(str(total))}}/{total}] {safe(case.id)}", err=True)
 
     yield advance
-
-
-def _command_line(ctx: click.Context) -> str:
-    """The command as typed, rebuilt from the parameters given on the command line or by the environment
-    (works under any launcher): a flag by its name alone (``--no-cache``), never ``--no-cache True``, and
-    nothing left at its default."""
-    from click.core import ParameterSource
-
-    words = ["acceptance", *ctx.command_path.split()[1:]]
-    for param in ctx.command.params:
-        value = ctx.params.get(param.name)
-        given = ctx.get_parameter_source(param.name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-        if value is None or value == () or not given:
-            continue
-        if isinstance(param, click.Option) and param.is_flag and isinstance(value, bool):
-            words += (param.opts if value else param.secondary_opts)[:1]
-            continue
-        values = value if isinstance(value, (tuple, list)) else (value,)
-        for v in values:
-            words += [str(v)] if isinstance(param, click.Argument) else [param.opts[0], str(v)]
-    return shlex.join(words)
 
 
 def _console(res):

@@ -11,7 +11,7 @@ from typing import Optional
 
 import click
 
-from acceptance.cli import (DEFAULT_OUT, _command_line, _compare_base, _console, _load, _with_comparison, main,
+from acceptance.cli import (DEFAULT_OUT, _compare_base, _console, _load, _with_comparison, main,
                             select_tiers, tier_option, write_reports)
 from acceptance.errors import OutputError, UsageError
 from acceptance.report import REPORTERS as ALL_REPORTERS
@@ -48,7 +48,7 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
               no_isolation: bool, compare_to: Optional[Path] = None, max_slowdown: float = 1.25) -> None:
     """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up;
     with --compare-to, the slowdown against a base run."""
-    from acceptance import bench, runner, spec, verdict
+    from acceptance import bench, provenance, spec, verdict
     from acceptance.device import resolve_device
     from acceptance.records import Results
     from acceptance.results import OutputFolder
@@ -70,7 +70,7 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
     options = TimerOptions(warmup=warmup, warmup_time=warmup_time, min_time=min_time, min_runs=min_runs,
                            max_runs=max_runs)
     folder = OutputFolder(out_dir, stale=tuple(r.filename for r in ALL_REPORTERS))
-    start = runner.now()
+    start = provenance.now()
     click.echo(f"timing {len(cases)} cases on {dev}", err=True)
 
     def record(case, result) -> None:
@@ -81,8 +81,8 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
 
     try:
         results, _ = bench.bench(cases, dev, options, trials=trials, isolate=not no_isolation, on_case=record)
-        env = runner.environment(dev, command_line=_command_line(click.get_current_context()), start=start,
-                                 end=runner.now())
+        env = provenance.environment(dev, command_line=provenance.command_line(click.get_current_context()),
+                                     start=start, end=provenance.now())
         res = Results(environment=env, summary=verdict.summarize(results), cases=results,
                       waivers=waiver_records(specs, results))
         if base_run is not None:

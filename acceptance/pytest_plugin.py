@@ -206,14 +206,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _write(out: Path, config: pytest.Config) -> None:
-    from acceptance import runner
+    from acceptance import provenance
     from acceptance.cli import write_reports
     from acceptance.device import resolve_device
     from acceptance.records import CaseResult, Results
     from acceptance.verdict import summarize
 
     cases = list({c.id: c for c in (CaseResult.model_validate(json.loads(v)) for v in _RESULTS)}.values())
-    now = runner.now()
-    env = runner.environment(resolve_device(config.getoption("acceptance_device")),
-                             command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now)
+    now = provenance.now()
+    env = provenance.environment(resolve_device(config.getoption("acceptance_device")),
+                                 command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now)
     write_reports(Results(environment=env, summary=summarize(cases), cases=cases), out)

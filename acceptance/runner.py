@@ -18,64 +18,26 @@ from __future__ import annotations
 
 import importlib
 import math
-import platform
-import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 import torch
 
-import acceptance
 from acceptance import dtypes, engine, faithful, metrics, sanitize as sanitizer, verdict
-from acceptance.device import device_name
 from acceptance.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flush_changes_nothing,
                                  flushed)
 from acceptance.errors import CaseError
 from acceptance.inputs import Recipe, generate
 from acceptance.metrics import registry
 from acceptance.peers import Peers
-from acceptance.records import CaseResult, Diff4Counts, Environment, Timing, UlpStats
+from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
 from acceptance.references import RunReferences
 from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
 from acceptance.workers import WORKER_THREADS, Worker, remove_written, snapshot
-
-
-def now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _git_commit(cwd: Path) -> Optional[str]:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def environment(device: torch.device, *, command_line: str, start: datetime, end: datetime,
-                cwd: Path = Path.cwd()) -> Environment:
-    """Provenance of a run: versions, device, commit, host, times (UTC, ISO 8601)."""
-    return Environment(
-        acceptance=acceptance.__version__,
-        python=platform.python_version(),
-        torch=torch.__version__,
-        numpy=np.__version__,
-        platform=platform.platform(),
-        host=socket.gethostname(),
-        device=str(device),
-        device_name=device_name(device),
-        cuda_version=torch.version.cuda if device.type == "cuda" else None,
-        git_commit=_git_commit(cwd),
-        command_line=command_line,
-        start_time=start.isoformat(timespec="seconds"),
-        end_time=end.isoformat(timespec="seconds"),
-    )
 
 
 # ----------------------------------------------------------------------------- one output over trials

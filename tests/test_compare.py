@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from acceptance import regression as compare_mod
-from acceptance import runner, spec, verdict
+from acceptance import provenance, runner, spec, verdict
 from acceptance.cli import main
 from acceptance.device import resolve_device
 from acceptance.records import Results
@@ -87,9 +87,9 @@ def run(specs_, seed: int, k: int = 8) -> Results:
     seeded = [dataclasses.replace(s, seed=seed, params={**s.params, "k": k} if "k" in s.params else s.params)
               for s in specs_]
     dev = resolve_device("cpu")
-    start = runner.now()
+    start = provenance.now()
     cases = runner.run(spec.expand(seeded), dev, isolate=False)
-    env = runner.environment(dev, command_line="", start=start, end=runner.now())
+    env = provenance.environment(dev, command_line="", start=start, end=provenance.now())
     return Results(environment=env, summary=verdict.summarize(cases), cases=cases)
 
 

@@ -273,3 +273,19 @@ def test_the_recorded_command_line_reproduces_the_run(tmp_path):
     assert "--resume" not in words and "--sanitize" not in words
     again = main.commands["run"].make_context("run", words[2:]).params
     assert again == main.commands["run"].make_context("run", args).params
+
+
+def test_provenance_reads_the_commit_of_the_folder_current_when_called(tmp_path, monkeypatch):
+    """The git commit is that of the current folder at the time of the call (the default was fixed when the
+    module was imported): a folder outside any repository has none, this checkout has ``git rev-parse HEAD``."""
+    import subprocess
+
+    from acceptance import provenance
+
+    start = provenance.now()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    monkeypatch.chdir(tmp_path)
+    assert provenance.environment(torch.device("cpu"), command_line="", start=start, end=start).git_commit is None
+    monkeypatch.chdir(HERE)
+    env = provenance.environment(torch.device("cpu"), command_line="", start=start, end=start)
+    assert env.git_commit == (head.stdout.strip() if head.returncode == 0 else None)
