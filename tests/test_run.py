@@ -1,6 +1,7 @@
 """End to end through ``acceptance run``: verdicts, errors, determinism, exit codes, outputs."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -289,3 +290,20 @@ def test_provenance_reads_the_commit_of_the_folder_current_when_called(tmp_path,
     monkeypatch.chdir(HERE)
     env = provenance.environment(torch.device("cpu"), command_line="", start=start, end=start)
     assert env.git_commit == (head.stdout.strip() if head.returncode == 0 else None)
+
+
+def test_results_json_is_strict_json_even_for_a_non_finite_parameter(tmp_path):
+    """A parameter holding inf or NaN (a free-form value, not a metric) is written as a string strict JSON can
+    hold, instead of a NaN literal or a write that fails and loses the run; the file reads back."""
+    fixture = HERE / "fixtures" / "recorded_run.json"
+    res = results_mod.load(fixture)
+    case = res.cases[0].model_copy(update={"params": {**res.cases[0].params, "LO": -math.inf, "HI": math.nan}})
+    res = res.model_copy(update={"cases": [case, *res.cases[1:]]})
+    path = results_mod.write(res, tmp_path / "results.json")
+
+    def not_strict(constant):
+        raise AssertionError(f"{constant} is not strict JSON")
+
+    data = json.loads(path.read_text(), parse_constant=not_strict)
+    assert data["cases"][0]["params"]["LO"] == "-Infinity" and data["cases"][0]["params"]["HI"] == "NaN"
+    assert results_mod.load(path).cases[0].id == case.id

@@ -34,4 +34,6 @@ class Model(BaseModel):
     """Base of every record: unknown fields are an error; attribute docstrings document the schema (read by
     :mod:`acceptance.docgen` from the source, not at import: pydantic's extraction costs ~0.1 s per start)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    # a non-finite float outside JFloat is written as the string "NaN", "Infinity" or "-Infinity", which strict
+    # JSON can hold and pydantic reads back as the float
+    model_config = ConfigDict(extra="forbid", defer_build=True, ser_json_inf_nan="strings")
