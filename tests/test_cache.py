@@ -188,6 +188,48 @@ def test_write_failure_is_counted_not_raised(tmp_path, caplog):
     assert c.get(key(role="w")) is None
 
 
+def test_an_unusable_folder_is_reported_once_and_not_tried_again(tmp_path, caplog, monkeypatch):
+    """A cache folder that is a file takes no entry: the first failure is logged with its cause, the next
+    hundred are counted without a line each, and no file operation is tried for them."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    c = ReferenceCache(blocker)
+    with caplog.at_level(logging.WARNING, logger="acceptance.cache"):
+        assert c.put(key(role="w", trial=0), (torch.zeros(2),)) is False
+        opened = []
+        real_open = os.open
+        monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+        assert not any(c.put(key(role="w", trial=t), (torch.zeros(2),)) for t in range(1, 101))
+    assert c.info().write_errors == 101
+    lines = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(lines) == 1 and "Not a directory" in lines[0] and "no further entry" in lines[0]
+    assert opened == []
+
+
+def test_an_entry_that_fails_alone_is_reported_once_per_cause(tmp_path, caplog, monkeypatch):
+    """A write error that is not about the folder (here EIO from the file system) leaves the cache in use:
+    later entries are still written; the same cause is logged once."""
+    import errno as errno_mod
+
+    c = ReferenceCache(tmp_path / "cache")
+    real_replace = os.replace
+    failing = {"n": 2}
+
+    def flaky(src, dst):
+        if failing["n"]:
+            failing["n"] -= 1
+            raise OSError(errno_mod.EIO, "Input/output error")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky)
+    with caplog.at_level(logging.WARNING, logger="acceptance.cache"):
+        results = [c.put(key(role="w", trial=t), (torch.full((3,), float(t)),)) for t in range(4)]
+    assert results == [False, False, True, True]
+    assert c.info().write_errors == 2
+    assert len([r for r in caplog.records if "cannot write" in r.getMessage()]) == 1
+    assert torch.equal(c.get(key(role="w", trial=3))[0], torch.full((3,), 3.0))
+
+
 # --------------------------------------------------------------------------- disabled, root, clear
 
 
