@@ -128,7 +128,10 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     if not no_isolation or jobs != 1:
         from acceptance import forkserver
 
-        forkserver.start()  # its torch import overlaps with this process's own imports
+        # its torch import overlaps with this process's own imports; several jobs (the CPU's cores unless told,
+        # or a CUDA device decides) also want the runner's modules there
+        forkserver.start(1 if no_isolation else jobs if jobs is not None
+                         else forkserver.cores() if device in ("auto", "cpu") else 1)
     from acceptance import dtypes, provenance, runner, spec, verdict
     from acceptance.device import resolve_device
     from acceptance.records import Results
@@ -228,7 +231,7 @@ def _jobs(jobs: Optional[int], cases: int, *, isolate: bool, device: "torch.devi
     import torch
 
     from acceptance.device import default_jobs
-    from acceptance.parallel import cores
+    from acceptance.forkserver import cores
 
     if jobs is None:
         jobs = default_jobs(device, cores(), torch.cuda.device_count() if device.type == "cuda" else 0)

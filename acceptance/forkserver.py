@@ -17,16 +17,34 @@ from multiprocessing.context import BaseContext
 #: resolve callables with it).
 PRELOAD = ["torch", "acceptance.workers", "acceptance.spec"]
 
+#: Modules it imports as well when a run will have several jobs: each job measures with the runner and decides
+#: dual-delta records with scipy.stats, which every job would otherwise import again (measured with two jobs:
+#: 2-3 core-seconds and ~1 s of a 30 s run saved). A run of one job leaves them out: its worker needs neither.
+JOB_PRELOAD = ["acceptance.runner", "acceptance.stats"]
+
 
 #: Whether this process starts its processes from a fork server another process launched (see :func:`adopt`).
 _adopted = False
 
 
+#: What the server preloads (set by the first :func:`start` of this process).
+_preload = PRELOAD
+
+
+def cores() -> int:
+    """CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def context() -> BaseContext:
-    """The ``forkserver`` multiprocessing context with :data:`PRELOAD`, launched (one server per process, unless
-    it adopted its parent's: :func:`adopt`)."""
+    """The ``forkserver`` multiprocessing context with its preload (:data:`PRELOAD`, and :data:`JOB_PRELOAD` when
+    :func:`start` was told of several jobs), launched (one server per process, unless it adopted its parent's:
+    :func:`adopt`)."""
     found = multiprocessing.get_context("forkserver")
-    found.set_forkserver_preload(PRELOAD)
+    found.set_forkserver_preload(_preload)
     if not _adopted:
         _launch()
     return found
@@ -61,8 +79,12 @@ def adopt(found: tuple) -> bool:
     return True
 
 
-def start() -> None:
-    """Launch the fork server now (a no-op when it runs); it preloads in the background."""
+def start(jobs: int = 1) -> None:
+    """Launch the fork server now (a no-op when it runs); it preloads in the background. ``jobs``: how many jobs
+    the run will likely have (more than one adds :data:`JOB_PRELOAD`; only a server not yet launched takes it)."""
+    global _preload
+    if multiprocessing.forkserver._forkserver._forkserver_pid is None and not _adopted:
+        _preload = PRELOAD + JOB_PRELOAD if jobs > 1 else PRELOAD
     context()
 
 

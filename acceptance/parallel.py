@@ -38,14 +38,6 @@ from acceptance.spec import Case, Rules, rules_for
 _STATE: dict[str, Any] = {}
 
 
-def cores() -> int:
-    """CPU cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
           threads: Optional[int] = None, guard: Optional[Path] = None,
           runner: Optional[int] = None, server: Optional[tuple] = None) -> None:  # pragma: no cover

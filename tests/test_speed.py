@@ -487,24 +487,29 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
 
 def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
     """With ``--jobs 2`` every worker is forked by the same fork server, the one the run launched (before, each
-    job launched its own, importing torch again): the impl records the parent of the process it runs in."""
+    job launched its own, importing torch again): the impl records the parent of the process it runs in. That
+    server holds the runner's modules and scipy.stats for the jobs; with ``--jobs 1`` it holds neither (its
+    worker needs neither)."""
     (tmp_path / "s").mkdir()
     record = tmp_path / "parents"
     (tmp_path / "s" / "_k.py").write_text(
-        "import os, time\n\ndef add(a, b):\n"
+        "import os, sys, time\n\ndef add(a, b):\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
-        "        fh.write(f'{os.getpid()} {os.getppid()}\\n')\n"
+        "        fh.write(f'{os.getpid()} {os.getppid()} {int(\"scipy.stats\" in sys.modules)}\\n')\n"
         "    time.sleep(0.2)\n    return a + b\n")
     (tmp_path / "s" / "add.yaml").write_text(
         "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
         "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
         "cases: [{N: 3}, {N: 4}, {N: 5}, {N: 6}, {N: 7}, {N: 8}]\ntrials: 2\nseed: 0\n")
-    out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "s"), "--out",
-                          str(tmp_path / "out"), "--jobs", "2", "--no-cache"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    pairs = {tuple(map(int, line.split())) for line in record.read_text().splitlines()}
-    workers = {pid for pid, _ in pairs}
-    parents = {parent for _, parent in pairs}
-    assert len(workers) == 2, pairs  # one worker per job, each called
-    assert len(parents) == 1, pairs
+    for jobs in ("2", "1"):
+        record.unlink(missing_ok=True)
+        out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "s"), "--out",
+                              str(tmp_path / f"out{jobs}"), "--jobs", jobs, "--no-cache"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        rows = {tuple(map(int, line.split())) for line in record.read_text().splitlines()}
+        workers = {pid for pid, _, _ in rows}
+        parents = {parent for _, parent, _ in rows}
+        assert len(workers) == int(jobs), rows  # one worker per job, each called
+        assert len(parents) == 1, rows
+        assert {stats for _, _, stats in rows} == ({1} if jobs == "2" else {0}), rows
