@@ -13,6 +13,8 @@ import os
 import signal
 from multiprocessing.context import BaseContext
 
+from acceptance.errors import UsageError
+
 #: Modules the fork server imports before it forks anything (the spec package: workers and the import check
 #: resolve callables with it).
 PRELOAD = ["torch", "acceptance.workers", "acceptance.spec"]
@@ -103,6 +105,11 @@ def _launch() -> None:
     os.environ.update(added)
     try:
         multiprocessing.forkserver.ensure_running()
+    except OSError as exc:  # its socket lives in the temporary folder, whose path a socket address can outgrow
+        import tempfile
+
+        raise UsageError(f"cannot start the worker processes' fork server: {exc} (its socket goes in "
+                         f"{tempfile.gettempdir()}: set TMPDIR to a shorter folder)") from None
     finally:
         for k in added:
             del os.environ[k]

@@ -158,3 +158,49 @@ def test_shards_partition_the_run_and_merge_to_the_same_numbers(tmp_path):
         assert [d.delta_impl for d in case.dual_delta] == [d.delta_impl for d in full[case_id].dual_delta]
     assert any(c.atomic_spread for c in merged.values()) and sum(not c.atomic_spread for c in merged.values()) > 10
     assert invoke("run", specs, "--shard", "0/3", "--out", tmp_path / "x").exit_code == 2
+
+
+def test_the_command_exits_quickly_with_its_status_output_and_clean_up(tmp_path):
+    """``python -m acceptance`` ends without the interpreter's teardown: the exit status is the command's (1 for a
+    failing run, 2 for a usage error), everything printed reaches the pipe, results.json is whole, and the exit
+    handlers ran (the fork server's socket folder under TMPDIR is removed)."""
+    import os
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="acc-"))  # short: the fork server's socket path goes in it
+    env = {**os.environ, "TMPDIR": str(tmp), "ACCEPTANCE_CACHE_DIR": str(tmp_path / "cache")}
+    spec = Path(__file__).parent / "runner_specs" / "scaled_matmul.yaml"
+    out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp_path / "out"),
+                          "--trials", "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (tmp_path / "out" / "results.json").exists(), out.stdout + out.stderr
+    res = results_mod.load(tmp_path / "out" / "results.json")
+    counts = {v: sum(c.verdict == v for c in res.cases) for v in ("pass", "fail", "error")}
+    assert counts["fail"] == 1
+    lines = out.stdout.rstrip().splitlines()
+    assert f"FAIL: {len(res.cases)} cases, {counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors" \
+        in out.stdout
+    assert lines[-1] == "wrote " + ", ".join(str(tmp_path / "out" / f) for f in ("results.json", "junit.xml",
+                                                                                 "report.html"))
+    left = [p.name for p in tmp.iterdir() if p.name.startswith("pymp-")]
+    shutil.rmtree(tmp)
+    assert not left
+    out = subprocess.run([sys.executable, "-m", "acceptance", "report", str(tmp_path / "nope.json")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2 and "nope.json: no such file or directory" in out.stderr
+
+
+def test_a_temporary_folder_too_long_for_a_socket_is_a_usage_error(tmp_path):
+    """The fork server's socket lives in the temporary folder, and a Unix socket's path has ~107 bytes at most:
+    a longer TMPDIR is exit 2 with a message naming the folder and the fix, not a traceback."""
+    import os
+
+    long_tmp = tmp_path / ("t" * 120)
+    long_tmp.mkdir()
+    spec = Path(__file__).parent / "runner_specs" / "scaled_matmul.yaml"
+    out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, env={**os.environ, "TMPDIR": str(long_tmp)}, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"its socket goes in {long_tmp}: set TMPDIR to a shorter folder" in out.stderr
