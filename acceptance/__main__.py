@@ -28,18 +28,16 @@ def _status(code: object) -> int:
 
 
 def entry() -> None:
-    """Run the command line, then leave: non-daemon threads joined, standard streams flushed, exit handlers
-    run (:mod:`atexit`), and the process ended with the command's exit status without the interpreter's
-    teardown. An unexpected exception is left to the normal exit, which prints its traceback."""
+    """Run the command line, then leave as a normal exit would, up to the teardown: thread pools stopped and
+    non-daemon threads joined (``threading._shutdown``, what the interpreter calls first), standard streams
+    flushed, exit handlers run (:mod:`atexit`); then the process ends with the command's exit status. An
+    unexpected exception is left to the normal exit, which prints its traceback."""
     try:
         main()  # click's standalone mode: every outcome, usage errors and Ctrl-C included, is a SystemExit
         code = 0
     except SystemExit as exc:
         code = _status(exc.code)
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()
+    threading._shutdown()  # as at a normal exit: the thread pools told to stop, then non-daemon threads joined
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -204,3 +204,28 @@ def test_a_temporary_folder_too_long_for_a_socket_is_a_usage_error(tmp_path):
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
     assert f"its socket goes in {long_tmp}: set TMPDIR to a shorter folder" in out.stderr
+
+
+def test_the_command_exits_after_a_run_that_used_the_metrics_thread_pool(tmp_path):
+    """An output of more than 2^18 elements is reduced by a pool of threads that lives for the process; the
+    quick exit stops it as a normal exit does (it once waited on the pool's idle threads forever)."""
+    import os
+    import shutil
+    import tempfile
+
+    (tmp_path / "s").mkdir()
+    n = 2**19 + 5
+    (tmp_path / "s" / "add.yaml").write_text(
+        "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        f"cases: [{{N: {n}}}]\ntrials: 2\nseed: 0\n")
+    tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="acc-"))
+    try:
+        out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "s"), "--out",
+                              str(tmp_path / "out"), "--no-cache"], capture_output=True, text=True, timeout=180,
+                             env={**os.environ, "TMPDIR": str(tmp)})
+    finally:
+        shutil.rmtree(tmp)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (case,) = results_mod.load(tmp_path / "out" / "results.json").cases
+    assert case.compared == n and case.verdict == "pass"
