@@ -90,10 +90,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-
 #: Write errors that concern the cache folder itself (not a folder, not writable, read-only, full, over quota):
 #: after one, no further entry is tried in the run.
 _FOLDER_ERRORS = frozenset({errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+
 
 class _Corrupt(Exception):
     """An entry that fails a check (internal; turned into a miss)."""
@@ -220,7 +220,7 @@ class ReferenceCache:
         self._total: Optional[int] = None  # bytes on disk: last scan plus own writes since
         self._stamp = 0
         self._hits = self._misses = self._corrupt = self._write_errors = 0
-        self._unwritable: Optional[str] = None  # why the folder takes no entry (once seen, writes are not tried)
+        self._unwritable = False  # the folder takes no entry (once seen, writes are not tried)
         self._reported: set[int] = set()  # errno values of write errors already logged
 
     # ------------------------------------------------------------------ paths and time
@@ -298,7 +298,7 @@ class ReferenceCache:
         size = _PREFIX.size + len(header) + sum(_nbytes(t.dtype, t.shape) for t in tensors) + _DIGEST
         if size > self.max_bytes:
             return False
-        if self._unwritable is not None:
+        if self._unwritable:
             self._count("_write_errors")
             return False
         tmp = path.parent / f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -327,7 +327,7 @@ class ReferenceCache:
         except OSError as exc:
             self._count("_write_errors")
             if exc.errno in _FOLDER_ERRORS:  # no entry will fit: the run goes on without storing any
-                self._unwritable = os.strerror(exc.errno)
+                self._unwritable = True
             if exc.errno not in self._reported:  # one line per cause, not one per entry
                 self._reported.add(exc.errno)
                 log.warning("reference cache: cannot write %s: %s%s", path, exc,
