@@ -161,10 +161,22 @@ def test_one_wrong_element_is_located(run_results):
 
 
 def test_gelu_zero_tail_is_caught_by_ulp_and_max_error(run_results):
+    """The lost tail fails both ULP rules. Whether the dual-delta max_hyb also fails depends on the baseline:
+    torch's float32 GELU cancels in the same tail, by an amount that differs from one x86 machine to
+    another; the rule fails exactly when the impl's per-trial error exceeds twice the baseline's (and the
+    free error) in every trial, and the zero tail never makes the impl more accurate than the baseline."""
     _, res = run_results
     case = one_case(res, "bug_gelu_zero_tail")
-    assert {"max_ulp", "mean_ulp", "max_hyb"} <= failed_metrics(case)
-    assert "diff1" not in failed_metrics(case)
+    failed = failed_metrics(case)
+    assert {"max_ulp", "mean_ulp"} <= failed
+    assert "diff1" not in failed
+    (rec,) = [r for r in case.dual_delta if r.metric == "max_hyb"]
+    assert all(e >= b for e, b in zip(rec.delta_impl, rec.delta_baseline))
+    beyond = sum(e > rec.factor * max(b, rec.free) for e, b in zip(rec.delta_impl, rec.delta_baseline))
+    if beyond == rec.trials:  # 2^-20 one-sided sign-test p-value: significant after Holm over this run
+        assert "max_hyb" in failed
+    elif beyond <= rec.trials // 2:  # no majority: the sign test cannot reject
+        assert "max_hyb" not in failed
 
 
 # ----------------------------------------------------------------------------- legitimate variants
