@@ -115,7 +115,8 @@ def main() -> None:
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
               help="Cases measured at once, each in its own process and worker [default: the CPU cores].")
 @click.option("--no-cache", is_flag=True,
-              help="Neither read nor write the reference cache (baseline and oracle outputs).")
+              help="Neither read nor write the reference cache (baseline and oracle outputs, and the measurements "
+                   "of impl outputs seen before).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="torch intra-op threads of each worker (a CPU baseline's last bits can depend on it; part of "
                    "the reference cache key).")
@@ -463,8 +464,10 @@ from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance benc
 
 @main.group("cache")
 def cache_group() -> None:
-    """The reference cache: baseline and oracle outputs (and, without isolation, generated inputs) kept between runs
-    (folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache folder)."""
+    """The reference cache: baseline and oracle outputs (and, without isolation, generated inputs) kept between runs,
+    and each case's measurement with the digests of the impl outputs it was made on (reused only when a re-run's
+    impl answers the same bytes in every trial) (folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache
+    folder)."""
 
 
 @cache_group.command("info")

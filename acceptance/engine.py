@@ -74,6 +74,8 @@ class Trial:
     oracle: Optional[Tensors]
     repeats: tuple[Tensors, ...] = ()
     baseline_repeats: tuple[Tensors, ...] = ()
+    #: whether the baseline's and the oracle's outputs were read from the reference cache (none was computed)
+    cached: bool = False
 
 
 @contextlib.contextmanager
@@ -299,7 +301,8 @@ class TrialRun:
             timing.oracle += seconds
             ref = references.put("oracle", t, ref) if references is not None else ref
         _check(t, runs[0], bases[0], ref)
-        return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
+        return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]),
+                     cached=plan.cached_base is not None and (plan.cached_oracle is not None or not self.oracle))
 
     def _window(self, trial: Trial) -> int:
         """Trials to keep in flight after ``trial`` (see :data:`WINDOW`, :data:`AHEAD_BYTES`)."""

@@ -32,6 +32,7 @@ from acceptance.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches,
                                  flushed)
 from acceptance.errors import CaseError
 from acceptance.inputs import Recipe, generate
+from acceptance.memo import memo_for
 from acceptance.metrics import registry
 from acceptance.peers import Peers
 from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
@@ -262,16 +263,33 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
     peers = Peers(case.dtype)
     spread = 0.0 if atomic else None
     extras = faithful.Extras(case)
+    memo = memo_for(case, rules, ready.trials.references, n_trials, device)
+
+    def fold(t: engine.Trial) -> None:
+        nonlocal outputs, spread
+        if not outputs:
+            outputs = [_Output(case.dtype) for _ in t.impl]
+        extras.add(t)
+        for again in t.repeats if atomic else ():
+            for a, e in zip(again, t.impl):
+                spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
+        for out, acc in enumerate(outputs):
+            acc.add(t, out, rules, dd_metrics, peers)
+
     try:
         for t in ready.trials:
-            if not outputs:
-                outputs = [_Output(case.dtype) for _ in t.impl]
-            extras.add(t)
-            for again in t.repeats if atomic else ():
-                for a, e in zip(again, t.impl):
-                    spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
-            for out, acc in enumerate(outputs):
-                acc.add(t, out, rules, dd_metrics, peers)
+            if memo is not None and memo.hold(t):
+                continue  # measured as the memo recorded, unless a later trial differs
+            for held in memo.release() if memo is not None else ():
+                fold(held)
+            fold(t)
+        if memo is not None:
+            timing.total = time.perf_counter() - started
+            reused = memo.result({**identity, "timing": timing, "warnings": executor.notes[noted:]})
+            if reused is not None:
+                return reused
+            for held in memo.release():  # an entry that does not read back: measured after all
+                fold(held)
     except CaseError as exc:
         timing.total = time.perf_counter() - started
         return CaseResult(**identity, error=str(exc), timing=timing)
@@ -300,7 +318,7 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         for k, v in d.buckets.items():
             buckets[k] = buckets.get(k, 0) + v
     timing.total = time.perf_counter() - started
-    return CaseResult(
+    result = CaseResult(
         **identity, metrics=[acc.metrics_record() for acc in outputs], worst=worst.worst if worst else None,
         impl_oracle=[acc.impl_oracle for acc in outputs], baseline_oracle=[acc.baseline_oracle for acc in outputs],
         ulp=[acc.ulp for acc in outputs] if rules.ulp_check else [], bias=[acc.bias.record() for acc in outputs],
@@ -311,6 +329,9 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         rel_error_buckets=buckets, atomic_spread=spread, diff4_counts=[acc.diff4 for acc in outputs],
         dual_delta=records, timing=timing, **extras.fields(), warnings=executor.notes[noted:],
     )
+    if memo is not None:
+        memo.record(result)
+    return result
 
 
 # ----------------------------------------------------------------------------- the run

@@ -23,7 +23,7 @@ STAGES: list[tuple[str, ...]] = [
     ("stats",),                                           # dual-delta statistics
     ("verdict",),                                         # every decision
     ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
-    ("runner", "provenance", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench", "assertions", "waivers", "references", "parallel"),  # orchestration: spec runs, the library calls
+    ("runner", "provenance", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench", "assertions", "waivers", "references", "memo", "parallel"),  # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
     ("cli", "cli_tune", "cli_bench", "__main__", "docgen", "__init__", "pytest_plugin"),  # the edges
 ]

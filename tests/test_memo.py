@@ -1,0 +1,220 @@
+"""The measurement memo: a re-run whose impl answers the same bytes reuses the recorded measurement, and any
+impl that answers differently (in any trial), varies, or runs under other measuring code is measured again;
+the results are those of a run without a cache, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from acceptance import memo, runner
+from acceptance.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPEC = """\
+name: memo_add
+category: arithmetic
+impl: kern.py:add
+baseline: torch:add
+dtypes: [float32]
+inputs:
+  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}
+  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}
+cases: [{N: 257}, {N: 31}]
+trials: 8
+seed: SEED
+"""
+
+EXACT = "import torch\n\ndef add(a, b):\n    return torch.add(a, b)\n"
+
+#: Adds 2^-10 to element 5 in the one trial of the N=257 case whose first element of ``a`` is TARGET (a
+#: deterministic function of the inputs, so the impl's repeats agree and only that trial differs).
+SOMETIMES = textwrap.dedent("""\
+    import torch
+
+    def add(a, b):
+        out = torch.add(a, b)
+        if a.numel() == 257 and float(a.reshape(-1)[0]) == TARGET:
+            out = out.clone()
+            out.view(-1)[5] += 2.0 ** -10
+        return out
+    """)
+
+#: Noise from the operating system's entropy: other bits in every call of every run.
+NOISY = textwrap.dedent("""\
+    import os
+    import torch
+
+    def add(a, b):
+        out = torch.add(a, b)
+        g = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        return out + torch.randn(out.shape, generator=g) * 1e-7
+    """)
+
+
+def _folder(tmp_path: Path, seed: int, kern: str) -> Path:
+    folder = tmp_path / "specs"
+    folder.mkdir(exist_ok=True)
+    (folder / "memo_add.yaml").write_text(SPEC.replace("SEED", str(seed)))
+    (folder / "kern.py").write_text(kern)
+    return folder
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """Counts the runner's per-trial measuring calls (``_Output.add``) in this process."""
+    calls = []
+    original = runner._Output.add
+
+    def add(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner._Output, "add", add)
+    return calls
+
+
+def _run(specs: Path, out: Path, *flags: str) -> dict:
+    r = CliRunner().invoke(main, ["run", str(specs), "--out", str(out), "--jobs", "1", *flags],
+                           catch_exceptions=False)
+    assert r.exit_code in (0, 1), r.output
+    return json.loads((out / "results.json").read_text())
+
+
+def _stripped(results: dict) -> list[dict]:
+    return [{k: v for k, v in case.items() if k != "timing"} for case in results["cases"]]
+
+
+def _first_elements(seed: int) -> list[float]:
+    """a[0] of each trial of the N=257 case, drawn by the generator the runs use."""
+    from acceptance import spec
+    from acceptance.inputs import generate
+
+    folder = Path(os.environ["MEMO_SPECS"])
+    specs, problems = spec.load_specs([folder / "memo_add.yaml"])
+    assert not problems
+    case = next(c for c in spec.expand(specs) if "N=257" in c.id)
+    return [float(generate(case, t)[0].reshape(-1)[0]) for t in range(8)]
+
+
+def test_a_rerun_with_the_same_impl_outputs_reuses_the_measurement(tmp_path, monkeypatch, measured):
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    specs = _folder(tmp_path, 5, EXACT)
+    cold = _run(specs, tmp_path / "cold")
+    assert len(measured) == 2 * 8  # two cases of one output, eight trials each
+    warm = _run(specs, tmp_path / "warm")
+    assert len(measured) == 2 * 8  # nothing measured again
+    assert all(c["timing"]["impl"] > 0 for c in warm["cases"])  # yet the impl ran every trial
+    assert [c["verdict"] for c in warm["cases"]] == ["pass", "pass"]
+    assert _stripped(warm) == _stripped(cold)
+    fresh = _run(specs, tmp_path / "fresh", "--no-cache")
+    assert _stripped(fresh) == _stripped(cold)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_an_impl_that_changes_in_a_later_trial_is_measured_again(tmp_path, monkeypatch, measured, seed):
+    """The changed trial is not the first: the trials held while they matched are measured, in order."""
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    specs = _folder(tmp_path, seed, EXACT)
+    monkeypatch.setenv("MEMO_SPECS", str(specs))
+    firsts = _first_elements(seed)
+    changed_trial = 3 + seed % 4  # trial 0 keeps its outputs, and the trials but this one too
+    assert firsts.count(firsts[changed_trial]) == 1
+    cold = _run(specs, tmp_path / "cold")
+    assert [c["verdict"] for c in cold["cases"]] == ["pass", "pass"]
+    (specs / "kern.py").write_text(SOMETIMES.replace("TARGET", repr(firsts[changed_trial])))
+    before = len(measured)
+    warm = _run(specs, tmp_path / "warm")
+    changed = next(c for c in warm["cases"] if "N=257" in c["id"])
+    assert changed["verdict"] == "fail"  # bit exact against the baseline no more
+    assert len(measured) - before == 8  # the changed case measured all its trials; the other case reused
+    fresh = _run(specs, tmp_path / "fresh", "--no-cache")
+    assert _stripped(warm) == _stripped(fresh)
+    before = len(measured)
+    again = _run(specs, tmp_path / "again")  # the changed impl's own measurement is now the one recorded
+    assert len(measured) == before
+    assert _stripped(again) == _stripped(fresh)
+
+
+def test_an_impl_whose_outputs_vary_is_measured_every_run(tmp_path, monkeypatch, measured):
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    specs = _folder(tmp_path, 7, NOISY)
+    _run(specs, tmp_path / "one")
+    first = len(measured)
+    _run(specs, tmp_path / "two")
+    assert first == 16 and len(measured) == 32
+
+
+def test_other_measuring_code_or_an_unreadable_record_measures_again(tmp_path, monkeypatch, measured):
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    specs = _folder(tmp_path, 9, EXACT)
+    cold = _run(specs, tmp_path / "cold")
+    monkeypatch.setattr(memo, "code_digest", lambda: "0" * 64)  # as if a module of the package were edited
+    edited = _run(specs, tmp_path / "edited")
+    assert len(measured) == 32
+    assert _stripped(edited) == _stripped(cold)
+
+    from acceptance.records import CaseResult
+
+    def unreadable(cls, text):
+        raise ValueError("not JSON")
+
+    monkeypatch.setattr(CaseResult, "model_validate_json", classmethod(unreadable))
+    broken = _run(specs, tmp_path / "broken")  # every trial held while it matched, then measured after all
+    assert len(measured) == 48
+    assert _stripped(broken) == _stripped(cold)
+
+
+def test_trials_beyond_the_hold_limit_are_measured_as_they_come(tmp_path, monkeypatch, measured):
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    specs = _folder(tmp_path, 11, EXACT)
+    cold = _run(specs, tmp_path / "cold")
+    monkeypatch.setattr(memo, "HOLD_BYTES", 8000)  # all trials of the N=31 case, two of the N=257 case
+    warm = _run(specs, tmp_path / "warm")
+    assert len(measured) == 16 + 8  # the N=257 case outgrew the limit; the N=31 case fit
+    assert _stripped(warm) == _stripped(cold)
+
+
+def test_the_key_text_is_the_same_in_every_process():
+    """Sets are written sorted: their iteration order changes with the hash seed from process to process."""
+    code = ("import hashlib; from pathlib import Path; from acceptance import spec, memo; "
+            "specs, _ = spec.load_specs(spec.discover([Path('operator_specs')])); "
+            "print(hashlib.sha256(''.join(memo._text(c) + memo._text(spec.rules_for(c)) "
+            "for c in spec.expand(specs)).encode()).hexdigest())")
+    seen = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
+    assert len(seen) == 1 and len(next(iter(seen)).strip()) == 64
+
+
+def test_key_text_writes_sets_sorted_and_leaves_out_fields_hidden_from_repr():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Box:
+        names: frozenset
+        hidden: object = dataclasses.field(default=None, repr=False)
+
+    assert memo._text(Box(frozenset({"b", "a", "c"}), object())) == "Box(names=frozenset({'a', 'b', 'c'}))"
+    assert memo._text({"y": {2, 1}, "x": (1, [2])}) == "{'x': tuple[1, list[2]], 'y': set({1, 2})}"
+
+
+def test_trial_digest_tells_dtype_shape_bytes_and_repeats_apart():
+    x = torch.arange(6, dtype=torch.float32)
+    base = memo.trial_digest((x,), ())
+    assert base == memo.trial_digest((x.clone(),), ())
+    assert base != memo.trial_digest((x.reshape(2, 3),), ())
+    assert base != memo.trial_digest((x.view(torch.int32),), ())  # same bytes, another dtype
+    y = x.clone()
+    y[3] = torch.nextafter(y[3], torch.tensor(10.0))
+    assert base != memo.trial_digest((y,), ())
+    assert base != memo.trial_digest((x,), ((x,),))
+    assert memo.trial_digest((x, x), ()) != memo.trial_digest((torch.cat([x, x]),), ())
