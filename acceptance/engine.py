@@ -197,6 +197,12 @@ AHEAD_BYTES = 64 * 2**20
 #: runner no memory; it shrinks so that the trials in flight stay within :data:`AHEAD_BYTES`.
 WINDOW = 8
 
+#: Largest inputs of one trial (bytes, 8 per element whatever the dtype) for which a case sent ahead (its
+#: trials sent while the case before it is measured) starts with :data:`WINDOW` trials instead of one: the
+#: worker then answers them back to back while the runner finishes the case before, instead of idling after
+#: the first. A larger case starts with one; its first trial's size sets its window.
+START_BYTES = 1 << 20
+
 
 @dataclass
 class _Planned:
@@ -276,8 +282,12 @@ class TrialRun:
             self.then = then
 
     def start(self) -> None:
-        """Send the first trial's calls now (nothing when some are already sent)."""
-        if not self._sent and self.trials > 0:
+        """Send the first trials' calls now (nothing when some are already sent): :data:`WINDOW` of them when
+        the worker makes the inputs and they are small (:data:`START_BYTES`), else one."""
+        if self._sent:
+            return
+        small = self.remote and 8 * sum(math.prod(s) for s in self.make_inputs.case.shapes) <= START_BYTES
+        for _ in range(min(self.trials, WINDOW if small else 1)):
             self._submit()
 
     def _collect(self, plan: _Planned) -> Trial:

@@ -387,8 +387,9 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     todo = [case for case in cases if case.id not in done]
     folder = None if isolate else guard  # a worker checks the folder around each call itself
     ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
-    # scipy.stats takes ~1 s to import; this process would otherwise sit idle while the worker starts and
-    # fingerprints the callables, so it is imported meanwhile (and waited for before anything else runs here)
+    # scipy.stats takes ~1 s to import and is needed only where a case is measured in full (and to decide), so
+    # it is imported meanwhile: while the worker starts, and while this process waits on the worker's answers;
+    # an import of it here waits for that one (the module's import lock)
     loading = _imported_meanwhile("acceptance.stats")
     try:
         for i, case in enumerate(todo):
@@ -399,7 +400,6 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                     worker.close()
                 worker = Worker(memory_limit=limit, threads=threads, guard=guard)
                 references.prefetch(known_roles(todo[i:]), worker)
-            loading.join()
             begun, ahead = ahead, None
             before = snapshot(folder)
 
@@ -432,9 +432,9 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
 
 
 def _imported_meanwhile(name: str) -> threading.Thread:
-    """A thread importing module ``name`` (an import error surfaces where the module is next imported); join
-    it before this process's own work needs it (CPython's per-module import locks keep two importing threads
-    apart, but they would share one core's worth of the GIL)."""
+    """A thread importing module ``name`` (an import error surfaces where the module is next imported). An
+    import of the same module elsewhere waits for this one (CPython's per-module import locks); the two threads
+    share one core's worth of the GIL while both run Python."""
     def load() -> None:
         try:
             importlib.import_module(name)

@@ -360,10 +360,16 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
                 send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
                 continue
         digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
+        last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call of that role
         for role, ref, which, params, device in calls:
             # float64 copies are the call's own: nothing else reads them, so they need no digest
             answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit, watch,
                              digests, check=which != FLOAT64)
+            if answer[0] == "ok":
+                outs = answer[1]
+                if role in last and same_outputs(outs, last[role]):
+                    answer = ("ok", SAME) + answer[2:]  # a repeat's bits: not sent again
+                last[role] = outs
             try:
                 data = dumps(answer + (time.monotonic(),))
             except Exception as exc:  # an output that cannot be pickled
@@ -376,6 +382,26 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
             if stop:
                 break
         sets = calls = None
+
+
+#: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
+#: repeat on the same inputs): the runner uses the outputs it already received.
+SAME = "same"
+
+
+def same_outputs(a: Tensors, b: Tensors) -> bool:
+    """Whether two calls' outputs are identical bit for bit: as many, and each of the same dtype, shape and
+    bytes (NaN payloads and signed zeros included)."""
+    def raw(x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous().reshape(-1).view(torch.uint8)
+
+    try:
+        return len(a) == len(b) and all(
+            x.dtype == y.dtype and x.shape == y.shape and x.layout == torch.strided == y.layout
+            and not (x.is_quantized or x.is_conj() or x.is_neg() or y.is_conj() or y.is_neg())
+            and (x.numel() == 0 or torch.equal(raw(x), raw(y))) for x, y in zip(a, b))
+    except (RuntimeError, TypeError):  # a tensor whose bytes cannot be viewed: sent as it is
+        return False
 
 
 class Generate(NamedTuple):

@@ -266,3 +266,70 @@ def test_a_case_that_breaks_with_trials_in_flight_leaves_the_next_cases_intact(t
     assert together["a_breaks[float32-N=65]"]["verdict"] == "pass"
     for case_id, result in alone.items():
         assert together[case_id] == result
+
+
+def test_a_case_sent_ahead_starts_with_the_window_when_its_trials_are_small(kernels):
+    """Sent while the case before it is measured, a small case's first WINDOW trials go at once (the worker
+    answers them back to back); a case whose inputs exceed START_BYTES starts with one."""
+    from acceptance.inputs import Recipe
+    from acceptance.spec import expand, load_spec
+
+    spec_file = kernels.parent / "start.yaml"
+    spec_file.write_text(SPEC.format(name="start", impl="times").replace(
+        "  - {N: 64}\n  - {N: 65}", "  - {N: 64}\n  - {N: 131073}"))
+    spec, problems = load_spec(spec_file)
+    assert problems == [], problems
+    small, large = expand([spec])
+    assert 8 * 2 * 131073 > engine.START_BYTES >= 8 * 2 * 64
+
+    class Recording:
+        concurrent = True
+
+        def __init__(self):
+            self.trials = []
+
+        def submit(self, trial, sets, calls):
+            self.trials.append(trial)
+            return object()
+
+    roles = engine.Roles(ref(kernels, "times"), ref(kernels, "times"), ref(kernels, "times"))
+    for case, expected in ((small, list(range(engine.WINDOW))), (large, [0])):
+        executor = Recording()
+        run = engine.run_trials(roles, Recipe(case), 12, device=CPU, params={}, oracle=True, executor=executor)
+        run.start()
+        assert executor.trials == expected
+        run.start()  # once started, never again
+        assert executor.trials == expected
+    executor = Recording()
+    run = engine.run_trials(roles, Recipe(small), 3, device=CPU, params={}, oracle=True, executor=executor)
+    run.start()
+    assert executor.trials == [0, 1, 2] and run.sent_all
+
+
+def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_tensor(kernels, monkeypatch):
+    """A batch's second call of a role answering the same bits travels as SAME; the runner gives it a copy of
+    the first answer. Other bits (a NaN payload, a signed zero) travel in full."""
+    import acceptance.workers as workers
+    from acceptance.serve import SAME, same_outputs
+
+    raw = []
+    recv = workers.recv
+    monkeypatch.setattr(workers, "recv", lambda conn: raw.append(recv(conn)) or raw[-1])
+    x = torch.linspace(-1, 1, 4096, dtype=torch.float32)
+    calls = [Call("impl", ref(kernels, "times"), IMPL, {"k": 3.0}, CPU)] * 3
+    with Worker() as w:
+        batch = w.submit(0, ((x,),), calls)
+        outs = [batch.next()[0][0] for _ in calls]
+    assert [a[1] == SAME for a in raw] == [False, True, True]
+    assert all(torch.equal(o, x * 3) for o in outs)
+    assert outs[0].data_ptr() != outs[1].data_ptr() != outs[2].data_ptr()
+    outs[1][0] = 7.0  # each is the runner's own tensor
+    assert outs[0][0] == -3.0 and outs[2][0] == -3.0
+
+    nan = torch.tensor([float("nan")])
+    other_nan = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
+    assert not same_outputs((nan,), (other_nan,))
+    assert not same_outputs((torch.tensor([0.0]),), (torch.tensor([-0.0]),))
+    assert not same_outputs((x,), (x.double(),)) and not same_outputs((x,), (x.reshape(64, 64),))
+    assert not same_outputs((x,), (x, x))
+    assert same_outputs((x, nan), (x.clone(), nan.clone()))

@@ -8,6 +8,7 @@ import torch
 
 from acceptance import references as R
 from acceptance.cache import ReferenceCache
+from acceptance.inputs import generate
 
 BASE = dict(case="op[float32-N=4]", dtype="float32", seed=7, spec="spec-repr", generator="g" * 64, threads=1)
 FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
@@ -146,8 +147,11 @@ def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
         submit = worker.submit
         worker.submit = lambda *a: sent.append(a) or submit(*a)
         run.prefetch(roles, worker)
-        assert len(sent) == 1 and len(sent[0][2]) == 5  # add, float64(add), mul, float64(mul), sub: once each
+        # the input generator, add, float64(add), mul, float64(mul), sub: once each
+        assert len(sent) == 1 and len(sent[0][2]) == 6
         assert all(run.known(r, worker) for r in roles)
+        # the worker's fingerprint of the input generator is the one this process computes
+        assert run._fps[R.GENERATOR_REF] == _hex(generate) == R.generator_fingerprint()
         assert worker.in_flight == 0
         generation = worker._generation
         # answered as computed in this process, and never asked again
