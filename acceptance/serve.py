@@ -360,7 +360,7 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
                 send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
                 continue
         digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
-        last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call of that role
+        last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
         for role, ref, which, params, device in calls:
             # float64 copies are the call's own: nothing else reads them, so they need no digest
             answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit, watch,
@@ -369,7 +369,9 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
                 outs = answer[1]
                 if role in last and same_outputs(outs, last[role]):
                     answer = ("ok", SAME) + answer[2:]  # a repeat's bits: not sent again
-                last[role] = outs
+                small = sum(o.numel() * o.element_size() for o in outs) <= SAME_BYTES
+                last = {role: outs} if small else {}  # larger outputs are not held while the next call runs
+                outs = None
             try:
                 data = dumps(answer + (time.monotonic(),))
             except Exception as exc:  # an output that cannot be pickled
@@ -387,6 +389,10 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
 #: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
 #: repeat on the same inputs): the runner uses the outputs it already received.
 SAME = "same"
+
+#: Largest outputs (bytes) of a call that the worker keeps to compare with the next call of the same role:
+#: larger ones travel in full, so that the worker never holds two calls' large outputs at once.
+SAME_BYTES = 16 << 20
 
 
 def same_outputs(a: Tensors, b: Tensors) -> bool:

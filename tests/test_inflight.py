@@ -310,7 +310,7 @@ def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_te
     """A batch's second call of a role answering the same bits travels as SAME; the runner gives it a copy of
     the first answer. Other bits (a NaN payload, a signed zero) travel in full."""
     import acceptance.workers as workers
-    from acceptance.serve import SAME, same_outputs
+    from acceptance.serve import SAME, SAME_BYTES, same_outputs
 
     raw = []
     recv = workers.recv
@@ -325,6 +325,14 @@ def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_te
     assert outs[0].data_ptr() != outs[1].data_ptr() != outs[2].data_ptr()
     outs[1][0] = 7.0  # each is the runner's own tensor
     assert outs[0][0] == -3.0 and outs[2][0] == -3.0
+
+    raw.clear()  # outputs over SAME_BYTES are not held for the comparison: each repeat travels in full
+    n = SAME_BYTES // 8 + 1
+    with Worker() as w:
+        batch = w.submit(0, ((x,),), [Call("impl", ref(kernels, "big"), IMPL, {"n": n}, CPU)] * 2)
+        outs = [batch.next()[0][0] for _ in range(2)]
+    assert [a[1] == SAME for a in raw] == [False, False]
+    assert all(torch.equal(o, torch.arange(n, dtype=torch.float64)) for o in outs)
 
     nan = torch.tensor([float("nan")])
     other_nan = torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32)
