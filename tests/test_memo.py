@@ -218,3 +218,13 @@ def test_trial_digest_tells_dtype_shape_bytes_and_repeats_apart():
     assert base != memo.trial_digest((y,), ())
     assert base != memo.trial_digest((x,), ((x,),))
     assert memo.trial_digest((x, x), ()) != memo.trial_digest((torch.cat([x, x]),), ())
+
+
+def test_outputs_whose_bytes_cannot_be_read_as_they_are_are_not_memoised():
+    x = torch.complex(torch.arange(4.0), torch.ones(4))
+    assert memo.trial_digest((x.conj(),), ()) is None
+    assert memo.trial_digest((x.to_sparse(),), ()) is None
+    q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8)
+    assert memo.trial_digest((q,), ()) is None
+    assert memo.trial_digest((x,), ((x.conj(),),)) is None
+    assert memo.trial_digest((x,), ()) is not None
