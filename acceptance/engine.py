@@ -42,6 +42,7 @@ from acceptance.errors import CaseError
 from acceptance.inputs import Recipe, input_sets
 from acceptance.oracle import float64_inputs
 from acceptance.records import Timing
+from acceptance.serve import same_outputs
 from acceptance.workers import FLOAT64, IMPL, REFERENCE, Call, call_inputs
 
 Tensors = tuple[torch.Tensor, ...]
@@ -302,7 +303,7 @@ class TrialRun:
             base, seconds = batch.next(timeout=self.baseline_timeout, limit=self.baseline_timeout, names=self.names)
             bases.append(base)
             timing.baseline += seconds
-        if plan.cached_base is None and references is not None and all(_same_bits(bases[0], b) for b in bases[1:]):
+        if plan.cached_base is None and references is not None and all(same_outputs(bases[0], b) for b in bases[1:]):
             bases[0] = references.put("baseline", t, bases[0])  # a varying baseline is an error, never stored
         ref = plan.cached_oracle
         if self.oracle and ref is None:
@@ -383,15 +384,6 @@ def _nbytes(trial: Trial) -> int:
     """Bytes of a trial's inputs and outputs."""
     tensors = [*trial.inputs, *trial.impl, *trial.baseline, *(trial.oracle or ())]
     return sum(x.numel() * x.element_size() for x in tensors if isinstance(x, torch.Tensor))
-
-
-def _same_bits(a: Tensors, b: Tensors) -> bool:
-    """Whether two calls' outputs are identical bit for bit (shapes, dtypes and every byte)."""
-    def raw(x: torch.Tensor) -> torch.Tensor:
-        return x.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-
-    return len(a) == len(b) and all(x.shape == y.shape and x.dtype == y.dtype and torch.equal(raw(x), raw(y))
-                                    for x, y in zip(a, b))
 
 
 def _setup(roles: Roles, inputs: Tensors, reference: Tensors, executor: Any, kwargs: dict[str, dict], device: torch.device,

@@ -399,7 +399,7 @@ def same_outputs(a: Tensors, b: Tensors) -> bool:
     """Whether two calls' outputs are identical bit for bit: as many, and each of the same dtype, shape and
     bytes (NaN payloads and signed zeros included)."""
     def raw(x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous().reshape(-1).view(torch.uint8)
+        return x.detach().contiguous().reshape(-1).view(torch.uint8)
 
     try:
         return len(a) == len(b) and all(
