@@ -464,10 +464,11 @@ from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance benc
 
 @main.group("cache")
 def cache_group() -> None:
-    """The reference cache: baseline and oracle outputs (and, without isolation, generated inputs) kept between runs,
-    and each case's measurement with the digests of the impl outputs it was made on (reused only when a re-run's
-    impl answers the same bytes in every trial) (folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache
-    folder)."""
+    """The reference cache: what one run keeps for the next (references and measurements).
+
+    Baseline and oracle outputs (and, without isolation, generated inputs), and each case's measurement, reused
+    only when a re-run's impl answers the same bytes in every trial. Folder: $ACCEPTANCE_CACHE_DIR, else the
+    platform's user cache folder."""
 
 
 @cache_group.command("info")
