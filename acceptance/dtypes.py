@@ -349,6 +349,20 @@ def bits_view(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
+def byte_view(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """``t``'s bytes, flat, as a uint8 tensor in row-major order (a view when ``t`` is contiguous), to compare
+    or digest two tensors bit for bit; ``None`` for a tensor whose bytes are not its values as they are: not
+    strided, quantized, or a conjugate or negative view."""
+    import torch
+
+    if t.layout != torch.strided or t.is_quantized or t.is_conj() or t.is_neg():
+        return None
+    try:
+        return t.detach().contiguous().reshape(-1).view(torch.uint8)
+    except (RuntimeError, TypeError):
+        return None
+
+
 def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
     """A float64 tensor correctly rounded to ``dtype`` (one rounding, ties to even), as a CPU tensor of ``dtype``.
 

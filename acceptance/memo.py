@@ -43,6 +43,7 @@ from typing import Any, Optional
 
 import torch
 
+from acceptance import dtypes, engine
 from acceptance.cache import key
 
 #: Bytes of trial tensors a case may hold while its digests match the memo's.
@@ -71,28 +72,25 @@ def code_digest() -> str:
 
 def trial_digest(impl: tuple, repeats: tuple) -> Optional[bytes]:
     """SHA-256 of a trial's impl outputs and repeats (dtype, shape and bytes of each, in order); ``None`` when
-    one is not a CPU tensor."""
+    one is not a CPU tensor, or its bytes cannot be read as they are (:func:`acceptance.dtypes.byte_view`;
+    in-process callables may return such tensors)."""
     h = hashlib.sha256()
     for outs in (impl, *repeats):
         h.update(b"%d|" % len(outs))
         for x in outs:
-            if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.layout != torch.strided \
-                    or x.is_quantized or x.is_conj() or x.is_neg():
-                return None  # bytes that cannot be read as they are (in-process callables may return these)
-            x = x.detach().contiguous()
+            raw = dtypes.byte_view(x) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else None
+            if raw is None:
+                return None
             h.update(f"{x.dtype}{tuple(x.shape)}|".encode())
-            if x.numel():
-                try:
-                    h.update(x.reshape(-1).view(torch.uint8).numpy().data)
-                except (RuntimeError, TypeError):
-                    return None
+            if raw.numel():
+                h.update(raw.numpy().data)
     return h.digest()
 
 
 def _nbytes(trial: Any) -> int:
-    tensors = [*trial.impl, *trial.baseline, *(trial.oracle or ()), *(x for r in trial.repeats for x in r),
-               *(x for r in trial.baseline_repeats for x in r), *trial.inputs]
-    return sum(x.numel() * x.element_size() for x in tensors if isinstance(x, torch.Tensor))
+    """Bytes a held trial keeps: its inputs and outputs (:func:`acceptance.engine._nbytes`) and its repeats."""
+    repeats = [x for r in (*trial.repeats, *trial.baseline_repeats) for x in r]
+    return engine._nbytes(trial) + sum(x.numel() * x.element_size() for x in repeats)
 
 
 class Memo:

@@ -397,17 +397,17 @@ SAME_BYTES = 16 << 20
 
 def same_outputs(a: Tensors, b: Tensors) -> bool:
     """Whether two calls' outputs are identical bit for bit: as many, and each of the same dtype, shape and
-    bytes (NaN payloads and signed zeros included)."""
-    def raw(x: torch.Tensor) -> torch.Tensor:
-        return x.detach().contiguous().reshape(-1).view(torch.uint8)
-
-    try:
-        return len(a) == len(b) and all(
-            x.dtype == y.dtype and x.shape == y.shape and x.layout == torch.strided == y.layout
-            and not (x.is_quantized or x.is_conj() or x.is_neg() or y.is_conj() or y.is_neg())
-            and (x.numel() == 0 or torch.equal(raw(x), raw(y))) for x, y in zip(a, b))
-    except (RuntimeError, TypeError):  # a tensor whose bytes cannot be viewed: sent as it is
+    bytes (NaN payloads and signed zeros included); ``False`` for a tensor whose bytes cannot be read as they
+    are (:func:`acceptance.dtypes.byte_view`)."""
+    if len(a) != len(b):
         return False
+    for x, y in zip(a, b):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        bx, by = dtypes.byte_view(x), dtypes.byte_view(y)
+        if bx is None or by is None or bx.device != by.device or not torch.equal(bx, by):
+            return False
+    return True
 
 
 class Generate(NamedTuple):
