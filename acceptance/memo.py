@@ -27,9 +27,11 @@ While each trial's digest matches the entry's, that trial's measuring waits
 (its tensors held, at most :data:`HOLD_BYTES`); the first one that does not
 match, or references not read from the cache, releases the trials held, which
 are then measured in order, as they would have been. Only a case measured
-without an error is recorded. The impl's outputs on a device other than the CPU
-are not memoised (their bytes would have to be copied to the host to be
-digested).
+without an error is recorded. An impl on a GPU is memoised like one on the
+CPU when it runs in its worker, which sends its outputs to the runner on the
+host; outputs still on a device (callables run in the runner's process,
+``--no-isolation``) are measured every run rather than copied to the host to
+be digested.
 """
 
 from __future__ import annotations
@@ -172,9 +174,9 @@ def _text(value: Any) -> str:
 
 def memo_for(case: Any, rules: Any, references: Any, trials: int, device: torch.device) -> Optional[Memo]:
     """The memo of ``case`` (``references``: its :class:`acceptance.references.CaseReferences`), or ``None``
-    when it has none: no cache, references not cached, an impl off the CPU, a spec or rules without a stable
-    text form."""
-    if references is None or references.base is None or not references.cache.enabled or device.type != "cpu":
+    when it has none: no cache, references not cached, a spec or rules without a stable text form. ``device``
+    (the impl's) is part of the key: the outputs of one device are never taken for another's."""
+    if references is None or references.base is None or not references.cache.enabled:
         return None
     if any(references.fns.get(role) is None for role in ("baseline", "oracle")):
         return None

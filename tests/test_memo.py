@@ -228,3 +228,31 @@ def test_outputs_whose_bytes_cannot_be_read_as_they_are_are_not_memoised():
     assert memo.trial_digest((q,), ()) is None
     assert memo.trial_digest((x,), ((x.conj(),),)) is None
     assert memo.trial_digest((x,), ()) is not None
+
+
+def test_outputs_off_the_host_are_not_digested():
+    """Outputs still on a device (callables run in the runner's process) are measured, not copied to be
+    digested; the meta device stands in for a GPU here."""
+    x = torch.arange(4.0)
+    assert memo.trial_digest((x.to("meta"),), ()) is None
+    assert memo.trial_digest((x,), ((x.to("meta"),),)) is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_impl_on_the_gpu_reuses_its_measurement_and_in_process_outputs_are_measured(tmp_path, monkeypatch,
+                                                                                       measured):
+    """The worker sends a GPU impl's outputs to the host: a re-run with the same bits reuses the measurement.
+    Under ``--no-isolation`` the outputs stay on the GPU and every run measures them."""
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    specs = _folder(tmp_path, 6, EXACT)
+    cold = _run(specs, tmp_path / "cold", "--device", "cuda")
+    assert len(measured) == 2 * 8
+    warm = _run(specs, tmp_path / "warm", "--device", "cuda")
+    assert len(measured) == 2 * 8
+    assert cold["environment"]["device"].startswith("cuda") and _stripped(warm) == _stripped(cold)
+    assert _stripped(_run(specs, tmp_path / "fresh", "--device", "cuda", "--no-cache")) == _stripped(cold)
+    assert len(measured) == 4 * 8
+    for k in (1, 2):
+        assert _stripped(_run(specs, tmp_path / f"inproc{k}", "--device", "cuda", "--no-isolation")) == _stripped(cold)
+    assert len(measured) == 8 * 8
