@@ -1,4 +1,5 @@
-"""Command line: ``acceptance run | validate | list | report | metrics`` (and ``bench``, :mod:`acceptance.cli_bench`).
+"""Command line: ``acceptance run | validate | list | report | metrics`` (and ``bench``, ``tune``, ``compare``,
+``cache``: :mod:`acceptance.cli_bench`, :mod:`acceptance.cli_tune`, :mod:`acceptance.cli_cache`).
 
 Exit codes (:mod:`acceptance.errors`): 0 every case passed; 1 a criterion
 failed or an operator errored; 2 usage, spec, results or output error (the
@@ -56,12 +57,31 @@ def _load(paths: tuple[Path, ...]):
     return specs
 
 
+def resolved_device(device: str) -> "torch.device":
+    """``--device`` (or ``$ACCEPTANCE_DEVICE``) as a torch device (:func:`acceptance.device.resolve_device`); a
+    usage error that says where the value came from otherwise."""
+    from click.core import ParameterSource
+
+    from acceptance.device import resolve_device
+
+    try:
+        return resolve_device(device)
+    except ValueError as exc:
+        ctx = click.get_current_context(silent=True)
+        env = ctx is not None and ctx.get_parameter_source("device") is ParameterSource.ENVIRONMENT
+        raise UsageError(f"{exc} (from $ACCEPTANCE_DEVICE)" if env else str(exc)) from None
+
+
 def select_tiers(specs, tiers: tuple[str, ...] = ()):
     """The specs of the given tiers (``default`` when none is given): ``tier: large`` specs run only when asked."""
     wanted = set(tiers or ("default",))
     return [s for s in specs if s.tier in wanted]
 
 
+#: ``--device``: the impl's device, an option of run, bench and tune; $ACCEPTANCE_DEVICE sets it for a whole shell
+#: or CI job.
+device_option = click.option("--device", default="auto", show_default=True, envvar="ACCEPTANCE_DEVICE",
+                             show_envvar=True, help="auto | cpu | cuda | cuda:N (impl's device).")
 #: ``--tier``: which spec tiers run (repeatable; default: the default tier only).
 tier_option = click.option("--tier", "tiers", multiple=True, type=click.Choice(["default", "large"]),
                            help="Run specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized "
@@ -90,7 +110,7 @@ def main() -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Folder for results.json, junit.xml and report.html.")
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (impl's device).")
+@device_option
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
 @click.option("--seed", type=int, help="Seed (overrides the specs).")
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
@@ -134,7 +154,6 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         forkserver.start(1 if no_isolation else jobs if jobs is not None
                          else forkserver.cores() if device in ("auto", "cpu") else 1)
     from acceptance import dtypes, provenance, runner, spec, verdict
-    from acceptance.device import resolve_device
     from acceptance.records import Results
     from acceptance.results import JOURNAL, OutputFolder
     from acceptance.waivers import waiver_records
@@ -142,10 +161,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
     if unknown:
         raise UsageError(*(f"--dtype: unknown dtype {d!r} (known: {', '.join(dtypes.TEST_DTYPES)})" for d in unknown))
-    try:
-        dev = resolve_device(device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    dev = resolved_device(device)
     if sanitize:
         from acceptance.sanitize import unavailable
 
@@ -455,36 +471,6 @@ def _with_comparison(res: Results, base: Results, label: str, *, max_slowdown: f
     return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})
 
 
-from acceptance.cli_tune import compare_cmd, tune_cmd  # noqa: E402  (commands registered on the group)
-
-main.add_command(tune_cmd)
-main.add_command(compare_cmd)
+from acceptance import cli_tune  # noqa: E402,F401  (registers `acceptance tune` and `compare` on the group)
 from acceptance import cli_bench  # noqa: E402,F401  (registers `acceptance bench` on the group)
-
-
-@main.group("cache")
-def cache_group() -> None:
-    """The reference cache: what one run keeps for the next (references and measurements).
-
-    Baseline and oracle outputs (and, without isolation, generated inputs), and each case's measurement, reused
-    only when a re-run's impl answers the same bytes in every trial. Folder: $ACCEPTANCE_CACHE_DIR, else the
-    platform's user cache folder."""
-
-
-@cache_group.command("info")
-def cache_info() -> None:
-    """Where the cache is, how many entries and bytes it holds, and its size cap."""
-    info = _reference_cache(True).info()
-    click.echo(f"folder:   {info.root}")
-    click.echo(f"entries:  {info.entries}")
-    click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
-    if info.stale_bytes:
-        click.echo(f"stale:    {info.stale_bytes / 2**20:.1f} MiB (other format versions, temporary files)")
-
-
-@cache_group.command("clear")
-def cache_clear() -> None:
-    """Remove every entry (of any format version) from the cache folder."""
-    cache = _reference_cache(True)
-    removed = cache.clear()
-    click.echo(f"removed {removed} file(s) from {cache.root}")
+from acceptance import cli_cache  # noqa: E402,F401  (registers `acceptance cache info|clear` on the group)

@@ -12,7 +12,7 @@ from typing import Optional
 import click
 
 from acceptance.cli import (DEFAULT_OUT, _compare_base, _console, _load, _with_comparison, main,
-                            select_tiers, tier_option, write_reports)
+                            device_option, resolved_device, select_tiers, tier_option, write_reports)
 from acceptance.errors import OutputError, UsageError
 from acceptance.report import REPORTERS as ALL_REPORTERS
 
@@ -21,7 +21,7 @@ from acceptance.report import REPORTERS as ALL_REPORTERS
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
               help="Folder for results.json (timings beside the accuracy fields), junit.xml and report.html.")
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (impl's device).")
+@device_option
 @click.option("--only", metavar="GLOB", help="Time only operators or case ids matching this glob.")
 @click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Time only this dtype (repeatable).")
 @tier_option
@@ -49,7 +49,6 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
     """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up;
     with --compare-to, the slowdown against a base run."""
     from acceptance import bench, provenance, spec, verdict
-    from acceptance.device import resolve_device
     from acceptance.records import Results
     from acceptance.results import OutputFolder
     from acceptance.timing import TimerOptions
@@ -57,10 +56,7 @@ def bench_cmd(paths, out_dir: Path, device: str, only: Optional[str], dtypes_: t
 
     if min_runs > max_runs:
         raise UsageError(f"--min-runs {min_runs} is above --max-runs {max_runs}")
-    try:
-        dev = resolve_device(device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    dev = resolved_device(device)
     base_run = _compare_base(compare_to, max_slowdown)
     specs = select_tiers(_load(paths), tiers)
     cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)

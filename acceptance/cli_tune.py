@@ -12,6 +12,7 @@ from typing import Optional
 
 import click
 
+from acceptance.cli import device_option, main
 from acceptance.errors import EXIT_FAIL, UsageError
 
 
@@ -21,7 +22,7 @@ def check_max_slowdown(value: float) -> None:
         raise UsageError(f"--max-slowdown: must be a finite factor >= 1, got {value:g}")
 
 
-@click.command("tune")
+@main.command("tune")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--only", metavar="GLOB", help="Tune only operators or case ids matching this glob.")
 @click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Tune only this dtype (repeatable).")
@@ -30,7 +31,7 @@ def check_max_slowdown(value: float) -> None:
 @click.option("--from", "from_", multiple=True, type=click.Path(path_type=Path), metavar="RESULTS",
               help="Read results.json files (or folders) instead of running (repeatable).")
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N (impl's device).")
+@device_option
 @click.option("--margin", type=click.FloatRange(min=1), default=2.0, show_default=True,
               help="Safety margin over the largest observed error.")
 @click.option("--max-slack", type=click.FloatRange(min=1), default=100.0, show_default=True,
@@ -43,7 +44,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
     """Propose thresholds from the errors seen over many seeds (or earlier results)."""
     from acceptance import results as results_mod
     from acceptance import tunewrite
-    from acceptance.cli import _load
+    from acceptance.cli import _load, resolved_device
     from acceptance.proposal import TuneResult, observations, proposals
     from acceptance.tuning import run_seeds
 
@@ -53,6 +54,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
     if from_:
         cases = [c for p in from_ for c in results_mod.load_run(p).cases]
     else:
+        resolved_device(device)  # a usage error before the specs load
         specs = _load(paths)
         digests = {s.path: tunewrite.sha256_of(s.path) for s in specs}
         cases = run_seeds(specs, range(seeds), only=only, dtypes=list(dtypes_) or None, device=device,
@@ -83,7 +85,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
             sys.exit(EXIT_FAIL)
 
 
-@click.command("compare")
+@main.command("compare")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
 @click.option("--max-ratio", type=float, default=2.0, show_default=True,

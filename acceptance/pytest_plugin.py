@@ -18,13 +18,14 @@ is decided alone (the dual-delta p-values are Holm-corrected over the case's
 own records, not over the session). ``--acceptance-out DIR`` writes
 results.json and the default reports of the session (xdist included).
 
-Options: ``--acceptance-device`` (auto | cpu | cuda[:N]), ``--acceptance-trials N``,
-``--acceptance-no-isolation`` (call the code under test in the pytest process).
+Options: ``--acceptance-device`` (auto | cpu | cuda[:N]; default ``$ACCEPTANCE_DEVICE``, else auto),
+``--acceptance-trials N``, ``--acceptance-no-isolation`` (call the code under test in the pytest process).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -40,7 +41,8 @@ class AcceptanceWarning(UserWarning):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("acceptance", "operator accuracy specs")
-    group.addoption("--acceptance-device", default="auto", help="Device of the impl: auto | cpu | cuda | cuda:N.")
+    group.addoption("--acceptance-device", default=os.environ.get("ACCEPTANCE_DEVICE") or "auto",
+                    help="Device of the impl: auto | cpu | cuda | cuda:N (default: $ACCEPTANCE_DEVICE, else auto).")
     group.addoption("--acceptance-trials", type=int, default=None, help="Trials per case (overrides the specs).")
     group.addoption("--acceptance-no-isolation", action="store_true",
                     help="Call the code under test in the pytest process instead of a worker process.")

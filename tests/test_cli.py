@@ -34,6 +34,16 @@ def test_python_dash_m():
     assert out.returncode == 0 and acceptance.__version__ in out.stdout
 
 
+@pytest.mark.parametrize("module", ["acceptance.cli_tune", "acceptance.cli_bench", "acceptance.cli_cache"])
+def test_each_command_module_imports_first_and_registers_its_commands(module):
+    """A command module imported before :mod:`acceptance.cli` (by a tool, a test) registers on the one group."""
+    code = (f"import {module}\nfrom acceptance.cli import main\n"
+            "print(' '.join(sorted(main.commands)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["bench", "cache", "compare", "list", "metrics", "report", "run", "tune", "validate"]
+
+
 def test_metrics_command_on_saved_arrays(tmp_path):
     rng = np.random.default_rng(0)
     b = rng.uniform(-1, 1, 1000).astype(np.float32)

@@ -159,6 +159,27 @@ def test_usage_errors_exit_2(tmp_path):
         assert run_cli("run", SPECS, "--device", "cuda", "--out", tmp_path).exit_code == 2
 
 
+def test_the_device_comes_from_the_option_or_acceptance_device_and_a_bad_one_is_a_usage_error(tmp_path,
+                                                                                             monkeypatch):
+    """``$ACCEPTANCE_DEVICE`` sets ``--device`` of run, bench and tune (the option wins); a device that is
+    not one is exit 2 with one line naming where it came from, never a traceback (tune raised one)."""
+    monkeypatch.setenv("ACCEPTANCE_DEVICE", "tpu")
+    for cmd in ("run", "bench", "tune"):
+        r = CliRunner().invoke(main, [cmd, str(SPECS), "--only", "scaled_matmul"])
+        assert r.exit_code == 2, (cmd, r.output, r.exception)
+        assert "--device: 'tpu' is not a device (auto, cpu, cuda, cuda:N) (from $ACCEPTANCE_DEVICE)" in r.output, cmd
+        assert "Traceback" not in r.output
+        r = CliRunner().invoke(main, [cmd, str(SPECS), "--only", "scaled_matmul", "--device", "npu"])
+        assert r.exit_code == 2 and r.output.strip().splitlines()[-1] == (
+            "--device: 'npu' is not a device (auto, cpu, cuda, cuda:N)"), (cmd, r.output)
+    monkeypatch.setenv("ACCEPTANCE_DEVICE", "cpu")
+    out = tmp_path / "out"
+    r = run_cli("run", SPECS, "--only", "scaled_matmul", "--trials", "2", "--out", out)
+    assert r.exit_code in (0, 1), r.output
+    env = json.loads((out / "results.json").read_text())["environment"]
+    assert env["device"] == "cpu" and "--device cpu" in env["command_line"]
+
+
 def test_list_and_validate():
     r = run_cli("list", SPECS)
     assert r.exit_code == 0
