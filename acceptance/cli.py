@@ -59,17 +59,17 @@ def _load(paths: tuple[Path, ...]):
 
 def resolved_device(device: str) -> "torch.device":
     """``--device`` (or ``$ACCEPTANCE_DEVICE``) as a torch device (:func:`acceptance.device.resolve_device`); a
-    usage error that says where the value came from otherwise."""
+    usage error naming where the value came from otherwise."""
     from click.core import ParameterSource
 
     from acceptance.device import resolve_device
 
+    ctx = click.get_current_context(silent=True)
+    env = ctx is not None and ctx.get_parameter_source("device") is ParameterSource.ENVIRONMENT
     try:
-        return resolve_device(device)
+        return resolve_device(device, option="$ACCEPTANCE_DEVICE" if env else "--device")
     except ValueError as exc:
-        ctx = click.get_current_context(silent=True)
-        env = ctx is not None and ctx.get_parameter_source("device") is ParameterSource.ENVIRONMENT
-        raise UsageError(f"{exc} (from $ACCEPTANCE_DEVICE)" if env else str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def select_tiers(specs, tiers: tuple[str, ...] = ()):

@@ -9,24 +9,24 @@ from pathlib import Path
 import torch
 
 
-def resolve_device(name: str = "auto") -> torch.device:
+def resolve_device(name: str = "auto", *, option: str = "--device") -> torch.device:
     """``auto`` = the first CUDA device when present, else CPU; ``cuda[:i]`` must exist.
 
-    Raises ``ValueError`` (naming ``--device``) for anything else.
+    Raises ``ValueError`` (naming ``option``, where the value came from) for anything else.
     """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(name)
     except (RuntimeError, ValueError):
-        raise ValueError(f"--device: '{name}' is not a device (auto, cpu, cuda, cuda:N)") from None
+        raise ValueError(f"{option}: '{name}' is not a device (auto, cpu, cuda, cuda:N)") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"--device: '{name}' asked for, but torch sees no CUDA device")
+            raise ValueError(f"{option}: '{name}' asked for, but torch sees no CUDA device")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"--device: '{name}': only {torch.cuda.device_count()} CUDA device(s)")
+            raise ValueError(f"{option}: '{name}': only {torch.cuda.device_count()} CUDA device(s)")
     elif device.type != "cpu":
-        raise ValueError(f"--device: '{name}' is not supported (auto, cpu, cuda, cuda:N)")
+        raise ValueError(f"{option}: '{name}' is not supported (auto, cpu, cuda, cuda:N)")
     return device
 
 

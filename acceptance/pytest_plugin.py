@@ -148,12 +148,14 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         from acceptance import runner
-        from acceptance.device import resolve_device
         from acceptance.report.text import case_details
         from acceptance.spec import rules_for
 
         config = self.config
-        device = resolve_device(config.getoption("acceptance_device"))
+        try:
+            device = _device(config)
+        except pytest.UsageError as exc:
+            raise CaseFailed(f"error: {exc}") from None
         rules = rules_for(self.case)
         measured = runner.measure(self.case, device, rules, trials=config.getoption("acceptance_trials"),
                                   worker=_worker(config))
@@ -185,6 +187,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     check = getattr(session.config, "_acceptance_imports", None)
     if check is not None:  # every spec is collected: its child is not needed any more
         check.close()
+    if not hasattr(session.config, "workerinput") and any(isinstance(item, CaseItem) for item in session.items):
+        _device(session.config)  # a device that is not one ends the session here (an xdist worker: in each case)
+
+
+def _device(config: pytest.Config) -> Any:
+    """``--acceptance-device`` as a torch device, resolved once per process; a usage error otherwise."""
+    device = getattr(config, "_acceptance_device", None)
+    if device is None:
+        from acceptance.device import resolve_device
+
+        try:
+            device = resolve_device(config.getoption("acceptance_device"),
+                                    option="--acceptance-device (or $ACCEPTANCE_DEVICE)")
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config._acceptance_device = device
+    return device
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -210,12 +229,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _write(out: Path, config: pytest.Config) -> None:
     from acceptance import provenance
     from acceptance.cli import write_reports
-    from acceptance.device import resolve_device
     from acceptance.records import CaseResult, Results
     from acceptance.verdict import summarize
 
     cases = list({c.id: c for c in (CaseResult.model_validate(json.loads(v)) for v in _RESULTS)}.values())
     now = provenance.now()
-    env = provenance.environment(resolve_device(config.getoption("acceptance_device")),
+    env = provenance.environment(_device(config),
                                  command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now)
     write_reports(Results(environment=env, summary=summarize(cases), cases=cases), out)

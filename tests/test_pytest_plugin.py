@@ -14,6 +14,7 @@ import acceptance.pytest_plugin  # noqa: F401
 import acceptance.report.html  # noqa: F401
 import acceptance.report.junit  # noqa: F401
 import acceptance.runner  # noqa: F401
+import acceptance.stats  # noqa: F401  (scipy.stats: its numpy.fft cannot be loaded twice)
 
 pytest_plugins = ["pytester"]
 
@@ -118,6 +119,21 @@ def test_an_invalid_spec_is_a_collection_error_naming_the_field(repo):
     result = run(repo, "specs/broken.yaml")
     assert "invalid operator spec" in result.stdout.str()
     assert "category: 'nope' is not one of" in result.stdout.str()
+
+
+def test_a_device_that_is_not_one_is_a_usage_error_before_any_case_runs(repo, monkeypatch):
+    """``--acceptance-device``, else ``$ACCEPTANCE_DEVICE``: a device that is not one ends the session with
+    pytest's usage error (exit 4) and one line, instead of failing every case with the same traceback."""
+    result = run(repo, "specs", "--acceptance-device", "tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("ERROR: --acceptance-device (or $ACCEPTANCE_DEVICE): 'tpu' is not a device (auto, cpu, cuda, cuda:N)"
+            in result.stderr.lines)
+    result.assert_outcomes()
+    monkeypatch.setenv("ACCEPTANCE_DEVICE", "npu")
+    result = run(repo, "specs", "-k", "good")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "'npu' is not a device" in result.stderr.str()
+    monkeypatch.setenv("ACCEPTANCE_DEVICE", "cpu")
+    run(repo, "specs", "-k", "good").assert_outcomes(passed=2)
 
 
 def test_the_example_repository_runs_as_pytest_items_under_xdist(pytester):
