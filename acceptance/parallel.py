@@ -23,6 +23,7 @@ first of them that finishes.
 from __future__ import annotations
 
 import concurrent.futures
+import multiprocessing.util
 import os
 import signal
 from pathlib import Path
@@ -59,6 +60,13 @@ def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tup
     torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
     _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
                   worker=None, threads=threads, guard=guard)
+    # as the job ends (the pool shut down), its worker writes the inputs it made for the cache, then exits
+    multiprocessing.util.Finalize(None, _finish, exitpriority=10)
+
+
+def _finish() -> None:  # pragma: no cover - runs in a job process
+    if _STATE.get("worker") is not None:
+        _STATE["worker"].finish()
 
 
 def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job process
@@ -71,7 +79,7 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
         worker = _STATE["worker"]
         if worker is None or worker.memory_limit != limit:
             if worker is not None:
-                worker.close()
+                worker.finish()
             worker = _STATE["worker"] = Worker(memory_limit=limit, threads=_STATE["threads"], guard=_STATE["guard"])
     return runner.measure(case, _STATE["device"], rules_for(case), trials=_STATE["trials"], worker=worker,
                           references=_STATE["references"])

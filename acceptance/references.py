@@ -1,9 +1,11 @@
 """Cached references of a spec run: a case's generated inputs, baseline outputs and oracle outputs on disk.
 
 The run asks :class:`RunReferences` for each case's :class:`CaseReferences`;
-the trial engine then takes a trial's inputs, baseline and oracle outputs from
+the trial engine then takes a trial's baseline and oracle outputs from
 the :class:`~acceptance.cache.ReferenceCache` when present, and stores them
-when it computed them. The implementation's outputs are never cached.
+when it computed them; the case's inputs come from its :class:`CachedRecipe`,
+which reads and writes them where they are made (in the worker). The
+implementation's outputs are never cached.
 
 Key of one entry (:func:`acceptance.cache.key`, which adds the installation:
 torch, NumPy, acceptance and Python versions, CPU ISA, thread count)::
@@ -23,8 +25,8 @@ torch, NumPy, acceptance and Python versions, CPU ISA, thread count)::
               (:func:`acceptance.cache.callable_fingerprint`), computed in the worker
               process so the runner never imports the code under test
 
-The baseline's (and the oracle's) outputs of a whole case are one entry, a *pack*, keyed as above
-with ``trial`` "all", when each trial's outputs are small (:data:`PACK_TRIAL_BYTES`, at most
+The inputs, the baseline's and the oracle's outputs of a whole case are one entry each, a *pack*, keyed as
+above with ``trial`` "all", when each trial's are small (:data:`PACK_TRIAL_BYTES`, at most
 :data:`PACK_BYTES` in all): a run reads and writes one file per case and role instead of one per trial.
 Larger outputs get an entry per trial. A pack holds the trials computed so far ((trial, outputs) pairs
 after an int64 index), so a run with more trials adds to it and one with fewer reads part of it.
@@ -40,12 +42,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 from typing import Any, Callable, Iterable, Optional
 
 import torch
 
 from acceptance.cache import FingerprintError, ReferenceCache, callable_fingerprint, canonical_json, key
+from acceptance import dtypes
 from acceptance.errors import CaseError
+from acceptance.inputs import Recipe
 from acceptance.spec import Case
 from acceptance.workers import IMPL, Call
 
@@ -123,6 +128,7 @@ class CaseReferences:
         self._packed: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs, as read from its pack
         self._fresh: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs computed here, to be packed
         self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
+        self._recipe: Optional[CachedRecipe] = None  # the case's inputs as this process reads and makes them
 
     def _key(self, role: str, trial: int | str) -> Optional[str]:
         if self.base is None or not self.cache.enabled:
@@ -140,9 +146,6 @@ class CaseReferences:
         return self._packed[role]
 
     def get(self, role: str, trial: int) -> Optional[Tensors]:
-        if role == "inputs":
-            k = self._key(role, trial)
-            return self.cache.get(k) if k is not None else None
         pack = self._pack(role)
         if trial in pack:
             return pack[trial]
@@ -158,20 +161,22 @@ class CaseReferences:
         """Store ``tensors`` (made contiguous) and return them as the trial uses them: in the case's pack
         (written by :meth:`close`) when small, else an entry of their own, written now."""
         tensors = tuple(t.contiguous() for t in tensors)
-        k = self._key(role, trial)
-        if k is None:
-            return tensors
+        if self.base is None or not self.cache.enabled or self.fns.get(role) is None:
+            return tensors  # not cached (see _key)
         nbytes = _nbytes(tensors)
         fresh = self._fresh.setdefault(role, {})
-        if role != "inputs" and nbytes <= PACK_TRIAL_BYTES and sum(map(_nbytes, fresh.values())) + nbytes <= PACK_BYTES:
-            fresh[trial] = tensors
+        if nbytes <= PACK_TRIAL_BYTES and sum(map(_nbytes, fresh.values())) + nbytes <= PACK_BYTES:
+            fresh[trial] = tensors  # the key is computed for the pack only, when it is written
         else:
-            self.cache.put(k, tensors)
+            self.cache.put(self._key(role, trial), tensors)
         return tensors
 
     def close(self) -> None:
-        """Write the packs of the roles that computed trials here (with the trials their pack held); the trial
-        engine calls this when a case's trials end, however they end."""
+        """Write the packs of the roles that computed trials here (with the trials their pack held), and the
+        inputs this process made (:meth:`recipe`); the trial engine calls this when a case's trials end, however
+        they end."""
+        if self._recipe is not None:
+            self._recipe.flush()
         for role, fresh in self._fresh.items():
             k = self._key(role, "all")
             if not fresh or k is None:
@@ -181,10 +186,115 @@ class CaseReferences:
             self._packed[role] = trials
         self._fresh = {}
 
-    def inputs(self, trial: int, make: Callable[[int], Any]) -> Tensors:
-        """The inputs of ``trial``: from the cache, else ``make(trial)`` (stored)."""
-        found = self.get("inputs", trial)
-        return found if found is not None else self.put("inputs", trial, tuple(make(trial)))
+    def recipe(self, case: Case, trials: int) -> Recipe:
+        """The inputs of ``case``'s ``trials`` trials, read from the cache where stored (a
+        :class:`CachedRecipe`), or a plain :class:`acceptance.inputs.Recipe` when the case's inputs are not
+        cached (no cache; a quantized input, whose packed blocks are not stored)."""
+        pack = self._key("inputs", "all")
+        if pack is None or any(inp.quant for inp in case.spec.inputs):
+            return Recipe(case)
+        per_trial = _input_bytes(case)
+        if per_trial <= PACK_TRIAL_BYTES and trials * per_trial <= PACK_BYTES:
+            keys: dict[int | str, str] = {"all": pack}
+        else:
+            keys = {k: self._key("inputs", k) for k in range(trials)}
+        self._recipe = CachedRecipe(case, self.cache, keys, trials)
+        return self._recipe
+
+
+def _input_bytes(case: Case) -> int:
+    """Bytes of one trial's inputs of ``case`` (none quantized): float inputs in the test dtype, the others
+    in their own."""
+    return sum(math.prod(shape) * dtypes.torch_dtype(inp.dtype or case.dtype).itemsize
+               for inp, shape in zip(case.spec.inputs, case.shapes))
+
+
+#: The reference caches of this process by (folder, size cap): a worker's recipes share one, so that its count
+#: of the bytes on disk (for the cap) is not rebuilt by a scan of the folder case after case.
+_STORES: dict[tuple[str, int], ReferenceCache] = {}
+
+
+class CachedRecipe(Recipe):
+    """The inputs of a case (:class:`acceptance.inputs.Recipe`), read from the reference cache where stored,
+    else made by :func:`acceptance.inputs.generate` and stored: the same bits either way.
+
+    ``keys``: ``{"all": key}`` when the case's inputs are one entry, a pack of every trial (each trial's
+    inputs at most :data:`PACK_TRIAL_BYTES`, :data:`PACK_BYTES` in all), else ``{trial: key}``, an entry per
+    trial. A pack is read once, at the first trial asked for; the trials made here are written as one pack by
+    :meth:`flush` once every one of the case's ``trials`` is either read or made (a pack read with fewer
+    trials is written again with the new ones); an entry of its own is written as its trial is made.
+
+    Picklable, so that a worker makes (or reads) the inputs where they are used: the copy carries the case,
+    the cache folder, its cap and the keys, never what this copy has read or made. A worker calls
+    :meth:`flush` after answering each batch of calls, so that the write follows the answers; in this process
+    :meth:`CaseReferences.close` calls it when the case's trials end.
+    """
+
+    def __init__(self, case: Case, cache: ReferenceCache, keys: dict[int | str, str], trials: int):
+        super().__init__(case)
+        self.root, self.max_bytes, self.keys, self.trials = str(cache.root), cache.max_bytes, keys, trials
+        self._store: Optional[ReferenceCache] = cache
+        self._forget()
+
+    def _forget(self) -> None:
+        self._pack: Optional[dict[int, Tensors]] = None  # trials read from the pack and not handed out yet
+        self._read: set[int] = set()  # trials handed out from the pack
+        self._made: dict[int, Tensors] = {}  # trials made here, as made (their own copies), for the pack
+        self._due = False  # every trial read or made, some made: the pack is to be written
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"case": self.case, "root": self.root, "max_bytes": self.max_bytes, "keys": self.keys,
+                "trials": self.trials}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._store = None
+        self._forget()
+
+    def _cache(self) -> ReferenceCache:
+        if self._store is None:
+            where = (self.root, self.max_bytes)
+            if where not in _STORES:
+                _STORES[where] = ReferenceCache(self.root, max_bytes=self.max_bytes)
+            self._store = _STORES[where]
+        return self._store
+
+    def __call__(self, trial: int) -> Any:
+        if "all" not in self.keys:
+            k = self.keys.get(trial)
+            found = self._cache().get(k) if k is not None else None
+            if found is not None:
+                return list(found)
+            made = super().__call__(trial)
+            if k is not None and isinstance(made, list):
+                self._cache().put(k, made)
+            return made
+        if self._pack is None:
+            found = self._cache().get(self.keys["all"])
+            self._pack = _unpack(found) if found is not None else {}
+        if trial in self._pack:
+            self._read.add(trial)
+            return list(self._pack.pop(trial))  # handed out: the calls may write to them, so not kept
+        made = super().__call__(trial)
+        if isinstance(made, list):
+            self._made[trial] = tuple(t.clone() for t in made)  # as made, whatever the calls do to the inputs
+            self._due = all(t in self._made or t in self._read for t in range(self.trials))
+        return made
+
+    def pending(self) -> int:
+        """Bytes of inputs made here that wait for :meth:`flush` to write them (0: nothing to write now)."""
+        return sum(map(_nbytes, self._made.values())) if self._due else 0
+
+    def flush(self) -> None:
+        """Write the pack once every trial is read or made (see the class docstring); else nothing."""
+        if not self._due:
+            return
+        trials = dict(self._made)
+        if self._read:  # the pack read before: its trials stay in it
+            found = self._cache().get(self.keys["all"])
+            trials = {**(_unpack(found) if found is not None else {}), **trials}
+        self._made, self._due = {}, False
+        self._cache().put(self.keys["all"], _packed(trials))
 
 
 def _nbytes(tensors: Tensors) -> int:

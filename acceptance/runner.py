@@ -31,7 +31,7 @@ from acceptance import dtypes, engine, faithful, metrics, sanitize as sanitizer,
 from acceptance.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flush_changes_nothing,
                                  flushed)
 from acceptance.errors import CaseError
-from acceptance.inputs import Recipe, generate
+from acceptance.inputs import Recipe
 from acceptance.memo import memo_for
 from acceptance.metrics import registry
 from acceptance.peers import Peers
@@ -200,13 +200,8 @@ def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[in
     spec = case.spec
     executor = worker if worker is not None else engine.InProcess()
     refs = references.for_case(case, roles, worker) if references is not None else None
-    cache_inputs = refs is not None and not any(inp.quant for inp in spec.inputs)  # packed blocks: not cached
-    if worker is not None:  # made in the worker, overlapped with measuring the previous trial (cheaper than reading them)
-        make: Callable[[int], Any] = Recipe(case)
-    elif cache_inputs:
-        make = lambda k: refs.inputs(k, lambda j: generate(case, j))  # noqa: E731
-    else:
-        make = lambda k: generate(case, k)  # noqa: E731
+    # read from the cache or made where they are used (in the worker: overlapped with measuring the previous trial)
+    make: Callable[[int], Any] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
     run = engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
                             oracle=True, repeats=faithful.impl_repeats(case),
                             baseline_repeats=faithful.BASELINE_RUNS - 1,
@@ -397,7 +392,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
             limit = worker_limit(case)
             if isolate and (worker is None or worker.memory_limit != limit):
                 if worker is not None:
-                    worker.close()
+                    worker.finish()
                 worker = Worker(memory_limit=limit, threads=threads, guard=guard)
                 references.prefetch(known_roles(todo[i:]), worker)
             begun, ahead = ahead, None
@@ -424,6 +419,8 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
             measured.append((result, rules))
             if on_case:
                 on_case(case, result)
+        if worker is not None:
+            worker.finish()  # it writes the inputs it made for the cache meanwhile
     finally:
         torch.set_num_threads(own_threads)
         if worker is not None:

@@ -129,6 +129,15 @@ class Worker:
         self._proc = self._conn = None
         self._generation += 1
 
+    def finish(self, timeout: float = 10.0) -> None:
+        """End the worker as done with it: with no batch in flight, its connection is closed and it is given
+        ``timeout`` seconds to write what it keeps for the reference cache and exit; then, or at once
+        otherwise, :meth:`close`."""
+        if self._proc is not None and not self._pending and self._alive():
+            self._conn.close()
+            self._proc.join(timeout)
+        self.close()  # closing the connection again does nothing
+
     def __enter__(self) -> "Worker":
         return self
 

@@ -172,8 +172,8 @@ def test_results_identical_across_cache_states_and_job_counts(tmp_path, monkeypa
     cold = _run(tmp_path / "cold", "--jobs", "1")
     files = list((tmp_path / "cache").rglob("*.ref"))
     cases = len(cold["cases"])
-    assert cases == 2 and len(files) == 3 * cases  # one pack of the 3 trials' outputs per case, for the
-    # baseline and for the oracle (the worker makes the inputs: they are not cached), and its measurement
+    assert cases == 2 and len(files) == 4 * cases  # per case, one pack of its 3 trials' inputs (written by
+    # the worker, which makes them), one of the baseline's outputs, one of the oracle's, and its measurement
     # (acceptance.memo)
     warm = _run(tmp_path / "warm", "--jobs", "1")
     assert all(c["timing"]["baseline"] == 0 and c["timing"]["oracle"] == 0 for c in warm["cases"])  # not called
