@@ -154,7 +154,7 @@ class Memo:
             return
         rows = torch.frombuffer(bytearray(b"".join(self.digests)), dtype=torch.uint8).reshape(self.trials, _DIGEST)
         text = torch.frombuffer(bytearray(measured.model_dump_json().encode()), dtype=torch.uint8)
-        self.cache.put(self.entry, [rows, text])
+        self.cache.put_later(self.entry, [rows, text])
 
 
 def _text(value: Any) -> str:

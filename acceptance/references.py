@@ -182,7 +182,7 @@ class CaseReferences:
             if not fresh or k is None:
                 continue
             trials = {**self._pack(role), **fresh}
-            self.cache.put(k, _packed(trials))
+            self.cache.put_later(k, _packed(trials))
             self._packed[role] = trials
         self._fresh = {}
 

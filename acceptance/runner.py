@@ -386,6 +386,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     # it is imported meanwhile: while the worker starts, and while this process waits on the worker's answers;
     # an import of it here waits for that one (the module's import lock)
     loading = _imported_meanwhile("acceptance.stats")
+    references.cache.defer()  # the cache's writes wait for moments spent waiting on the worker
     try:
         for i, case in enumerate(todo):
             rules = rules_for(case)
@@ -394,6 +395,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
                 if worker is not None:
                     worker.finish()
                 worker = Worker(memory_limit=limit, threads=threads, guard=guard)
+                worker.idle = references.cache.write_next
                 references.prefetch(known_roles(todo[i:]), worker)
             begun, ahead = ahead, None
             before = snapshot(folder)
@@ -425,6 +427,7 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
         torch.set_num_threads(own_threads)
         if worker is not None:
             worker.close()
+        references.cache.defer(False)  # what is still queued is written now
     return decide_all(measured, strict=strict)
 
 

@@ -54,7 +54,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -102,6 +102,8 @@ class Worker:
         self._generation = 0  # bumped when a process starts or is killed: a batch sent to an earlier one is lost
         self._free_at = 0.0  # CLOCK_MONOTONIC: the worker may have started its next call from then on
         self._recipe: Any = None  # the input recipe the worker holds
+        #: work for this process while an answer is not ready (one piece per call; whether there was one)
+        self.idle: Optional[Callable[[], bool]] = None
         self._conn: Optional[multiprocessing.connection.Connection] = None
         #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
         self.notes: list[str] = []
@@ -190,6 +192,14 @@ class Worker:
     def in_flight(self) -> int:
         """Batches submitted whose answers are not all read."""
         return len(self._pending)
+
+
+def _ready(conn: multiprocessing.connection.Connection) -> bool:
+    """Whether ``conn`` has something to read (an answer, or the worker's end), without waiting."""
+    try:
+        return conn.poll()
+    except (OSError, EOFError):
+        return True
 
 
 #: Bytes of a batch message that may be sent while other batches are in flight (a socket buffer holds many).
@@ -300,6 +310,8 @@ class Batch:
         call = self.calls[self._read]
         self._read += 1
         role, trial = call.role, self.trial
+        while w.idle is not None and not _ready(w._conn) and w.idle():
+            pass
         wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
         ready = multiprocessing.connection.wait([w._conn, w._proc.sentinel], wait)
         if not ready:

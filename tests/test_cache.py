@@ -611,3 +611,45 @@ def test_concurrent_writers_and_readers(pool, tmp_path, max_bytes):
         # each process evicts when its own tally passes the cap; the others' writes can overshoot it
         assert c.info().bytes <= 3 * max_bytes
     assert c.info().corrupt == 0
+
+
+# ----------------------------------------------------------------------------- deferred writes
+
+
+def test_deferred_entries_wait_for_write_next_and_are_all_written_when_deferring_ends(tmp_path):
+    from acceptance.cache import store
+
+    cache = ReferenceCache(tmp_path)
+    keys = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(3)]
+    tensors = [(torch.full((4,), float(k)),) for k in range(3)]
+    cache.put_later(keys[0], tensors[0])  # not deferring: written at once
+    assert cache.path(keys[0]).exists()
+    cache.defer()
+    cache.put_later(keys[1], tensors[1])
+    cache.put_later(keys[2], tensors[2])
+    assert not cache.path(keys[1]).exists() and not cache.path(keys[2]).exists()
+    assert cache.write_next() and cache.path(keys[1]).exists() and not cache.path(keys[2]).exists()  # oldest first
+    cache.defer(False)
+    assert cache.path(keys[2]).exists() and not cache.write_next()
+    for k in range(3):
+        assert torch.equal(cache.get(keys[k])[0], tensors[k][0])
+    assert store.QUEUED_BYTES == 64 << 20
+
+
+def test_the_deferred_queue_is_bounded_oldest_written_first(tmp_path, monkeypatch):
+    from acceptance.cache import store
+
+    monkeypatch.setattr(store, "QUEUED_BYTES", 100)  # two 40-byte entries fit, a third does not
+    cache = ReferenceCache(tmp_path)
+    cache.defer()
+    keys = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(3)]
+    for k in range(3):
+        cache.put_later(keys[k], (torch.zeros(10, dtype=torch.float32),))
+    assert [cache.path(k).exists() for k in keys] == [True, False, False]
+
+
+def test_a_disabled_cache_queues_nothing(tmp_path):
+    cache = ReferenceCache(tmp_path, enabled=False)
+    cache.defer()
+    cache.put_later("a" * 64, (torch.zeros(3),))
+    assert not cache.write_next() and not list(tmp_path.rglob("*.ref"))

@@ -229,3 +229,23 @@ def test_a_run_computes_on_the_threads_asked_for_whatever_the_jobs(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
         seen = {p.read_text() for p in tmp_path.glob("threads_*.txt")}
         assert seen == {expected}, (args, seen)
+
+
+def test_the_runner_works_on_its_idle_tasks_while_an_answer_is_not_ready(kernels):
+    """While a call runs, the worker's ``idle`` hook is called piece by piece until it has nothing left (it
+    returns False) or the answer is ready; the answer is the call's own."""
+    pieces = iter(range(3))
+    done = []
+
+    def idle() -> bool:
+        k = next(pieces, None)
+        if k is None:
+            return False
+        done.append(k)
+        return True
+
+    x = torch.arange(4, dtype=torch.float32)
+    with Worker() as w:
+        w.idle = idle
+        (out,), _ = w.submit(0, ((x,),), [Call("impl", ref(kernels, "sleepy"), IMPL, {"seconds": 0.3}, CPU)]).next()
+    assert done == [0, 1, 2] and torch.equal(out, x)

@@ -14,6 +14,7 @@ import secrets
 import struct
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -29,6 +30,8 @@ FORMAT_VERSION = 1
 ENV_VAR = "ACCEPTANCE_CACHE_DIR"
 #: Default size cap: 2 GiB.
 DEFAULT_MAX_BYTES = 2 * 1024**3
+#: Most bytes of tensors :meth:`ReferenceCache.put_later` keeps queued while deferring.
+QUEUED_BYTES = 64 << 20
 #: Eviction brings the total down to this fraction of the cap.
 EVICT_TO = 0.9
 #: A temporary file older than this (seconds) was left by a crashed writer.
@@ -222,6 +225,9 @@ class ReferenceCache:
         self._hits = self._misses = self._corrupt = self._write_errors = 0
         self._unwritable = False  # the folder takes no entry (once seen, writes are not tried)
         self._reported: set[int] = set()  # errno values of write errors already logged
+        self._deferring = False  # put_later queues its entries (see defer)
+        self._queue: deque[tuple[str, Sequence[torch.Tensor], int]] = deque()  # (key, tensors, bytes), oldest first
+        self._queued = 0  # bytes of tensors in the queue
 
     # ------------------------------------------------------------------ paths and time
 
@@ -343,6 +349,38 @@ class ReferenceCache:
             self._total = grown
         if grown is None or grown > self.max_bytes:
             self._evict()
+        return True
+
+    # ------------------------------------------------------------------ deferred writes
+
+    def defer(self, on: bool = True) -> None:
+        """While on, :meth:`put_later` queues its entries for :meth:`write_next` (a process writes them when it
+        would otherwise wait); turning it off writes the queue."""
+        self._deferring = on
+        if not on:
+            while self.write_next():
+                pass
+
+    def put_later(self, key: str, tensors: Sequence[torch.Tensor]) -> None:
+        """:meth:`put`, now or, while deferring (:meth:`defer`), queued: at most :data:`QUEUED_BYTES` of tensors
+        wait, the oldest written first beyond that. The queue holds the tensors themselves: the caller must not
+        change them afterwards."""
+        if not self._deferring or not self.enabled:
+            self.put(key, tensors)
+            return
+        nbytes = sum(_nbytes(t.dtype, t.shape) for t in tensors)
+        self._queue.append((key, tensors, nbytes))
+        self._queued += nbytes
+        while self._queued > QUEUED_BYTES and self.write_next():
+            pass
+
+    def write_next(self) -> bool:
+        """Write the oldest queued entry (:meth:`put_later`); whether there was one."""
+        if not self._queue:
+            return False
+        key, tensors, nbytes = self._queue.popleft()
+        self._queued -= nbytes
+        self.put(key, tensors)
         return True
 
     # ------------------------------------------------------------------ size cap
