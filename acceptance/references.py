@@ -225,9 +225,11 @@ class CachedRecipe(Recipe):
     trials is written again with the new ones); an entry of its own is written as its trial is made.
 
     Picklable, so that a worker makes (or reads) the inputs where they are used: the copy carries the case,
-    the cache folder, its cap and the keys, never what this copy has read or made. A worker calls
-    :meth:`flush` after answering each batch of calls, so that the write follows the answers; in this process
-    :meth:`CaseReferences.close` calls it when the case's trials end.
+    the cache folder, its cap and the keys, never what this copy has read or made. A worker writes a due pack
+    (:meth:`pending`, :meth:`flush`) when it has no call to answer, at once when more than
+    :data:`acceptance.serve.DUE_BYTES` wait, and before it ends (:func:`acceptance.serve.serve`), so that the
+    write takes time the worker would have waited; in this process :meth:`CaseReferences.close` calls
+    :meth:`flush` when the case's trials end.
     """
 
     def __init__(self, case: Case, cache: ReferenceCache, keys: dict[int | str, str], trials: int):
