@@ -382,10 +382,11 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     todo = [case for case in cases if case.id not in done]
     folder = None if isolate else guard  # a worker checks the folder around each call itself
     ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
-    # scipy.stats takes ~1 s to import and is needed only where a case is measured in full (and to decide), so
-    # it is imported meanwhile: while the worker starts, and while this process waits on the worker's answers;
-    # an import of it here waits for that one (the module's import lock)
-    loading = _imported_meanwhile("acceptance.stats")
+    # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
+    # measured in full (and to decide), so they are imported meanwhile: while the worker starts and fingerprints
+    # the callables, and while this process waits on the worker's answers; an import of one of them here waits
+    # for that one (the module's import lock)
+    loading = _imported_meanwhile("acceptance.metrics.many", "acceptance.stats")
     references.cache.defer()  # the cache's writes wait for moments spent waiting on the worker
     try:
         for i, case in enumerate(todo):
@@ -431,17 +432,18 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     return decide_all(measured, strict=strict)
 
 
-def _imported_meanwhile(name: str) -> threading.Thread:
-    """A thread importing module ``name`` (an import error surfaces where the module is next imported). An
+def _imported_meanwhile(*names: str) -> threading.Thread:
+    """A thread importing modules ``names`` in turn (an import error surfaces where the module is next imported). An
     import of the same module elsewhere waits for this one (CPython's per-module import locks); the two threads
     share one core's worth of the GIL while both run Python."""
     def load() -> None:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
 
-    thread = threading.Thread(target=load, name=f"import {name}", daemon=True)
+    thread = threading.Thread(target=load, name=f"import {', '.join(names)}", daemon=True)
     thread.start()
     return thread
 

@@ -84,12 +84,15 @@ def test_command_line_starts_without_torch_or_scipy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_the_runner_leaves_scipy_stats_to_be_imported_while_the_worker_starts():
+def test_the_runner_leaves_scipy_stats_and_the_metrics_engines_to_be_imported_while_the_worker_starts():
     code = ("import sys, acceptance.runner\n"
-            "print('scipy.stats' in sys.modules, 'acceptance.stats' in sys.modules)")
+            "print('scipy.stats' in sys.modules, 'acceptance.stats' in sys.modules,"
+            " 'acceptance.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
+            "acceptance.runner._imported_meanwhile('acceptance.metrics.many', 'acceptance.stats').join()\n"
+            "print('acceptance.metrics.many' in sys.modules, 'acceptance.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False"]
+    assert out.stdout.split() == ["False"] * 4 + ["True", "True"]
 
 
 _PLAIN_SPEC = """name: plain_add
