@@ -184,6 +184,18 @@ def test_results_identical_across_cache_states_and_job_counts(tmp_path, monkeypa
     assert _stripped(warm) == _stripped(cold)  # --jobs 2: test_results_identical_cold_warm_and_two_jobs_...
 
 
+def test_two_jobs_store_every_cases_inputs_and_references_as_one_job_does(tmp_path, monkeypatch):
+    """Each job's worker writes the inputs it made (when idle, or as its job ends): the cache holds the same
+    entries after a run of two jobs as after a run of one, and a warm run of either reads them all."""
+    entries = {}
+    for jobs in ("1", "2"):
+        monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / f"cache{jobs}"))
+        cold = _run(tmp_path / f"cold{jobs}", "--jobs", jobs)
+        entries[jobs] = sorted(p.name for p in (tmp_path / f"cache{jobs}").rglob("*.ref"))
+        assert len(entries[jobs]) == 4 * len(cold["cases"])
+    assert entries["1"] == entries["2"]
+
+
 def test_cache_info_and_clear(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
     _run(tmp_path / "out", "--jobs", "1")
