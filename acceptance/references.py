@@ -242,6 +242,7 @@ class CachedRecipe(Recipe):
         self._pack: Optional[dict[int, Tensors]] = None  # trials read from the pack and not handed out yet
         self._read: set[int] = set()  # trials handed out from the pack
         self._made: dict[int, Tensors] = {}  # trials made here, as made (their own copies), for the pack
+        self._seen: set[int] = set()  # trials read or made
         self._due = False  # every trial read or made, some made: the pack is to be written
 
     def __getstate__(self) -> dict[str, Any]:
@@ -276,11 +277,13 @@ class CachedRecipe(Recipe):
             self._pack = _unpack(found) if found is not None else {}
         if trial in self._pack:
             self._read.add(trial)
+            self._seen.add(trial)
             return list(self._pack.pop(trial))  # handed out: the calls may write to them, so not kept
         made = super().__call__(trial)
         if isinstance(made, list):
             self._made[trial] = tuple(t.clone() for t in made)  # as made, whatever the calls do to the inputs
-            self._due = all(t in self._made or t in self._read for t in range(self.trials))
+            self._seen.add(trial)
+            self._due = len(self._seen) >= self.trials  # trials are numbered 0 .. trials - 1
         return made
 
     def pending(self) -> int:
@@ -295,7 +298,7 @@ class CachedRecipe(Recipe):
         if self._read:  # the pack read before: its trials stay in it
             found = self._cache().get(self.keys["all"])
             trials = {**(_unpack(found) if found is not None else {}), **trials}
-        self._made, self._due = {}, False
+        self._made, self._due, self._seen = {}, False, set(self._read)  # a trial made again later is not a pack
         self._cache().put(self.keys["all"], _packed(trials))
 
 

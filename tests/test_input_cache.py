@@ -226,3 +226,20 @@ def test_specials_survive_the_round_trip(tmp_path):
     values = made_s.float().numpy()
     assert np.isnan(values).any() and np.isinf(values).any() and (np.signbit(values) & (values == 0)).any()
     assert bits([read_s]) == bits([made_s])
+
+
+def test_a_trial_made_again_after_the_pack_is_written_leaves_the_pack_whole(tmp_path):
+    """A trial asked for again once the case's pack is written (the runner makes a trial's inputs again to say
+    which elements a call changed) is not written as a pack of its own over the whole one."""
+    case = case_of(tmp_path)
+    cache = ReferenceCache(tmp_path / "cache")
+    refs = R.CaseReferences(cache, dict(BASE), dict(FNS))
+    recipe = refs.recipe(case, 4)
+    [recipe(t) for t in range(4)]
+    refs.close()
+    recipe(2)
+    assert recipe.pending() == 0
+    refs.close()
+    stored = R._unpack(cache.get(recipe.keys["all"]))
+    assert sorted(stored) == [0, 1, 2, 3]
+    assert all(bits(stored[t]) == bits(inputs.generate(case, t)) for t in range(4))
