@@ -7,17 +7,19 @@ cores the two overlap; a run's first case no longer waits for it).
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
+import sys
 from multiprocessing.context import BaseContext
 
 from acceptance.errors import UsageError
 
-#: Modules the fork server imports before it forks anything (the spec package: workers and the import check
-#: resolve callables with it).
-PRELOAD = ["torch", "acceptance.workers", "acceptance.spec"]
+#: Modules the fork server imports before it forks anything: this one first (it gives the server its quick exit,
+#: :func:`_quick_exit`), then the spec package (workers and the import check resolve callables with it).
+PRELOAD = ["acceptance.forkserver", "torch", "acceptance.workers", "acceptance.spec"]
 
 #: Modules it imports as well when a run will have several jobs: each job measures with the runner and decides
 #: dual-delta records with scipy.stats, which every job would otherwise import again (measured with two jobs:
@@ -90,19 +92,51 @@ def start(jobs: int = 1) -> None:
     context()
 
 
+#: Set in the fork server's environment as it is launched, to the launching process's id: the process that
+#: imports this module with it naming its parent is the fork server.
+SERVER_MARK = "ACCEPTANCE_FORK_SERVER_OF"
+
+
+def _quick_exit() -> None:  # pragma: no cover - runs in the fork server
+    """The fork server's last exit handler: flush its streams and end the process, without the interpreter's
+    teardown.
+
+    The server ends when the last process holding its liveness pipe ends (the runner, as it exits). A normal
+    exit then frees torch and the other preloaded modules one by one (0.5-1 s), holding the runner's standard
+    output and error open all the while: whoever reads them to their end (a pipe, a CI log,
+    ``subprocess.run(capture_output=True)``) waited that long after the runner had exited (measured: 0.7 s
+    after a 12 s run). :func:`acceptance.__main__.entry` ends the runner the same way. The processes forked
+    from the server end with ``os._exit`` and never run it.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+if os.environ.get(SERVER_MARK) == str(os.getppid()):  # imported by the fork server (first of its preload)
+    del os.environ[SERVER_MARK]  # not for the processes it forks
+    atexit.register(_quick_exit)  # registered first, run last: after every other exit handler
+
+
 #: The OpenMP settings the fork server starts with, unless the environment sets them: workers and jobs set
 #: their own intra-op thread count (``torch.set_num_threads``), and a pool thread waits asleep, not spinning.
 OPENMP = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _launch() -> None:
-    """Launch the fork server (a no-op when it runs) with :data:`OPENMP` in its environment.
+    """Launch the fork server (a no-op when it runs) with :data:`OPENMP` and :data:`SERVER_MARK` in its
+    environment.
 
     Without them, an OpenMP pool thread of torch's runtime spun between calls in a worker, taking a core from
     the runner (measured: 2.5 s of CPU in a 10 s run, and a run on two cores no faster than on one).
     """
     added = {k: v for k, v in OPENMP.items() if k not in os.environ}
     os.environ.update(added)
+    mark = os.environ.get(SERVER_MARK)
+    os.environ[SERVER_MARK] = str(os.getpid())
     try:
         multiprocessing.forkserver.ensure_running()
     except OSError as exc:  # its socket lives in the temporary folder, whose path a socket address can outgrow
@@ -113,6 +147,10 @@ def _launch() -> None:
     finally:
         for k in added:
             del os.environ[k]
+        if mark is None:
+            del os.environ[SERVER_MARK]
+        else:
+            os.environ[SERVER_MARK] = mark
 
 
 def signal_name(exitcode: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -529,3 +530,57 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         assert len(workers) == int(jobs), rows  # one worker per job, each called
         assert len(parents) == 1, rows
         assert {stats for _, _, stats in rows} == ({1} if jobs == "2" else {0}), rows
+
+
+# ----------------------------------------------------------------------------- the fork server's exit
+
+_PROBE = '''
+import os
+
+
+class _Probe:
+    def __del__(self, write=os.write):  # runs in the interpreter's teardown, and only there
+        write(1, b"torn down\\n")
+
+
+probe = _Probe()
+'''
+
+_LAUNCH = '''
+import sys
+sys.path.insert(0, sys.argv[1])
+from acceptance import forkserver
+forkserver._preload = forkserver.PRELOAD + ["teardown_probe"]
+context = forkserver.context()
+child = context.Process(target=int)  # the server has run its preload once it forked this
+child.start()
+child.join()
+print("server", multiprocessing.forkserver._forkserver._forkserver_pid, flush=True)
+'''
+
+
+def test_the_fork_server_ends_without_the_interpreters_teardown(tmp_path):
+    """The fork server outlives the runner by its exit; a normal one tears down torch and every preloaded module
+    with the runner's output still open. A probe preloaded into the server writes a line in the teardown
+    alone: it must not appear, while the same probe in a process that exits normally writes it (the
+    control)."""
+    (tmp_path / "teardown_probe.py").write_text(_PROBE)
+    control = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
+                              "import teardown_probe"], capture_output=True, text=True, timeout=60)
+    assert control.stdout == "torn down\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}  # the server's sys.path
+    out = subprocess.run([sys.executable, "-c", "import multiprocessing.forkserver\n" + _LAUNCH, str(tmp_path)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # read until the server ends
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("server ") and "torn down" not in out.stdout, out.stdout
+
+
+def test_only_the_fork_server_gets_the_quick_exit(monkeypatch):
+    """The mark that gives the quick exit names the launching process; the launcher's own environment is as it
+    was after the launch (the mark set or not before it)."""
+    from acceptance import forkserver
+
+    assert os.environ.get(forkserver.SERVER_MARK) is None  # this process imported the module without it
+    monkeypatch.setenv(forkserver.SERVER_MARK, "12345")
+    forkserver._launch()  # launched, or already running: the environment is restored either way
+    assert os.environ[forkserver.SERVER_MARK] == "12345"
