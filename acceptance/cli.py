@@ -15,6 +15,7 @@ import hashlib
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -25,6 +26,7 @@ from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
+from acceptance.report import prepare as prepare_reports
 
 if TYPE_CHECKING:
     import torch
@@ -202,6 +204,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         advance(case, result)
 
     decided = None  # every case decided by the run; when it is interrupted, the finished part is decided below
+    _meanwhile(prepare_reports)  # the reports' modules and template, ready when the run ends
     with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
             decided = runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
@@ -290,6 +293,18 @@ def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
     if not 1 <= k <= n:
         raise click.BadParameter(f"{value!r}: K must be between 1 and N")
     return k, n
+
+
+def _meanwhile(work) -> None:
+    """Run ``work()`` in a daemon thread, its errors ignored: work done ahead that the caller would otherwise do
+    later itself (an error then surfaces there)."""
+    def run() -> None:
+        try:
+            work()
+        except Exception:
+            pass
+
+    threading.Thread(target=run, name=getattr(work, "__name__", "meanwhile"), daemon=True).start()
 
 
 @contextlib.contextmanager

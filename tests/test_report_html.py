@@ -160,3 +160,30 @@ def test_waiver_labels_and_bad_location(mixed):
     assert "<strong>Waived:</strong> tanh approximation" in text  # the skipped gelu case
     assert "<strong>Waiver in force:</strong> bf16 rounding" in text  # the passing add case
     assert "where they sit <code>last row of every image (index 30 of H): a dropped tail</code>" in text
+
+
+def test_a_prepared_report_renders_without_compiling_its_template(monkeypatch):
+    """``acceptance run`` compiles the templates while it measures (``acceptance.report.prepare``, in a thread):
+    the page rendered afterwards compiles nothing, and is the page a fresh environment renders."""
+    import jinja2
+
+    from acceptance import report
+
+    results = mixed_results()
+    html_report.environment.cache_clear()
+    fresh = render_html(results, results_sha256="cd" * 32)
+    html_report.environment.cache_clear()
+    compiled: list[str] = []
+    original = jinja2.Environment.compile
+
+    def counting(self, source, name=None, filename=None, raw=False, defer_init=False):
+        compiled.append(name)
+        return original(self, source, name, filename, raw, defer_init)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    report.prepare()
+    assert {"report.html.j2", "base.html.j2"} <= set(compiled)
+    compiled.clear()
+    page = render_html(results, results_sha256="cd" * 32)
+    assert compiled == []
+    assert page == fresh

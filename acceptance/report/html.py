@@ -65,6 +65,14 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def prepare() -> None:
+    """Compile every template now (Jinja2 keeps them in :func:`environment`): the pages then render without
+    compiling them (~0.25 s)."""
+    env = environment()
+    for name in env.list_templates(filter_func=lambda name: name.endswith(".j2")):
+        env.get_template(name)
+
+
 def asset(name: str) -> str:
     """The text of a file in ``templates/`` (the page's CSS and script)."""
     return environment().loader.get_source(environment(), name)[0]
