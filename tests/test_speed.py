@@ -505,14 +505,15 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
 def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
     """With ``--jobs 2`` every worker is forked by the same fork server, the one the run launched (before, each
     job launched its own, importing torch again): the impl records the parent of the process it runs in. That
-    server holds the runner's modules and scipy.stats for the jobs; with ``--jobs 1`` it holds neither (its
-    worker needs neither)."""
+    server holds the runner's modules, scipy.stats and the metrics engines for the jobs; with ``--jobs 1`` it
+    holds none of them (its worker needs none)."""
     (tmp_path / "s").mkdir()
     record = tmp_path / "parents"
     (tmp_path / "s" / "_k.py").write_text(
         "import os, sys, time\n\ndef add(a, b):\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
-        "        fh.write(f'{os.getpid()} {os.getppid()} {int(\"scipy.stats\" in sys.modules)}\\n')\n"
+        "        fh.write(f'{os.getpid()} {os.getppid()} '\n"
+        "                 f'{int(\"scipy.stats\" in sys.modules) + 2 * int(\"acceptance.metrics.many\" in sys.modules)}\\n')\n"
         "    time.sleep(0.2)\n    return a + b\n")
     (tmp_path / "s" / "add.yaml").write_text(
         "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
@@ -529,7 +530,7 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         parents = {parent for _, parent, _ in rows}
         assert len(workers) == int(jobs), rows  # one worker per job, each called
         assert len(parents) == 1, rows
-        assert {stats for _, _, stats in rows} == ({1} if jobs == "2" else {0}), rows
+        assert {loaded for _, _, loaded in rows} == ({3} if jobs == "2" else {0}), rows  # both, or neither
 
 
 # ----------------------------------------------------------------------------- the fork server's exit
