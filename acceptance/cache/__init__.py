@@ -85,12 +85,11 @@ from acceptance.cache.keys import (
     file_sha256,
     key,
 )
+from acceptance.cache.entry import DTYPES, FORMAT_VERSION
 from acceptance.cache.store import (
     DEFAULT_MAX_BYTES,
-    DTYPES,
     ENV_VAR,
     EVICT_TO,
-    FORMAT_VERSION,
     STALE_TEMP_S,
     CacheInfo,
     ReferenceCache,

@@ -1,31 +1,27 @@
-"""Reference cache entries on disk: layout, checksums, atomic writes, the size cap (see :mod:`acceptance.cache`)."""
+"""The reference cache's folder: atomic writes of checksummed entries (:mod:`acceptance.cache.entry`), writes
+deferred or left to a thread, the size cap (see :mod:`acceptance.cache`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import errno
-import hashlib
-import json
 import logging
-import math
 import os
 import re
 import secrets
-import struct
 import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import torch
 
-from acceptance.cache.keys import _contiguous_bytes
+from acceptance.cache.entry import (FORMAT_VERSION, SUFFIX, Corrupt, entry_header, entry_size, nbytes, prepare,
+                                    read_entry, write_entry)
 
 log = logging.getLogger("acceptance.cache")
 
-#: Version of the on-disk entry layout; entries of another version are never read.
-FORMAT_VERSION = 1
 #: Environment variable naming the cache root (overrides the platform default).
 ENV_VAR = "ACCEPTANCE_CACHE_DIR"
 #: Default size cap: 2 GiB.
@@ -37,24 +33,6 @@ EVICT_TO = 0.9
 #: A temporary file older than this (seconds) was left by a crashed writer.
 STALE_TEMP_S = 3600.0
 
-_MAGIC = b"ACCREF\r\n"
-_PREFIX = struct.Struct("<8sII")  # magic, format version, header length
-_DIGEST = 32  # bytes of SHA-256
-_SUFFIX = ".ref"
-_MAX_HEADER = 1 << 20
-
-#: Dtypes an entry can hold: every plain (non-quantized, byte-addressable) torch dtype
-#: present in this torch build, by canonical name (``str(dtype)`` without ``torch.``).
-DTYPES: dict[str, torch.dtype] = {
-    name: getattr(torch, name)
-    for name in (
-        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
-        "float4_e2m1fn_x2",
-    )
-    if isinstance(getattr(torch, name, None), torch.dtype)
-}
 
 
 
@@ -70,100 +48,9 @@ def _check_key(key: str) -> str:
     return key
 
 
-def _prepare(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Validate a put's tensors; ``TypeError``/``ValueError`` naming ``tensors[i]``."""
-    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (tuple, list)):
-        raise TypeError(f"tensors: expected a tuple or list of tensors, got {type(tensors).__name__}")
-    out = []
-    for i, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"tensors[{i}]: expected a torch.Tensor, got {type(t).__name__}")
-        if t.device.type != "cpu":
-            raise ValueError(f"tensors[{i}] is on {t.device}; the reference cache holds CPU tensors")
-        if t.layout != torch.strided or t.is_quantized:
-            raise TypeError(f"tensors[{i}]: a {t.layout} tensor of {t.dtype} cannot be cached (strided, "
-                            "non-quantized tensors only)")
-        if _dtype_name(t.dtype) not in DTYPES:
-            raise TypeError(f"tensors[{i}]: dtype {t.dtype} cannot be cached (supported: {', '.join(DTYPES)})")
-        out.append(t.detach())
-    return out
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 #: Write errors that concern the cache folder itself (not a folder, not writable, read-only, full, over quota):
 #: after one, no further entry is tried in the run.
 _FOLDER_ERRORS = frozenset({errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
-
-
-class _Corrupt(Exception):
-    """An entry that fails a check (internal; turned into a miss)."""
-
-
-def _nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
-    return math.prod(shape) * dtype.itemsize
-
-
-def _parse_header(raw: bytes, key: str) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-    try:
-        header = json.loads(raw.decode())
-        if header["key"] != key:
-            raise _Corrupt(f"header names key {header['key']!r}")
-        out = []
-        for name, shape in header["tensors"]:
-            if name not in DTYPES:
-                raise _Corrupt(f"unknown dtype {name!r}")
-            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-                raise _Corrupt(f"bad shape {shape!r}")
-            out.append((DTYPES[name], tuple(shape)))
-        return out
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise _Corrupt(f"unreadable header: {exc}") from None
-
-
-def _read_exact(f: Any, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = f.readinto(view[got:])
-        if not n:
-            raise _Corrupt("file shorter than its header says")
-        got += n
-
-
-def _read_entry(f: Any, size: int, key: str) -> tuple[torch.Tensor, ...]:
-    """Read and verify one entry from the open binary file ``f`` of ``size`` bytes."""
-    prefix = f.read(_PREFIX.size)
-    if len(prefix) != _PREFIX.size:
-        raise _Corrupt("shorter than the fixed prefix")
-    magic, version, header_len = _PREFIX.unpack(prefix)
-    if magic != _MAGIC:
-        raise _Corrupt("bad magic bytes")
-    if version != FORMAT_VERSION:
-        raise _Corrupt(f"format version {version} in the folder of version {FORMAT_VERSION}")
-    if header_len > _MAX_HEADER or _PREFIX.size + header_len + _DIGEST > size:
-        raise _Corrupt("bad header length")
-    raw = f.read(header_len)
-    if len(raw) != header_len:
-        raise _Corrupt("truncated header")
-    layout = _parse_header(raw, key)
-    if _PREFIX.size + header_len + sum(_nbytes(d, s) for d, s in layout) + _DIGEST != size:
-        raise _Corrupt("file size does not match its header")  # checked before any allocation
-    h = hashlib.sha256(prefix)
-    h.update(raw)
-    tensors = []
-    for dtype, shape in layout:
-        t = torch.empty(shape, dtype=dtype)
-        if t.numel():
-            buf = memoryview(t.reshape(-1).view(torch.uint8).numpy())
-            _read_exact(f, buf)
-            h.update(buf)
-        tensors.append(t)
-    digest = f.read(_DIGEST + 1)
-    if digest != h.digest():
-        raise _Corrupt("checksum mismatch")
-    return tuple(tensors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +121,7 @@ class ReferenceCache:
     def path(self, key: str) -> Path:
         """File of the entry for ``key``."""
         _check_key(key)
-        return self._dir / key[:2] / f"{key}{_SUFFIX}"
+        return self._dir / key[:2] / f"{key}{SUFFIX}"
 
     def _now(self) -> int:
         """Strictly increasing nanosecond stamps within this object (last-use times)."""
@@ -263,8 +150,8 @@ class ReferenceCache:
         with f:
             st = os.fstat(f.fileno())
             try:
-                tensors = _read_entry(f, st.st_size, key)
-            except _Corrupt as exc:
+                tensors = read_entry(f, st.st_size, key)
+            except Corrupt as exc:
                 self._drop(path, st, str(exc))
                 self._count("_misses")
                 return None
@@ -296,12 +183,11 @@ class ReferenceCache:
         ``False`` when disabled, when the entry alone exceeds ``max_bytes``, or on
         an I/O error (counted in ``write_errors`` and logged, never raised)."""
         path = self.path(key)
-        tensors = _prepare(tensors)
+        tensors = prepare(tensors)
         if not self.enabled:
             return False
-        header = json.dumps({"key": key, "tensors": [[_dtype_name(t.dtype), list(t.shape)] for t in tensors]},
-                            separators=(",", ":")).encode()
-        size = _PREFIX.size + len(header) + sum(_nbytes(t.dtype, t.shape) for t in tensors) + _DIGEST
+        header = entry_header(key, tensors)
+        size = entry_size(header, tensors)
         if size > self.max_bytes:
             return False
         if self._unwritable:
@@ -316,17 +202,7 @@ class ReferenceCache:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(tmp, flags, 0o644)
             with os.fdopen(fd, "wb") as f:
-                prefix = _PREFIX.pack(_MAGIC, FORMAT_VERSION, len(header))
-                h = hashlib.sha256(prefix)
-                h.update(header)
-                f.write(prefix)
-                f.write(header)
-                for t in tensors:
-                    data = _contiguous_bytes(t)
-                    if data is not None:
-                        h.update(data)
-                        f.write(memoryview(data))
-                f.write(h.digest())
+                write_entry(f, header, tensors)
             stamp = self._now()
             os.utime(tmp, ns=(stamp, stamp))
             os.replace(tmp, path)
@@ -368,9 +244,9 @@ class ReferenceCache:
         if not self._deferring or not self.enabled:
             self.put(key, tensors)
             return
-        nbytes = sum(_nbytes(t.dtype, t.shape) for t in tensors)
-        self._queue.append((key, tensors, nbytes))
-        self._queued += nbytes
+        size = sum(nbytes(t.dtype, t.shape) for t in tensors)
+        self._queue.append((key, tensors, size))
+        self._queued += size
         while self._queued > QUEUED_BYTES and self.write_next():
             pass
 
@@ -378,8 +254,8 @@ class ReferenceCache:
         """Write the oldest queued entry (:meth:`put_later`); whether there was one."""
         if not self._queue:
             return False
-        key, tensors, nbytes = self._queue.popleft()
-        self._queued -= nbytes
+        key, tensors, size = self._queue.popleft()
+        self._queued -= size
         self.put(key, tensors)
         return True
 
@@ -405,7 +281,7 @@ class ReferenceCache:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if current and e.name.endswith(_SUFFIX) and not e.name.startswith("."):
+                    if current and e.name.endswith(SUFFIX) and not e.name.startswith("."):
                         entries.append((st.st_mtime_ns, e.path, st.st_size))
                         continue
                     if e.name.endswith(".tmp") and now - st.st_mtime > STALE_TEMP_S:
