@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from acceptance.cache import FingerprintError, ReferenceCache, callable_fingerprint, canonical_json, key
+from acceptance.cache.store import QUEUED_BYTES, shared
 from acceptance import dtypes
 from acceptance.errors import CaseError
 from acceptance.inputs import Recipe
@@ -209,9 +210,6 @@ def _input_bytes(case: Case) -> int:
                for inp, shape in zip(case.spec.inputs, case.shapes))
 
 
-#: The reference caches of this process by (folder, size cap): a worker's recipes share one, so that its count
-#: of the bytes on disk (for the cap) is not rebuilt by a scan of the folder case after case.
-_STORES: dict[tuple[str, int], ReferenceCache] = {}
 
 
 class CachedRecipe(Recipe):
@@ -225,11 +223,12 @@ class CachedRecipe(Recipe):
     trials is written again with the new ones); an entry of its own is written as its trial is made.
 
     Picklable, so that a worker makes (or reads) the inputs where they are used: the copy carries the case,
-    the cache folder, its cap and the keys, never what this copy has read or made. A worker writes a due pack
-    (:meth:`pending`, :meth:`flush`) when it has no call to answer, at once when more than
-    :data:`acceptance.serve.DUE_BYTES` wait, and before it ends (:func:`acceptance.serve.serve`), so that the
-    write takes time the worker would have waited; in this process :meth:`CaseReferences.close` calls
-    :meth:`flush` when the case's trials end.
+    the cache folder, its cap and the keys, never what this copy has read or made. In a worker, a thread
+    writes the entries (:meth:`acceptance.cache.ReferenceCache.write_behind`) while the calls go on: a trial's
+    entry is queued as a copy (the calls may write to their inputs), unless it is too large to wait
+    (:data:`acceptance.cache.store.QUEUED_BYTES`), and the worker queues a pack (:meth:`flush`) after the batch
+    that completes it, then waits for the writes before it ends (:func:`acceptance.cache.store.settle_shared`). In this process
+    :meth:`CaseReferences.close` calls :meth:`flush` when the case's trials end.
     """
 
     def __init__(self, case: Case, cache: ReferenceCache, keys: dict[int | str, str], trials: int):
@@ -255,11 +254,8 @@ class CachedRecipe(Recipe):
         self._forget()
 
     def _cache(self) -> ReferenceCache:
-        if self._store is None:
-            where = (self.root, self.max_bytes)
-            if where not in _STORES:
-                _STORES[where] = ReferenceCache(self.root, max_bytes=self.max_bytes)
-            self._store = _STORES[where]
+        if self._store is None:  # a copy, unpickled in a worker: the process's own store, with its writer thread
+            self._store = shared(self.root, self.max_bytes)
         return self._store
 
     def __call__(self, trial: int) -> Any:
@@ -270,7 +266,10 @@ class CachedRecipe(Recipe):
                 return list(found)
             made = super().__call__(trial)
             if k is not None and isinstance(made, list):
-                self._cache().put(k, made)
+                if _nbytes(made) <= QUEUED_BYTES:  # a copy waits for the writes: the calls may change the inputs
+                    self._cache().put_later(k, [t.clone() for t in made])
+                else:  # too large to wait (and to copy): written before the calls get it
+                    self._cache().put(k, made)
             return made
         if self._pack is None:
             found = self._cache().get(self.keys["all"])
@@ -299,7 +298,7 @@ class CachedRecipe(Recipe):
             found = self._cache().get(self.keys["all"])
             trials = {**(_unpack(found) if found is not None else {}), **trials}
         self._made, self._due, self._seen = {}, False, set(self._read)  # a trial made again later is not a pack
-        self._cache().put(self.keys["all"], _packed(trials))
+        self._cache().put_later(self.keys["all"], _packed(trials))  # its own copies: nothing changes them
 
 
 def _nbytes(tensors: Tensors) -> int:

@@ -347,15 +347,13 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
     cache: dict[Any, Callable] = {}
     recipe: Any = None
     watch = FolderWatch(guard) if guard else None
-    due: list[Any] = []  # recipes whose made inputs wait to be written to the cache, oldest first
     while True:
-        while due and not conn.poll():  # nothing to answer: the time to write them
-            due.pop(0).flush()
         try:
             sets, calls = recv(conn)
         except EOFError:  # the runner is done with this worker
-            for made in due:
-                made.flush()
+            from acceptance.cache.store import settle_shared
+
+            settle_shared()  # the cache's writes of the inputs made here
             os._exit(0)
         if isinstance(sets, Generate):  # the inputs are made here, from the case's recipe
             recipe = sets.recipe if sets.recipe is not None else recipe
@@ -389,15 +387,8 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
             if stop:
                 break
         sets = calls = None
-        if recipe is not None and recipe.pending() and recipe not in due:
-            due.append(recipe)
-            while sum(made.pending() for made in due) > DUE_BYTES:  # bounded: the oldest written now
-                due.pop(0).flush()
-
-
-#: Most bytes of made inputs a worker keeps waiting for a moment with nothing to answer before it writes them to
-#: the reference cache (:class:`acceptance.references.CachedRecipe`).
-DUE_BYTES = 64 << 20
+        if recipe is not None:
+            recipe.flush()  # a case's inputs made here, once complete, queued for the cache's writer thread
 
 #: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
 #: repeat on the same inputs): the runner uses the outputs it already received.

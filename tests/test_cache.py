@@ -648,6 +648,73 @@ def test_the_deferred_queue_is_bounded_oldest_written_first(tmp_path, monkeypatc
     assert [cache.path(k).exists() for k in keys] == [True, False, False]
 
 
+def _held(cache: ReferenceCache, monkeypatch) -> tuple[threading.Event, list[str]]:
+    """Make ``cache``'s writes wait for the returned event; the keys it was asked to write, in order."""
+    gate, asked = threading.Event(), []
+    original = cache.put
+
+    def held(key, tensors):
+        asked.append(key)
+        assert gate.wait(30)
+        return original(key, tensors)
+
+    monkeypatch.setattr(cache, "put", held)
+    return gate, asked
+
+
+def test_a_writer_thread_writes_the_queue_while_the_caller_goes_on(tmp_path, monkeypatch):
+    """With :meth:`write_behind`, ``put_later`` returns before the entry is on disk (the thread is held
+    here); ``settle`` returns once every entry is written, in order, each read back equal."""
+    cache = ReferenceCache(tmp_path)
+    gate, asked = _held(cache, monkeypatch)
+    cache.write_behind()
+    keys = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(3)]
+    tensors = [(torch.arange(5, dtype=torch.float64) * k, torch.tensor([k], dtype=torch.int8)) for k in range(3)]
+    for k in range(3):
+        cache.put_later(keys[k], tensors[k])
+    assert not any(cache.path(k).exists() for k in keys) and not cache.write_next()  # the thread's to write
+    gate.set()
+    cache.settle()
+    assert asked == keys
+    for k in range(3):
+        got = cache.get(keys[k])
+        assert torch.equal(got[0], tensors[k][0]) and torch.equal(got[1], tensors[k][1])
+
+
+def test_a_writer_threads_queue_is_bounded(tmp_path, monkeypatch):
+    """Beyond :data:`QUEUED_BYTES` queued, ``put_later`` waits for the thread (held here) to write the oldest."""
+    from acceptance.cache import store
+
+    monkeypatch.setattr(store, "QUEUED_BYTES", 100)  # two 40-byte entries fit, a third does not
+    cache = ReferenceCache(tmp_path)
+    gate, _ = _held(cache, monkeypatch)
+    cache.write_behind()
+    keys = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(3)]
+    for k in range(2):
+        cache.put_later(keys[k], (torch.zeros(10, dtype=torch.float32),))
+    third = threading.Thread(target=cache.put_later, args=(keys[2], (torch.ones(10, dtype=torch.float32),)))
+    third.start()
+    third.join(0.5)
+    assert third.is_alive()  # waiting: 120 bytes would be queued
+    gate.set()
+    third.join(30)
+    assert not third.is_alive()
+    cache.settle()
+    assert all(cache.path(k).exists() for k in keys)
+
+
+def test_an_entry_the_writer_thread_cannot_write_does_not_stop_the_others(tmp_path, caplog):
+    cache = ReferenceCache(tmp_path)
+    cache.write_behind()
+    keys = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(2)]
+    with caplog.at_level(logging.WARNING, logger="acceptance.cache"):
+        cache.put_later(keys[0], (torch.ones(3).to_sparse(),))  # put() refuses a sparse tensor
+        cache.put_later(keys[1], (torch.ones(3),))
+        cache.settle()
+    assert not cache.path(keys[0]).exists() and torch.equal(cache.get(keys[1])[0], torch.ones(3))
+    assert any(keys[0] in r.getMessage() and "tensors[0]" in r.getMessage() for r in caplog.records)
+
+
 def test_a_disabled_cache_queues_nothing(tmp_path):
     cache = ReferenceCache(tmp_path, enabled=False)
     cache.defer()

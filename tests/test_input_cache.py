@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from acceptance import engine, inputs
 from acceptance import references as R
 from acceptance.cache import ReferenceCache
+from acceptance.cache.store import settle_shared, shared
 from acceptance.spec import expand, load_spec
 from acceptance.workers import Worker
 
@@ -243,3 +245,29 @@ def test_a_trial_made_again_after_the_pack_is_written_leaves_the_pack_whole(tmp_
     stored = R._unpack(cache.get(recipe.keys["all"]))
     assert sorted(stored) == [0, 1, 2, 3]
     assert all(bits(stored[t]) == bits(inputs.generate(case, t)) for t in range(4))
+
+
+@pytest.mark.parametrize("per_trial", [True, False])
+def test_in_a_worker_a_thread_writes_the_inputs_as_they_were_made(tmp_path, monkeypatch, per_trial):
+    """A recipe unpickled in a worker queues its entries for the writer thread of the process's store (held
+    here, so that the calls come first): the calls get the inputs at once, and what they write to them in place
+    never reaches the entries written afterwards."""
+    case = case_of(tmp_path, n=300)
+    if per_trial:
+        monkeypatch.setattr(R, "PACK_TRIAL_BYTES", 4799)
+    cache = ReferenceCache(tmp_path / "cache")
+    recipe = pickle.loads(pickle.dumps(R.CaseReferences(cache, dict(BASE), dict(FNS)).recipe(case, 3)))
+    assert (sorted(recipe.keys) == [0, 1, 2]) == per_trial
+    store = shared(str(cache.root), cache.max_bytes)
+    gate, original = threading.Event(), store.put
+    monkeypatch.setattr(store, "put", lambda key, tensors: gate.wait(30) and original(key, tensors))
+    for t in range(3):
+        a, i, s = recipe(t)
+        a.fill_(7.0), i.zero_(), s.mul_(-1)  # an impl writing to its inputs in place
+    recipe.flush()
+    assert not list(cache.root.rglob("*.ref"))  # queued: nothing waited for the disk
+    gate.set()
+    settle_shared()
+    assert len(list(cache.root.rglob("*.ref"))) == (3 if per_trial else 1)
+    again = R.CaseReferences(cache, dict(BASE), dict(FNS)).recipe(case, 3)
+    assert [bits(again(t)) for t in range(3)] == [bits(inputs.generate(case, t)) for t in range(3)]

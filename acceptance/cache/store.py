@@ -115,6 +115,8 @@ class ReferenceCache:
         self._deferring = False  # put_later queues its entries (see defer)
         self._queue: deque[tuple[str, Sequence[torch.Tensor], int]] = deque()  # (key, tensors, bytes), oldest first
         self._queued = 0  # bytes of tensors in the queue
+        self._writer: Optional[threading.Thread] = None  # the thread that writes the queue (see write_behind)
+        self._changed = threading.Condition()  # the queue, while a writer thread runs
 
     # ------------------------------------------------------------------ paths and time
 
@@ -231,28 +233,71 @@ class ReferenceCache:
 
     def defer(self, on: bool = True) -> None:
         """While on, :meth:`put_later` queues its entries for :meth:`write_next` (a process writes them when it
-        would otherwise wait); turning it off writes the queue."""
+        would otherwise wait); turning it off writes the queue (:meth:`settle`)."""
         self._deferring = on
         if not on:
+            self.settle()
+
+    def write_behind(self) -> None:
+        """From now on a thread of this process writes the entries :meth:`put_later` queues, as they come. The
+        hashing and the file writes release the GIL, so the writes overlap with what this process computes
+        meanwhile (a worker's next calls). :meth:`settle` waits for them."""
+        with self._changed:
+            if self._writer is None and self.enabled:
+                self._writer = threading.Thread(target=self._write_queue, name="cache writes", daemon=True)
+                self._writer.start()
+
+    def _write_queue(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queue:
+                    self._changed.wait()
+                key, tensors, size = self._queue[0]  # counted as queued until written
+            try:
+                self.put(key, tensors)
+            except Exception as exc:  # tensors put() refuses: the queue goes on
+                log.warning("reference cache: entry %s not written: %s", key, exc)
+            with self._changed:
+                self._queue.popleft()
+                self._queued -= size
+                self._changed.notify_all()
+
+    def settle(self) -> None:
+        """Return once every queued entry is written: by the thread (:meth:`write_behind`), else here."""
+        if self._writer is None:
             while self.write_next():
                 pass
+            return
+        with self._changed:
+            while self._queue and self._writer.is_alive():
+                self._changed.wait(1.0)
 
     def put_later(self, key: str, tensors: Sequence[torch.Tensor]) -> None:
-        """:meth:`put`, now or, while deferring (:meth:`defer`), queued: at most :data:`QUEUED_BYTES` of tensors
-        wait, the oldest written first beyond that. The queue holds the tensors themselves: the caller must not
+        """:meth:`put`, now or queued: for the writer thread (:meth:`write_behind`), else while deferring
+        (:meth:`defer`). At most :data:`QUEUED_BYTES` of tensors wait: beyond that the oldest is written first
+        (by the thread: this call waits for it). The queue holds the tensors themselves: the caller must not
         change them afterwards."""
-        if not self._deferring or not self.enabled:
+        if not (self._deferring or self._writer is not None) or not self.enabled:
             self.put(key, tensors)
             return
         size = sum(nbytes(t.dtype, t.shape) for t in tensors)
+        if self._writer is not None:
+            with self._changed:
+                self._queue.append((key, tensors, size))
+                self._queued += size
+                self._changed.notify_all()
+                while self._queued > QUEUED_BYTES and len(self._queue) > 1:
+                    self._changed.wait()
+            return
         self._queue.append((key, tensors, size))
         self._queued += size
         while self._queued > QUEUED_BYTES and self.write_next():
             pass
 
     def write_next(self) -> bool:
-        """Write the oldest queued entry (:meth:`put_later`); whether there was one."""
-        if not self._queue:
+        """Write the oldest queued entry (:meth:`put_later`); whether there was one (never: with a writer
+        thread, which writes them)."""
+        if not self._queue or self._writer is not None:
             return False
         key, tensors, size = self._queue.popleft()
         self._queued -= size
@@ -367,3 +412,24 @@ def _rmdir(path: str) -> None:
         os.rmdir(path)
     except OSError:  # not empty: a concurrent writer
         pass
+
+
+#: This process's stores by (folder, cap), for the recipes unpickled in a worker (:func:`shared`): its recipes
+#: share one, so that its count of the bytes on disk (for the cap) is not rebuilt by a scan case after case.
+_SHARED: dict[tuple[str, int], ReferenceCache] = {}
+
+
+def shared(root: str, max_bytes: int) -> ReferenceCache:
+    """This process's store of the folder ``root`` capped at ``max_bytes``: one per folder, its entries written
+    by a thread (:meth:`ReferenceCache.write_behind`)."""
+    if (root, max_bytes) not in _SHARED:
+        _SHARED[root, max_bytes] = ReferenceCache(root, max_bytes=max_bytes)
+        _SHARED[root, max_bytes].write_behind()
+    return _SHARED[root, max_bytes]
+
+
+def settle_shared() -> None:
+    """Return once every entry queued in this process's :func:`shared` stores is written (a worker, before it
+    ends)."""
+    for store in _SHARED.values():
+        store.settle()
