@@ -26,7 +26,7 @@ log = logging.getLogger("acceptance.cache")
 ENV_VAR = "ACCEPTANCE_CACHE_DIR"
 #: Default size cap: 2 GiB.
 DEFAULT_MAX_BYTES = 2 * 1024**3
-#: Most bytes of tensors :meth:`ReferenceCache.put_later` keeps queued while deferring.
+#: Most bytes of tensors :meth:`ReferenceCache.put_later` keeps queued (deferred, or for the writer thread).
 QUEUED_BYTES = 64 << 20
 #: Eviction brings the total down to this fraction of the cap.
 EVICT_TO = 0.9
@@ -34,9 +34,7 @@ EVICT_TO = 0.9
 STALE_TEMP_S = 3600.0
 
 
-
-
-# --------------------------------------------------------------------------- entries
+# --------------------------------------------------------------------------- keys
 
 
 _KEY_RE = re.compile(r"[0-9a-f]{64}")
