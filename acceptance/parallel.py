@@ -23,6 +23,7 @@ first of them that finishes.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import multiprocessing.util
 import os
 import signal
@@ -62,6 +63,10 @@ def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tup
                   worker=None, threads=threads, guard=guard)
     # as the job ends (the pool shut down), its worker writes the inputs it made for the cache, then exits
     multiprocessing.util.Finalize(None, _finish, exitpriority=10)
+    # what the job inherited (torch, the runner's modules, scipy.stats, the metrics engines) lives as long as
+    # it: out of the cyclic collector's full passes, which traversed it every time (measured: 0.25-0.36 s of
+    # each job's CPU in a run of the library, 0.01-0.02 s frozen)
+    gc.freeze()
 
 
 def _finish() -> None:  # pragma: no cover - runs in a job process
