@@ -388,7 +388,10 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
                 break
         sets = calls = None
         if recipe is not None:
-            recipe.flush()  # a case's inputs made here, once complete, queued for the cache's writer thread
+            try:
+                recipe.flush()  # a case's inputs made here, once complete, queued for the cache's writer thread
+            except Exception:  # the cache is best effort: it never costs the worker, or the call after, its life
+                pass
 
 #: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
 #: repeat on the same inputs): the runner uses the outputs it already received.
