@@ -103,11 +103,6 @@ class Recipe:
     def __call__(self, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
         return generate(self.case, trial)
 
-    def pending(self) -> int:
-        """Bytes of inputs made and kept to be stored by :meth:`flush` (none here; see
-        :class:`acceptance.references.CachedRecipe`)."""
-        return 0
-
     def flush(self) -> None:
         """Store what the recipe made and keeps for later (nothing here)."""
 

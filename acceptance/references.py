@@ -227,8 +227,9 @@ class CachedRecipe(Recipe):
     writes the entries (:meth:`acceptance.cache.ReferenceCache.write_behind`) while the calls go on: a trial's
     entry is queued as a copy (the calls may write to their inputs), unless it is too large to wait
     (:data:`acceptance.cache.store.QUEUED_BYTES`), and the worker queues a pack (:meth:`flush`) after the batch
-    that completes it, then waits for the writes before it ends (:func:`acceptance.cache.store.settle_shared`). In this process
-    :meth:`CaseReferences.close` calls :meth:`flush` when the case's trials end.
+    that completes it, then waits for the writes before it ends
+    (:func:`acceptance.cache.store.settle_shared`). In this process :meth:`CaseReferences.close` calls
+    :meth:`flush` when the case's trials end.
     """
 
     def __init__(self, case: Case, cache: ReferenceCache, keys: dict[int | str, str], trials: int):
