@@ -131,10 +131,13 @@ class CaseReferences:
         self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
         self._recipe: Optional[CachedRecipe] = None  # the case's inputs as this process reads and makes them
 
+    def _stored(self, role: str) -> bool:
+        """Whether ``role``'s tensors are cached: the cache is on, the case has its key fields, and the role's
+        callable a fingerprint (the inputs need none)."""
+        return self.base is not None and self.cache.enabled and (role == "inputs" or self.fns.get(role) is not None)
+
     def _key(self, role: str, trial: int | str) -> Optional[str]:
-        if self.base is None or not self.cache.enabled:
-            return None
-        if role != "inputs" and self.fns.get(role) is None:
+        if not self._stored(role):
             return None
         return key(role=role, trial=trial, fn=self.fns.get(role), **self.base)
 
@@ -162,8 +165,8 @@ class CaseReferences:
         """Store ``tensors`` (made contiguous) and return them as the trial uses them: in the case's pack
         (written by :meth:`close`) when small, else an entry of their own, written now."""
         tensors = tuple(t.contiguous() for t in tensors)
-        if self.base is None or not self.cache.enabled or self.fns.get(role) is None:
-            return tensors  # not cached (see _key)
+        if not self._stored(role):
+            return tensors
         nbytes = _nbytes(tensors)
         fresh = self._fresh.setdefault(role, {})
         if nbytes <= PACK_TRIAL_BYTES and sum(map(_nbytes, fresh.values())) + nbytes <= PACK_BYTES:
@@ -208,8 +211,6 @@ def _input_bytes(case: Case) -> int:
     in their own."""
     return sum(math.prod(shape) * dtypes.torch_dtype(inp.dtype or case.dtype).itemsize
                for inp, shape in zip(case.spec.inputs, case.shapes))
-
-
 
 
 class CachedRecipe(Recipe):
