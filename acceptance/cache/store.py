@@ -279,17 +279,13 @@ class ReferenceCache:
             self.put(key, tensors)
             return
         size = sum(nbytes(t.dtype, t.shape) for t in tensors)
-        if self._writer is not None:
-            with self._changed:
-                self._queue.append((key, tensors, size))
-                self._queued += size
-                self._changed.notify_all()
-                while self._queued > QUEUED_BYTES and len(self._queue) > 1:
-                    self._changed.wait()
-            return
-        self._queue.append((key, tensors, size))
-        self._queued += size
-        while self._queued > QUEUED_BYTES and self.write_next():
+        with self._changed:
+            self._queue.append((key, tensors, size))
+            self._queued += size
+            self._changed.notify_all()
+            while self._writer is not None and self._queued > QUEUED_BYTES and len(self._queue) > 1:
+                self._changed.wait()  # the thread writes the oldest
+        while self._queued > QUEUED_BYTES and self.write_next():  # no thread: written here (write_next)
             pass
 
     def write_next(self) -> bool:
