@@ -1,7 +1,7 @@
 """Reference cache: keys, callable fingerprints, bit-exact storage, integrity, eviction, concurrency.
 
 Expected values come from the documented layout and formulas (entry sizes,
-the key recipe), from NumPy byte manipulation, or from ``hashlib`` on the
+the key recipe), from NumPy byte manipulation, or from ``hashlib`` and ``xxhash`` on the
 files themselves, never from the code under test.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xxhash
 
 import acceptance
 from acceptance import cache as cache_mod
@@ -39,11 +40,11 @@ from acceptance.cache import (
 from acceptance.spec import resolve_callable
 
 PREFIX = 16  # magic (8) + u32 version + u32 header length
-DIGEST = 32
+DIGEST = 16  # XXH3-128 (format 2)
 
 
 def entry_size(k: str, layout: list[tuple[str, list[int], int]]) -> int:
-    """Bytes of an entry by the documented layout: prefix + header JSON + payload + SHA-256."""
+    """Bytes of an entry by the documented layout: prefix + header JSON + payload + XXH3-128."""
     header = json.dumps({"key": k, "tensors": [[name, shape] for name, shape, _ in layout]}, separators=(",", ":"))
     payload = sum(int(np.prod(shape, dtype=np.int64)) * itemsize for _, shape, itemsize in layout)
     return PREFIX + len(header.encode()) + payload + DIGEST
@@ -102,6 +103,22 @@ def test_round_trip_is_bit_exact_for_every_dtype_and_layout(tmp_path, name):
         assert raw(g) == data
     layout = [(name, list(shape), dtype.itemsize) for shape, _ in expected]
     assert os.path.getsize(c.path(k)) == entry_size(k, layout)
+
+
+def test_an_entry_is_the_documented_bytes_ending_with_their_xxh3_128(tmp_path):
+    """Format 2 byte for byte: magic, version 2, header length, the header JSON, the payload, then the canonical
+    (big-endian) XXH3-128 of all of it, computed here by the xxhash package."""
+    c = ReferenceCache(tmp_path)
+    k = key(role="layout")
+    a = torch.tensor([1.5, -2.0], dtype=torch.float32)
+    b = torch.tensor([[7]], dtype=torch.int16)
+    assert c.put(k, (a, b))
+    data = c.path(k).read_bytes()
+    header = json.dumps({"key": k, "tensors": [["float32", [2]], ["int16", [1, 1]]]}, separators=(",", ":")).encode()
+    body = (b"ACCREF\r\n" + (2).to_bytes(4, "little") + len(header).to_bytes(4, "little") + header
+            + np.array([1.5, -2.0], dtype="<f4").tobytes() + np.array([7], dtype="<i2").tobytes())
+    assert data == body + xxhash.xxh3_128(body).digest()
+    assert len(xxhash.xxh3_128(body).digest()) == DIGEST
 
 
 def test_conjugate_and_negative_views_are_stored_resolved(tmp_path):
@@ -280,7 +297,7 @@ def test_entries_of_another_format_version_are_never_read(tmp_path):
     c = ReferenceCache(tmp_path)
     k = key(role="format")
     c.put(k, (torch.ones(2),))
-    elsewhere = tmp_path / "reference-v2" / k[:2] / f"{k}.ref"
+    elsewhere = tmp_path / "reference-v1" / k[:2] / f"{k}.ref"
     elsewhere.parent.mkdir(parents=True)
     c.path(k).rename(elsewhere)  # the same bytes, in the folder of another format version
     assert c.get(k) is None

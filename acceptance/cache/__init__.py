@@ -53,7 +53,7 @@ Entries
         b"ACCREF\\r\\n"  u32 LE format version  u32 LE header length
         header: UTF-8 JSON {"key": key, "tensors": [[dtype name, shape], ...]}
         payload: each tensor's bytes, row-major, in order
-        SHA-256 of everything above (32 bytes)
+        XXH3-128 checksum of everything above (16 bytes, canonical big-endian)
 
     No pickle is involved. A read checks the length implied by the header
     before allocating, then the digest; an entry that fails any check is a
