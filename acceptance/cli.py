@@ -13,10 +13,12 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import importlib
 import json
 import signal
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -27,6 +29,7 @@ from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
+from acceptance.progress import progress
 from acceptance.report import prepare as prepare_reports
 
 if TYPE_CHECKING:
@@ -38,9 +41,10 @@ DEFAULT_SPECS = Path("operator_specs")
 DEFAULT_OUT = Path("reports/latest")
 
 
-def _load(paths: tuple[Path, ...]):
+def _load(paths: tuple[Path, ...], meanwhile: tuple = ()):
     """Discover and validate specs; a :class:`SpecError` with one line per problem. The code under test is
-    imported for the check in a child process (:mod:`acceptance.importcheck`), never in this one."""
+    imported for the check in a child process (:mod:`acceptance.importcheck`), never in this one. ``meanwhile``:
+    work started in threads (:func:`_meanwhile`) as the check begins, for the time this process waits on it."""
     from acceptance import forkserver
 
     forkserver.start()  # the check's child starts from it: its preload overlaps with this process's imports
@@ -54,6 +58,8 @@ def _load(paths: tuple[Path, ...]):
     files = spec.discover(paths)
     if not files:
         raise UsageError(f"{', '.join(map(str, paths))}: no spec files (*.yaml) found")
+    for work in meanwhile:
+        _meanwhile(work)
     specs, problems = load_checked(files)
     if problems:
         raise SpecError(*(str(p) for p in problems), f"{len(problems)} problem(s) in the specs; nothing was run")
@@ -149,13 +155,13 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         tiers: tuple[str, ...] = (),
         jobs: Optional[int] = None, no_cache: bool = False, max_slowdown: float = 1.25, threads: int = 1) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
-    if not no_isolation or jobs != 1:
-        from acceptance import forkserver
+    from acceptance import forkserver
 
-        # its torch import overlaps with this process's own imports; several jobs (the CPU's cores unless told,
-        # or a CUDA device decides) also want the runner's modules there
-        forkserver.start(1 if no_isolation else jobs if jobs is not None
-                         else forkserver.cores() if device in ("auto", "cpu") else 1)
+    # the fork server's torch import overlaps with this process's own imports; several jobs (the CPU's cores
+    # unless told, or a CUDA device decides) also want the runner's modules there
+    several = not no_isolation and (jobs or (forkserver.cores() if device in ("auto", "cpu") else 1)) > 1
+    if not no_isolation or jobs != 1:
+        forkserver.start(2 if several else 1)
     from acceptance import dtypes, provenance, runner, spec, verdict
     from acceptance.records import Results
     from acceptance.results import JOURNAL, OutputFolder
@@ -173,7 +179,10 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     base_run = _compare_base(compare_to, max_slowdown)
     folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
     try:
-        specs = select_tiers(_load(paths), tiers)
+        # with several jobs this process waits while the server preloads their modules: it loads what it needs
+        # later (scipy.stats to decide, the reports) then, not while the jobs want every core
+        later = (partial(importlib.import_module, "acceptance.stats"), prepare_reports) if several else ()
+        specs = select_tiers(_load(paths, meanwhile=later), tiers)
     except AcceptanceError:
         folder.close()
         raise
@@ -205,10 +214,11 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         advance(case, result)
 
     decided = None  # every case decided by the run; when it is interrupted, the finished part is decided below
-    _meanwhile(prepare_reports)  # the reports' modules and template, ready when the run ends
+    if not several:
+        _meanwhile(prepare_reports)  # the reports' modules and template, ready when the run ends
     gc.freeze()  # torch, the specs and the modules loaded so far live as long as the run: out of the cyclic
     # collector's full passes, which traversed them every time (0.3 s of this process's CPU on the library)
-    with _progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
+    with progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
         try:
             decided = runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
                                  isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
@@ -308,33 +318,6 @@ def _meanwhile(work) -> None:
             pass
 
     threading.Thread(target=run, name=getattr(work, "__name__", "meanwhile"), daemon=True).start()
-
-
-@contextlib.contextmanager
-def _progress(total: int, label: str, done: int = 0):
-    """A progress bar on a terminal; elsewhere (CI logs) a line every ~5 % and at once for every failure."""
-    from acceptance.wording import safe
-
-    if sys.stderr.isatty():
-        with click.progressbar(length=total, label=label, file=sys.stderr,
-                               item_show_func=lambda c: safe(c.id, 80) if c else "") as bar:
-            bar.update(done)
-            yield lambda case, result: bar.update(1, case)
-        return
-    click.echo(label, err=True)
-    step = max(1, total // 20)
-    count = done
-
-    def advance(case, result) -> None:
-        nonlocal count
-        count += 1
-        if result.error is not None:
-            click.echo(f"[{count:>{len(str(total))}}/{total}] ERROR {safe(case.id)}: {safe(result.error, 300)}",
-                       err=True)
-        elif count % step == 0 or count == total:
-            click.echo(f"[{count:>{len(str(total))}}/{total}] {safe(case.id)}", err=True)
-
-    yield advance
 
 
 def _console(res):

@@ -25,7 +25,7 @@ STAGES: list[tuple[str, ...]] = [
     ("results", "regression", "proposal"),                # results.json; comparing runs, proposing thresholds
     ("runner", "provenance", "dualdelta", "faithful", "sanitize", "tuning", "tunewrite", "bench", "assertions", "waivers", "references", "memo", "parallel"),  # orchestration: spec runs, the library calls
     ("report",),                                          # reporters
-    ("cli", "cli_tune", "cli_bench", "cli_cache", "__main__", "docgen", "__init__", "pytest_plugin"),  # the edges
+    ("cli", "cli_tune", "cli_bench", "cli_cache", "progress", "__main__", "docgen", "__init__", "pytest_plugin"),  # the edges
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 

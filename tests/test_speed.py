@@ -613,3 +613,36 @@ def test_a_run_leaves_what_it_loaded_before_measuring_out_of_the_cyclic_collecto
         assert gc.get_freeze_count() > 50_000
     finally:
         gc.unfreeze()
+
+
+def _events_of_a_run(tmp_path: Path, monkeypatch, jobs: str) -> list[str]:
+    """What ``acceptance run --jobs JOBS`` started in threads (:func:`acceptance.cli._meanwhile`), and when it
+    began the specs' import check, in order."""
+    import acceptance.importcheck
+    from acceptance import cli
+    from acceptance.report import prepare
+
+    events: list[str] = []
+    real_meanwhile, real_check = cli._meanwhile, acceptance.importcheck.load_checked
+
+    def meanwhile(work) -> None:
+        events.append("reports" if work is prepare else "stats" if getattr(work, "args", ()) == ("acceptance.stats",)
+                      else repr(work))
+        real_meanwhile(work)
+
+    def load_checked(*args, **kwargs):
+        events.append("check")
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "_meanwhile", meanwhile)
+    monkeypatch.setattr(acceptance.importcheck, "load_checked", load_checked)
+    _run(tmp_path / f"out{jobs}", "--jobs", jobs, "--no-cache")
+    return events
+
+
+def test_with_several_jobs_the_runner_loads_what_it_needs_later_while_the_import_check_runs(tmp_path, monkeypatch):
+    """With several jobs the runner only waits on the fork server while the import check's child starts (the
+    server preloads the jobs' modules first): scipy.stats (to decide) and the reports are loaded then, not
+    while the jobs want every core. One job: the reports are prepared once the check is done, as before."""
+    assert _events_of_a_run(tmp_path, monkeypatch, "2") == ["stats", "reports", "check"]
+    assert _events_of_a_run(tmp_path, monkeypatch, "1") == ["check", "reports"]
