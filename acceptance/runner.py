@@ -52,8 +52,14 @@ def _worse(metric: str, a: float, b: float) -> float:
     return min(a, b) if known is not None and known.kind == "score" else max(a, b)
 
 
+#: Metrics whose worse value is the smaller (scores); every other metric's is the larger.
+_SCORES = frozenset(m.name for m in registry.REGISTRY if m.kind == "score")
+
+
 def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
-    """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere)."""
+    """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere): for each
+    scalar, :func:`_worse` of the old and the new value, spelled out (it runs for every metric of every pair of
+    every trial)."""
     for name, value in m.items():
         if name in ("diff4", "above", "below"):
             continue
@@ -61,9 +67,14 @@ def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
         if isinstance(value, tuple):
             value = [float(v) for v in value]
             worst[name] = value if old is None else [_worse(name, a, b) for a, b in zip(old, value)]
-        else:
-            value = float(value)
-            worst[name] = value if old is None else _worse(name, old, value)
+            continue
+        value = float(value)
+        if old is None:
+            worst[name] = value
+        elif old != old or value != value:  # NaN wins
+            worst[name] = math.nan
+        elif (value < old) if name in _SCORES else (value > old):  # as min(old, value) and max(old, value)
+            worst[name] = value
 
 
 @dataclass

@@ -328,3 +328,73 @@ def test_results_json_is_strict_json_even_for_a_non_finite_parameter(tmp_path):
     data = json.loads(path.read_text(), parse_constant=not_strict)
     assert data["cases"][0]["params"]["LO"] == "-Infinity" and data["cases"][0]["params"]["HI"] == "NaN"
     assert results_mod.load(path).cases[0].id == case.id
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_folding_keeps_the_worst_value_of_each_metric_over_trials(seed):
+    """``runner._fold`` over a run of trials equals the worst value taken here from the whole list: NaN wins,
+    else the smallest score (``snr_db``) and the largest of anything else, the first of equal values kept
+    (so +0.0 then -0.0 stays +0.0); ``diff4``, ``above`` and ``below`` are not folded; tuples element-wise."""
+    import math as _math
+
+    from acceptance import runner
+
+    rng = np.random.default_rng(seed)
+    pool = [0.0, -0.0, 1e-7, 3.5, -2.0, _math.inf, -_math.inf, _math.nan, 7]
+    names = ["max_abs", "snr_db", "diff1", "mean_ulp", "n", "made_up"]
+    trials = []
+    for _ in range(int(rng.integers(1, 12))):
+        m = {name: pool[int(rng.integers(len(pool)))] for name in names if rng.random() < 0.9}
+        m["pair"] = (pool[int(rng.integers(len(pool)))], pool[int(rng.integers(len(pool)))])
+        m.update(diff4=(0.1, 0.2, 3), above=1, below=2)
+        trials.append(m)
+    worst: dict = {}
+    for m in trials:
+        runner._fold(worst, m)
+
+    def expected(name, values):
+        values = [float(v) for v in values]
+        if any(v != v for v in values):
+            return "nan"
+        pick = values[0]
+        for v in values[1:]:
+            if (v < pick) if name == "snr_db" else (v > pick):
+                pick = v
+        return (pick, _math.copysign(1.0, pick))  # the sign of a zero counts
+
+    def seen(v):
+        return "nan" if v != v else (v, _math.copysign(1.0, v))
+
+    for name in names:
+        values = [m[name] for m in trials if name in m]
+        if values:
+            assert seen(worst[name]) == expected(name, values), (name, values)
+        else:
+            assert name not in worst
+    for k in range(2):
+        assert seen(worst["pair"][k]) == expected("pair", [m["pair"][k] for m in trials])
+    assert not {"diff4", "above", "below"} & set(worst)
+
+
+def test_folding_keeps_the_first_of_two_equal_values_and_lets_nan_win():
+    """+0.0 then -0.0 stays +0.0 for an error and for a score (``max``/``min`` keep the first of equals); a NaN
+    in any trial is the fold's value, before or after larger ones."""
+    import math as _math
+
+    from acceptance import runner
+
+    for first, then in ((0.0, -0.0), (-0.0, 0.0)):
+        worst: dict = {}
+        runner._fold(worst, {"max_abs": first, "snr_db": first})
+        runner._fold(worst, {"max_abs": then, "snr_db": then})
+        assert _math.copysign(1.0, worst["max_abs"]) == _math.copysign(1.0, first)
+        assert _math.copysign(1.0, worst["snr_db"]) == _math.copysign(1.0, first)
+    for values in ([1.0, _math.nan, 5.0], [_math.nan, -_math.inf], [_math.inf, _math.nan]):
+        worst = {}
+        for v in values:
+            runner._fold(worst, {"max_abs": v, "snr_db": v})
+        assert _math.isnan(worst["max_abs"]) and _math.isnan(worst["snr_db"])
+    worst = {}
+    for v in (3.0, _math.inf, 2.0):
+        runner._fold(worst, {"max_abs": v, "snr_db": -v})
+    assert worst == {"max_abs": _math.inf, "snr_db": -_math.inf}
