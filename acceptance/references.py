@@ -128,6 +128,7 @@ class CaseReferences:
         self.fns = fns
         self._packed: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs, as read from its pack
         self._fresh: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs computed here, to be packed
+        self._fresh_bytes: dict[str, int] = {}  # role -> bytes of its fresh trials
         self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
         self._recipe: Optional[CachedRecipe] = None  # the case's inputs as this process reads and makes them
 
@@ -153,9 +154,11 @@ class CaseReferences:
         pack = self._pack(role)
         if trial in pack:
             return pack[trial]
-        k = self._key(role, trial)
-        if k is None or (not pack and trial > 0 and not self._alone.get(role, False)):
+        if not pack and trial > 0 and not self._alone.get(role, False):
             return None  # trials are stored in order: with neither a pack nor trial 0's entry, nothing is stored
+        k = self._key(role, trial)  # (a key is a SHA-256 of canonical JSON: asked only where an entry may be)
+        if k is None:
+            return None
         found = self.cache.get(k)
         if trial == 0:
             self._alone[role] = found is not None
@@ -169,7 +172,9 @@ class CaseReferences:
             return tensors
         nbytes = _nbytes(tensors)
         fresh = self._fresh.setdefault(role, {})
-        if nbytes <= PACK_TRIAL_BYTES and sum(map(_nbytes, fresh.values())) + nbytes <= PACK_BYTES:
+        held = self._fresh_bytes.get(role, 0)  # sum(map(_nbytes, fresh.values())), kept as trials come
+        if nbytes <= PACK_TRIAL_BYTES and held + nbytes <= PACK_BYTES:
+            self._fresh_bytes[role] = held + nbytes - (_nbytes(fresh[trial]) if trial in fresh else 0)
             fresh[trial] = tensors  # the key is computed for the pack only, when it is written
         else:
             self.cache.put(self._key(role, trial), tensors)
@@ -188,7 +193,7 @@ class CaseReferences:
             trials = {**self._pack(role), **fresh}
             self.cache.put_later(k, _packed(trials))
             self._packed[role] = trials
-        self._fresh = {}
+        self._fresh, self._fresh_bytes = {}, {}
 
     def recipe(self, case: Case, trials: int) -> Recipe:
         """The inputs of ``case``'s ``trials`` trials, read from the cache where stored (a

@@ -190,3 +190,16 @@ def test_nothing_is_fetched_without_a_cache(tmp_path):
 
     add = ("callable", "torch:add", "spec.yaml")
     R.RunReferences(ReferenceCache(tmp_path / "cache", enabled=False)).prefetch([Roles(add, add, add)], NoWorker())
+
+
+def test_a_miss_computes_the_keys_of_the_pack_and_trial_0_only(tmp_path, monkeypatch):
+    """A case with nothing cached asks for its pack and trial 0's entry; once both miss, later trials are
+    known to be missing (trials are stored in order) and no key of theirs is computed: a key is a SHA-256 of
+    canonical JSON, ~20 us, and a run asks for every role of every trial."""
+    asked: list = []
+    real = R.key
+    monkeypatch.setattr(R, "key", lambda **parts: asked.append((parts["role"], parts["trial"])) or real(**parts))
+    r = refs(ReferenceCache(tmp_path))
+    assert all(r.get(role, t) is None for t in range(20) for role in ("baseline", "oracle"))
+    assert sorted(asked, key=str) == sorted([("baseline", "all"), ("baseline", 0), ("oracle", "all"), ("oracle", 0)],
+                                            key=str)
