@@ -26,10 +26,10 @@ import click
 
 import acceptance
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
+from acceptance.progress import progress
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
-from acceptance.progress import progress
 from acceptance.report import prepare as prepare_reports
 
 if TYPE_CHECKING:
