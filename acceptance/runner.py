@@ -44,37 +44,31 @@ from acceptance.workers import WORKER_THREADS, Worker, remove_written, snapshot
 # ----------------------------------------------------------------------------- one output over trials
 
 
-def _worse(metric: str, a: float, b: float) -> float:
-    """The worse of two values of ``metric``: the larger, the smaller for a score; NaN wins."""
-    if math.isnan(a) or math.isnan(b):
-        return math.nan
-    known = registry.BY_NAME.get(metric)
-    return min(a, b) if known is not None and known.kind == "score" else max(a, b)
-
-
 #: Metrics whose worse value is the smaller (scores); every other metric's is the larger.
 _SCORES = frozenset(m.name for m in registry.REGISTRY if m.kind == "score")
 
 
+def _worse(old: float, new: float, score: bool) -> float:
+    """The worse of two values of a metric: NaN wins, else the smaller for a ``score`` and the larger otherwise,
+    ``old`` kept on a tie (as ``min(old, new)`` and ``max(old, new)``)."""
+    if old != old or new != new:
+        return math.nan
+    return new if ((new < old) if score else (new > old)) else old
+
+
 def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
-    """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere): for each
-    scalar, :func:`_worse` of the old and the new value, spelled out (it runs for every metric of every pair of
-    every trial)."""
+    """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere)."""
     for name, value in m.items():
         if name in ("diff4", "above", "below"):
             continue
         old = worst.get(name)
+        score = name in _SCORES
         if isinstance(value, tuple):
             value = [float(v) for v in value]
-            worst[name] = value if old is None else [_worse(name, a, b) for a, b in zip(old, value)]
-            continue
-        value = float(value)
-        if old is None:
-            worst[name] = value
-        elif old != old or value != value:  # NaN wins
-            worst[name] = math.nan
-        elif (value < old) if name in _SCORES else (value > old):  # as min(old, value) and max(old, value)
-            worst[name] = value
+            worst[name] = value if old is None else [_worse(a, b, score) for a, b in zip(old, value)]
+        else:
+            value = float(value)
+            worst[name] = value if old is None else _worse(old, value, score)
 
 
 @dataclass
