@@ -218,15 +218,16 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         _meanwhile(prepare_reports)  # the reports' modules and template, ready when the run ends
     gc.freeze()  # torch, the specs and the modules loaded so far live as long as the run: out of the cyclic
     # collector's full passes, which traversed them every time (0.3 s of this process's CPU on the library)
-    with progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
-        try:
+    try:  # around the handler's removal too: a signal there would otherwise leave as click's "Aborted!" (exit 1)
+        with progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, \
+                _stop_on_sigterm():
             decided = runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
                                  isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
                                  cache=_reference_cache(not no_cache),
                                  jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
                                  threads=threads)
-        except KeyboardInterrupt as exc:
-            stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     if decided is None:
         decided = runner.decide_all(measured, strict=strict)  # Holm's adjusted p-values do not depend on the order
     case_results = sorted(decided, key=lambda c: order[c.id])

@@ -218,9 +218,37 @@ def test_sigterm_leaves_an_interrupted_run_that_is_never_green(tmp_path):
     while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 1):
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 143
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["interrupted"] and results["summary"]["verdict"] == "interrupted"
     assert results["summary"]["exit_code"] == 143 and results["not_run"]
     assert len(results["cases"]) + len(results["not_run"]) == 6
+
+
+def test_a_sigterm_as_the_measuring_ends_still_gives_an_interrupted_run(tmp_path, monkeypatch):
+    """A SIGTERM that lands after the last case, while the run takes its handler down, is still an interrupted
+    run (143, results written), not click's "Aborted!" (exit 1, no results). The signal is simulated by the
+    progress display raising it as it closes, the moment after the handler's removal would run."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    from acceptance import cli
+
+    real = cli.progress
+
+    @contextlib.contextmanager
+    def progress_then_sigterm(*args, **kwargs):
+        with real(*args, **kwargs) as advance:
+            yield advance
+        raise cli._Terminated()
+
+    monkeypatch.setattr(cli, "progress", progress_then_sigterm)
+    specs = write_specs(tmp_path / "specs", {"ok0": "good"})
+    out = tmp_path / "out"
+    r = CliRunner().invoke(cli.main, ["run", str(specs), "--out", str(out), "--jobs", "1", "--no-cache"])
+    assert r.exit_code == 143, r.output
+    results = json.loads((out / "results.json").read_text())
+    assert results["interrupted"] and results["summary"]["exit_code"] == 143
+    assert [c["operator"] for c in results["cases"]] == ["ok0"]  # measured before the signal: kept
