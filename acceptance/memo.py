@@ -2,31 +2,34 @@
 
 :func:`acceptance.runner.measure` is a pure function of the case, its rules
 and its trials' tensors: the impl's outputs (and its repeats), the baseline's
-and the oracle's. With the reference cache, the last two are read back from
-disk, the very bytes the measured run used. So when the impl's outputs of
-every trial are, bit for bit, those of a run already measured with the same
-case, rules, references and measuring code, the measurement is the one that
-run recorded, and it is read back instead of computed again. The impl still
-runs every trial, on the device, every time: what is reused is arithmetic on
+(and its repeats) and the oracle's. So when all of these are, bit for bit in
+every trial, those of a run already measured with the same case, rules,
+references and measuring code, the measurement is the one that run recorded,
+and it is read back instead of computed again. The baseline's and oracle's
+outputs come from the reference cache, or are computed again where they were
+not worth storing (:meth:`acceptance.cache.ReferenceCache.worth_storing`):
+either way their bytes are digested with the impl's. The impl still runs
+every trial, on the device, every time: what is reused is arithmetic on
 identical bytes, never an answer of the code under test. A changed impl, a
-nondeterministic one, a changed spec, rules, installation or measuring code
-measures in full.
+nondeterministic impl or reference, a changed spec, rules, installation or
+measuring code measures in full.
 
 Entry of a case (in the :class:`~acceptance.cache.ReferenceCache`, key
-``role="measurement"``): a uint8 tensor of the XXH3-128 of each trial's impl
-outputs (every output and every repeat: dtype, shape, then the bytes), one row
-per trial, and the measured :class:`~acceptance.records.CaseResult` as JSON.
+``role="measurement"``): a uint8 tensor of the XXH3-128 of each trial's
+tensors (:func:`trial_digest`: every output of the impl and its repeats, then
+of the baseline, its repeats and the oracle: dtype, shape, then the bytes), one
+row per trial, and the measured :class:`~acceptance.records.CaseResult` as JSON.
 Its key (:func:`acceptance.cache.key`, which adds the installation) holds the
 case's reference key (case id, dtype, seed, the reference-relevant spec fields,
 the baseline's and oracle's fingerprints, the generator, the worker's threads),
-the repr of the case (its whole spec included) and of its rules, the trial count, the impl's
-device type, the versions of SciPy and numba, and the SHA-256 of the source of
-every module of this package.
+the repr of the case (its whole spec included) and of its rules, the trial
+count, the impl's device type, the versions of SciPy and numba, and the
+SHA-256 of the source of every module of this package.
 
 While each trial's digest matches the entry's, that trial's measuring waits
 (its tensors held, at most :data:`HOLD_BYTES`); the first one that does not
-match, or references not read from the cache, releases the trials held, which
-are then measured in order, as they would have been. Only a case measured
+match releases the trials held, which are then measured in order, as they
+would have been. Only a case measured
 without an error is recorded. An impl on a GPU is memoised like one on the
 CPU when it runs in its worker, which sends its outputs to the runner on the
 host; outputs still on a device (callables run in the runner's process,
@@ -75,12 +78,17 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def trial_digest(impl: tuple, repeats: tuple) -> Optional[bytes]:
-    """XXH3-128 of a trial's impl outputs and repeats (dtype, shape and bytes of each, in order); ``None`` when
-    one is not a CPU tensor, or its bytes cannot be read as they are (:func:`acceptance.dtypes.byte_view`;
-    in-process callables may return such tensors)."""
+def trial_digest(impl: tuple, repeats: tuple, references: tuple = ()) -> Optional[bytes]:
+    """XXH3-128 of a trial's impl outputs and repeats, then of ``references`` (output tuples: the baseline's,
+    its repeats, the oracle's; ``None`` for a role that did not run): dtype, shape and bytes of each tensor, in
+    order; ``None`` when one is not a CPU tensor, or its bytes cannot be read as they are
+    (:func:`acceptance.dtypes.byte_view`; in-process callables may return such tensors)."""
     h = xxhash.xxh3_128()
-    for outs in (impl, *repeats):
+    h.update(b"%d,%d|" % (len(repeats), len(references)))
+    for outs in (impl, *repeats, *references):
+        if outs is None:
+            h.update(b"-|")
+            continue
         h.update(b"%d|" % len(outs))
         for x in outs:
             raw = dtypes.byte_view(x) if isinstance(x, torch.Tensor) and x.device.type == "cpu" else None
@@ -121,12 +129,12 @@ class Memo:
 
     def hold(self, trial: Any) -> bool:
         """Note ``trial``'s digest; ``True`` when it matches the memo so far (its measuring then waits)."""
-        digest = trial_digest(trial.impl, trial.repeats)
+        digest = trial_digest(trial.impl, trial.repeats, (trial.baseline, *trial.baseline_repeats, trial.oracle))
         self.digests.append(digest)
         if self.matching:
             size = _nbytes(trial)
             k = len(self.digests) - 1
-            if (digest is not None and trial.cached and k < len(self.expected) and digest == self.expected[k]
+            if (digest is not None and k < len(self.expected) and digest == self.expected[k]
                     and self._bytes + size <= HOLD_BYTES):
                 self.held.append(trial)
                 self._bytes += size

@@ -220,6 +220,22 @@ def test_trial_digest_tells_dtype_shape_bytes_and_repeats_apart():
     assert memo.trial_digest((x, x), ()) != memo.trial_digest((torch.cat([x, x]),), ())
 
 
+def test_trial_digest_tells_the_references_apart_from_the_impl_and_each_other():
+    """References follow the impl's outputs: a baseline output is never taken for a repeat, an oracle that did
+    not run (None) for one that answered nothing, one changed bit of a reference for the same trial."""
+    x, b, o = torch.arange(6, dtype=torch.float32), torch.ones(6), torch.zeros(6, dtype=torch.float64)
+    full = memo.trial_digest((x,), (), ((b,), (o,)))
+    assert full == memo.trial_digest((x.clone(),), (), ((b.clone(),), (o.clone(),)))
+    assert full != memo.trial_digest((x,), ((b,),), ((o,),))  # the baseline's output taken as a repeat
+    assert full != memo.trial_digest((x,), (), ((o,), (b,)))  # the roles swapped
+    assert memo.trial_digest((x,), (), ((b,), None)) != memo.trial_digest((x,), (), ((b,), ()))
+    assert memo.trial_digest((x,), (), ((b,), None)) != memo.trial_digest((x,), (), ((b,),))
+    changed = o.clone()
+    changed.view(torch.int64)[2] ^= 1  # the last bit of one float64 element
+    assert full != memo.trial_digest((x,), (), ((b,), (changed,)))
+    assert memo.trial_digest((x,), (), ((b,), (o.to("meta"),))) is None
+
+
 def test_outputs_whose_bytes_cannot_be_read_as_they_are_are_not_memoised():
     x = torch.complex(torch.arange(4.0), torch.ones(4))
     assert memo.trial_digest((x.conj(),), ()) is None
@@ -256,3 +272,41 @@ def test_an_impl_on_the_gpu_reuses_its_measurement_and_in_process_outputs_are_me
     for k in (1, 2):
         assert _stripped(_run(specs, tmp_path / f"inproc{k}", "--device", "cuda", "--no-isolation")) == _stripped(cold)
     assert len(measured) == 8 * 8
+
+
+#: The baseline reads a file at run time, which no fingerprint sees: what it answers can change between runs
+#: under the same key.
+DRIFTING = textwrap.dedent("""\
+    from pathlib import Path
+
+    import torch
+
+    def add(a, b):
+        return torch.add(a, b)
+
+    def drifting_add(a, b):
+        return torch.add(a, b) + float((Path(__file__).parent / "drift.txt").read_text())
+    """)
+
+
+def test_references_computed_again_are_matched_by_their_bytes(tmp_path, monkeypatch, measured):
+    """References not worth storing are computed again in every run: the memo matches them by their bytes, so
+    it reuses a measurement when they are the same and measures again when they are not."""
+    from acceptance.cache import store
+
+    monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(store, "STORE_RATE", 1.0)  # one byte per second: no reference is worth storing
+    specs = _folder(tmp_path, 13, DRIFTING)
+    (specs / "memo_add.yaml").write_text(SPEC.replace("SEED", "13").replace("torch:add", "kern.py:drifting_add"))
+    (specs / "drift.txt").write_text("0")
+    cold = _run(specs, tmp_path / "cold")
+    assert len(measured) == 16 and [c["verdict"] for c in cold["cases"]] == ["pass", "pass"]
+    warm = _run(specs, tmp_path / "warm")
+    assert len(measured) == 16  # the same bytes from the impl and from the references computed again: reused
+    assert all(c["timing"]["baseline"] > 0 for c in warm["cases"])  # not stored, so called again
+    assert _stripped(warm) == _stripped(cold)
+    (specs / "drift.txt").write_text("0.5")  # same key, other baseline outputs
+    drifted = _run(specs, tmp_path / "drifted")
+    assert len(measured) == 32  # measured again, both cases
+    assert [c["verdict"] for c in drifted["cases"]] == ["fail", "fail"]
+    assert _stripped(drifted) == _stripped(_run(specs, tmp_path / "fresh", "--no-cache"))
