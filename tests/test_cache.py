@@ -751,3 +751,26 @@ def test_worth_storing_compares_the_seconds_with_the_bytes_at_the_store_rate(tmp
     for bad in (0, -1.0, math.nan, True, "1"):
         with pytest.raises(ValueError, match="store_rate"):
             ReferenceCache(tmp_path, store_rate=bad)
+
+
+def test_entries_of_an_older_format_count_against_the_cap_and_go_first(tmp_path):
+    """After an upgrade, what the previous format left (never read again) is bounded by the cap too: it is
+    evicted by last use with the current entries, so the unused old ones go first."""
+    keys = [key(role="upgrade", i=i) for i in range(5)]
+    size = entry_size(keys[0], [("float32", [10], 4)])
+    old = []
+    for i, k in enumerate(keys[:3]):  # three entries of a format before this one, last used 3, 2 and 1 hours ago
+        path = tmp_path / "reference-v1" / k[:2] / f"{k}.ref"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\0" * size)
+        stamp = time.time() - 3600 * (3 - i)
+        os.utime(path, (stamp, stamp))
+        old.append(path)
+    c = ReferenceCache(tmp_path, max_bytes=int(4.5 * size))
+    assert (c.info().entries, c.info().stale_bytes) == (0, 3 * size)
+    c.put(keys[3], (torch.zeros(10),))  # 4 sizes on disk: within the cap
+    assert all(p.exists() for p in old)
+    c.put(keys[4], (torch.zeros(10),))  # 5 > 4.5: evicted down to at most 0.9 * 4.5 = 4.05 sizes
+    assert [p.exists() for p in old] == [False, True, True]  # the least recently used, of the old format
+    assert c.get(keys[3]) is not None and c.get(keys[4]) is not None
+    assert (c.info().entries, c.info().bytes, c.info().stale_bytes) == (2, 2 * size, 2 * size)

@@ -63,17 +63,20 @@ Entries
     old file, the new one or none, never a partial one, and concurrent
     writers of one key (which write identical bytes) simply replace each
     other. Files of another format version live in another folder and are
-    never read; :meth:`ReferenceCache.clear` removes them too.
+    never read; they count against the size cap, and eviction and
+    :meth:`ReferenceCache.clear` remove them too.
 
 Size cap and eviction
     The modification time of an entry is its last use: set explicitly (to
     the nanosecond) when written and on every hit, because access times are
-    unreliable (``noatime``/``relatime`` mounts). When the bytes on disk exceed
-    ``max_bytes``, least-recently-used entries are deleted until at most
-    ``EVICT_TO * max_bytes`` remain (the margin keeps a full cache from
-    rescanning its folder on every write). Each process tracks the total
-    from its last scan plus its own writes, so with several writing
-    processes the cap can be overshot by what the others wrote since.
+    unreliable (``noatime``/``relatime`` mounts). When the bytes of entries on
+    disk, of every format version, exceed ``max_bytes``, least-recently-used
+    entries of any version are deleted until at most ``EVICT_TO * max_bytes``
+    remain: what an older format left, unused since, goes first. The margin
+    keeps a full cache from rescanning its folder on every write. Each
+    process tracks the total from its last scan plus its own writes, so with
+    several writing processes the cap can be overshot by what the others
+    wrote since.
 """
 
 from acceptance.cache.keys import (

@@ -319,13 +319,14 @@ class ReferenceCache:
 
     # ------------------------------------------------------------------ size cap
 
-    def _scan(self) -> tuple[list[tuple[int, str, int]], int]:
-        """Entries of this format as (last use ns, path, bytes), and the bytes of
-        stale files (other formats, temporary files); old temporary files are removed."""
+    def _scan(self) -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]], int]:
+        """Entries of this format and those of other format versions, each as (last use ns, path, bytes), and
+        the bytes of temporary files; temporary files older than :data:`STALE_TEMP_S` are removed."""
         entries: list[tuple[int, str, int]] = []
-        stale = 0
+        others: list[tuple[int, str, int]] = []
+        temporary = 0
         if not self.root.is_dir():
-            return entries, stale
+            return entries, others, temporary
         now = time.time()
         for top in _scandir(self.root):
             if not (top.name.startswith("reference-v") and top.is_dir(follow_symlinks=False)):
@@ -339,8 +340,8 @@ class ReferenceCache:
                         st = e.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if current and e.name.endswith(SUFFIX) and not e.name.startswith("."):
-                        entries.append((st.st_mtime_ns, e.path, st.st_size))
+                    if e.name.endswith(SUFFIX) and not e.name.startswith("."):
+                        (entries if current else others).append((st.st_mtime_ns, e.path, st.st_size))
                         continue
                     if e.name.endswith(".tmp") and now - st.st_mtime > STALE_TEMP_S:
                         try:
@@ -348,18 +349,20 @@ class ReferenceCache:
                             continue
                         except OSError:
                             pass
-                    stale += st.st_size
-        return entries, stale
+                    temporary += st.st_size
+        return entries, others, temporary
 
     def _evict(self) -> None:
-        """Delete least-recently-used entries until at most ``EVICT_TO * max_bytes`` remain
-        (only when the total exceeds ``max_bytes``)."""
-        entries, _ = self._scan()
+        """Delete least-recently-used entries, of any format version, until at most ``EVICT_TO * max_bytes``
+        remain (only when the total exceeds ``max_bytes``): entries a previous format left behind count
+        against the cap and, unused since, go first."""
+        entries, others, _ = self._scan()
         total = sum(size for _, _, size in entries)
-        if total > self.max_bytes:
+        left = sum(size for _, _, size in others)
+        if total + left > self.max_bytes:
             target = int(EVICT_TO * self.max_bytes)
-            for _, path, size in sorted(entries):
-                if total <= target:
+            for _, path, size in sorted(entries + others):
+                if total + left <= target:
                     break
                 try:
                     os.unlink(path)
@@ -367,19 +370,23 @@ class ReferenceCache:
                     pass
                 except OSError:
                     continue
-                total -= size
+                if path.startswith(str(self._dir) + os.sep):
+                    total -= size
+                else:
+                    left -= size
         with self._lock:
-            self._total = total
+            self._total = total + left
 
     # ------------------------------------------------------------------ info / clear
 
     def info(self) -> CacheInfo:
         """What is on disk under :attr:`root` and this object's counters."""
-        entries, stale = self._scan()
+        entries, others, temporary = self._scan()
         with self._lock:
             return CacheInfo(
-                root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, store_rate=self.store_rate, entries=len(entries),
-                bytes=sum(size for _, _, size in entries), stale_bytes=stale, hits=self._hits,
+                root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, store_rate=self.store_rate,
+                entries=len(entries), bytes=sum(size for _, _, size in entries),
+                stale_bytes=sum(size for _, _, size in others) + temporary, hits=self._hits,
                 misses=self._misses, corrupt=self._corrupt, write_errors=self._write_errors,
             )
 
