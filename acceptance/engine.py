@@ -302,7 +302,8 @@ class TrialRun:
             base, seconds = batch.next(timeout=self.baseline_timeout, limit=self.baseline_timeout, names=self.names)
             bases.append(base)
             timing.baseline += seconds
-            first = first if len(bases) > 1 else seconds
+            if len(bases) == 1:
+                first = seconds
         if plan.cached_base is None and references is not None and all(same_outputs(bases[0], b) for b in bases[1:]):
             bases[0] = references.put("baseline", t, bases[0], first)  # a varying baseline is an error, never stored
         ref = plan.cached_oracle

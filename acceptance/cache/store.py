@@ -357,12 +357,12 @@ class ReferenceCache:
         remain (only when the total exceeds ``max_bytes``): entries a previous format left behind count
         against the cap and, unused since, go first."""
         entries, others, _ = self._scan()
-        total = sum(size for _, _, size in entries)
-        left = sum(size for _, _, size in others)
-        if total + left > self.max_bytes:
+        every = entries + others
+        total = sum(size for _, _, size in every)
+        if total > self.max_bytes:
             target = int(EVICT_TO * self.max_bytes)
-            for _, path, size in sorted(entries + others):
-                if total + left <= target:
+            for _, path, size in sorted(every):
+                if total <= target:
                     break
                 try:
                     os.unlink(path)
@@ -370,12 +370,9 @@ class ReferenceCache:
                     pass
                 except OSError:
                     continue
-                if path.startswith(str(self._dir) + os.sep):
-                    total -= size
-                else:
-                    left -= size
+                total -= size
         with self._lock:
-            self._total = total + left
+            self._total = total
 
     # ------------------------------------------------------------------ info / clear
 
