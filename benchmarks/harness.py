@@ -1,6 +1,7 @@
 """What the harness costs around the code it tests, on the built-in library, measured in one run.
 
-    python benchmarks/harness.py [--specs operator_specs] [--only GLOB] [--jobs N] [--no-memory] [--warm-up GLOB]
+    python benchmarks/harness.py [--specs operator_specs] [--only GLOB] [--jobs N] [--rounds R] [--no-memory]
+                                 [--warm-up GLOB]
 
 Prints the machine (CPU, cores, load average before and after: the figures
 are wall-clock times, so a loaded machine inflates them), then:
@@ -12,14 +13,18 @@ are wall-clock times, so a loaded machine inflates them), then:
   ``acceptance report results.json``, ``list`` and
   ``validate`` of the specs, ``compare`` of two of the runs' results.json
   (best of 5, a fresh interpreter each time);
-- four runs of ``acceptance run``: ``--jobs 1`` with an empty cache (cold),
-  ``--jobs 1`` again (warm), ``--jobs 1 --no-cache`` and ``--jobs N --no-cache``;
-  for each, wall time, time inside the callables (the sum of the impl,
-  baseline and oracle seconds of every case in results.json), and
-  outside/inside = (wall - inside) / inside;
-- the ratios: cold/warm, jobs 1/jobs N, and whether the four results.json are
-  identical once the run's timestamps, command line and per-case seconds are
-  removed;
+- ``--rounds R`` rounds (default 3) of four runs of ``acceptance run``: ``--jobs 1``
+  with an empty cache (cold), ``--jobs 1`` again (warm), ``--jobs 1 --no-cache``
+  and ``--jobs N --no-cache``; for each, wall time, time inside the callables
+  (the sum of the impl, baseline and oracle seconds of every case in
+  results.json), and outside/inside = (wall - inside) / inside. A round's four
+  runs follow each other within a minute or two, so its ratios compare like
+  with like; on a shared machine whose speed moves from minute to minute, one
+  round can land on either side of a target, so every round is printed and
+  the summary gives each figure's median over the rounds (and its range);
+- the ratios: cold/warm, jobs 1/jobs N (per round, then their median), and
+  whether every results.json of every round is identical once the run's
+  timestamps, command line and per-case seconds are removed;
 - memory: peak RSS of the runner process and of the worker (sampled from
   /proc every 20 ms) on one trial of a 5e7-element float32 add, against the
   bytes of the case's own tensors (two inputs, impl and baseline outputs in
@@ -32,6 +37,8 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,6 +90,13 @@ def acceptance(*args: str, env: dict | None = None) -> float:
     if out.returncode not in (0, 1):
         raise SystemExit(f"acceptance {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
     return seconds
+
+
+def summary(values: list[float], unit: str = "") -> str:
+    """``median [lowest, highest]`` of ``values``, two decimals, each followed by ``unit``."""
+    ordered = sorted(values)
+    return (f"{statistics.median(ordered):.2f}{unit} [{ordered[0]:.2f}{unit}, {ordered[-1]:.2f}{unit}]"
+            if len(ordered) > 1 else f"{ordered[0]:.2f}{unit}")
 
 
 def inside(results: Path) -> float:
@@ -163,6 +177,7 @@ def main() -> None:
     ap.add_argument("--specs", default="operator_specs")
     ap.add_argument("--only", help="restrict the runs to operators/case ids matching this glob")
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the four timed runs (default 3)")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--warm-up", metavar="GLOB", help="cases of the untimed warm-up run, one trial each "
                                                        "(default: every case, so that every kernel is compiled)")
@@ -177,7 +192,6 @@ def main() -> None:
         # kernels compiled and cached on disk by a warm-up run that is not timed (else the first timed run,
         # the cold one, would pay for compiling them in a fresh checkout)
         compiled = {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": str(tmp / "pyc")}
-        cache = {"ACCEPTANCE_CACHE_DIR": str(tmp / "cache"), **compiled}
         select = [args.specs] + (["--only", args.only] if args.only else [])
         warm_up = acceptance("run", args.specs, *(["--only", args.warm_up] if args.warm_up else []), "--out",
                              str(tmp / "warm-up"), "--no-cache", "--jobs", "1", "--trials", "1", env=compiled)
@@ -185,21 +199,29 @@ def main() -> None:
         runs = [("jobs 1, cold cache", ["--jobs", "1"]), ("jobs 1, warm cache", ["--jobs", "1"]),
                 ("jobs 1, no cache", ["--jobs", "1", "--no-cache"]),
                 (f"jobs {args.jobs}, no cache", ["--jobs", str(args.jobs), "--no-cache"])]
-        walls, ins, files = [], [], []
-        for k, (label, flags) in enumerate(runs):
-            out = tmp / f"run{k}"
-            wall = acceptance("run", *select, "--out", str(out), *flags, env=cache)
-            files.append(out / "results.json")
-            walls.append(wall)
-            ins.append(inside(files[-1]))
-            print(f"{label:<22} wall {wall:7.1f} s   inside callables {ins[-1]:6.1f} s   "
-                  f"outside/inside {(wall - ins[-1]) / ins[-1]:5.2f}")
+        walls: list[list[float]] = []  # per round, the four runs' wall seconds
+        ins: list[list[float]] = []  # per round, the four runs' seconds inside the callables
+        files: list[Path] = []
+        for r in range(args.rounds):
+            cache = {"ACCEPTANCE_CACHE_DIR": str(tmp / f"cache{r}"), **compiled}  # empty: the round's cold run
+            walls.append([])
+            ins.append([])
+            print(f"round {r + 1} of {args.rounds} (load average {load()})")
+            for k, (label, flags) in enumerate(runs):
+                out = tmp / f"round{r}-run{k}"
+                wall = acceptance("run", *select, "--out", str(out), *flags, env=cache)
+                files.append(out / "results.json")
+                walls[r].append(wall)
+                ins[r].append(inside(files[-1]))
+                print(f"  {label:<22} wall {wall:7.1f} s   inside callables {ins[r][-1]:6.1f} s   "
+                      f"outside/inside {(wall - ins[r][-1]) / ins[r][-1]:5.2f}")
+            shutil.rmtree(tmp / f"cache{r}", ignore_errors=True)  # ~0.9 GB for the built-in library
         same = all(stripped(f) == stripped(files[0]) for f in files[1:])
-        for label_f, f in zip(runs[1:], files[1:]):
+        for f in files[1:]:
             a, b = stripped(files[0]), stripped(f)
             diff = sorted({(ca["id"], k) for ca, cb in zip(a["cases"], b["cases"]) for k in ca if ca[k] != cb.get(k)})
             if a["summary"] != b["summary"] or diff:
-                print(f"  differs from the cold run in {label_f[0]}: summary {a['summary'] != b['summary']}, "
+                print(f"  {f.parent.name} differs from the first cold run: summary {a['summary'] != b['summary']}, "
                       f"{len(diff)} case fields, e.g. {diff[:3]}")
 
         def started(*cmd: str) -> float:
@@ -212,10 +234,14 @@ def main() -> None:
         validate_s = started("validate", *select[:1])
         compare_s = started("compare", str(files[0]), str(files[2]))
         cases = len(json.loads(files[0].read_text())["cases"])
-        print(f"cases: {cases}")
-        print(f"cold / warm cache:       {walls[0] / walls[1]:.2f}x")
-        print(f"jobs 1 / jobs {args.jobs} (no cache): {walls[2] / walls[3]:.2f}x")
-        print(f"results.json identical across the four runs (timestamps, command line, seconds removed): {same}")
+        print(f"cases: {cases}; median over {args.rounds} round(s) [lowest, highest]:")
+        for k, (label, _) in enumerate(runs):
+            print(f"  {label:<22} wall {summary([w[k] for w in walls], ' s')}   outside/inside "
+                  f"{summary([(w[k] - i[k]) / i[k] for w, i in zip(walls, ins)])}")
+        print(f"cold / warm cache:       {summary([w[0] / w[1] for w in walls], 'x')}")
+        print(f"jobs 1 / jobs {args.jobs} (no cache): {summary([w[2] / w[3] for w in walls], 'x')}")
+        print(f"results.json identical across the {len(files)} runs (timestamps, command line, seconds removed): "
+              f"{same}")
         print(f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5, "
               f"bytecode compiled)")
         print(f"startup: acceptance list {list_s:.2f} s, validate {validate_s:.2f} s (both import the specs' "
