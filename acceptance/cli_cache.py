@@ -14,9 +14,9 @@ from acceptance.cli import _reference_cache, main
 def cache_group() -> None:
     """The reference cache: what one run keeps for the next (references and measurements).
 
-    Generated inputs, baseline and oracle outputs that take longer to make again than to read back (made slower
-    than 1 GiB/s), and each case's measurement, reused only when a re-run's impl and references answer the same
-    bytes in every trial. Folder: $ACCEPTANCE_CACHE_DIR, else the platform's user cache folder."""
+    Generated inputs, baseline and oracle outputs, and each case's measurement, reused only when a re-run's impl
+    and references answer the same bytes in every trial. Folder: $ACCEPTANCE_CACHE_DIR, else the platform's user
+    cache folder."""
 
 
 @cache_group.command("info")
@@ -26,7 +26,6 @@ def cache_info() -> None:
     click.echo(f"folder:   {info.root}")
     click.echo(f"entries:  {info.entries}")
     click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
-    click.echo(f"stores:   tensors made slower than {info.store_rate / 2**20:.0f} MiB/s (faster ones are made again)")
     if info.stale_bytes:
         click.echo(f"stale:    {info.stale_bytes / 2**20:.1f} MiB (other format versions, temporary files)")
 

@@ -297,21 +297,18 @@ class TrialRun:
             runs.append(out)
             timing.impl += seconds
         bases = [plan.cached_base] * self._base_runs(t) if plan.cached_base is not None else []
-        first = 0.0  # seconds of the baseline's first run
         while len(bases) < self._base_runs(t):
             base, seconds = batch.next(timeout=self.baseline_timeout, limit=self.baseline_timeout, names=self.names)
             bases.append(base)
             timing.baseline += seconds
-            if len(bases) == 1:
-                first = seconds
         if plan.cached_base is None and references is not None and all(same_outputs(bases[0], b) for b in bases[1:]):
-            bases[0] = references.put("baseline", t, bases[0], first)  # a varying baseline is an error, never stored
+            bases[0] = references.put("baseline", t, bases[0])  # a varying baseline is an error, never stored
         ref = plan.cached_oracle
         if self.oracle and ref is None:
             out, seconds = batch.next(timeout=self.oracle_timeout, limit=self.oracle_timeout, names=self.names)
             ref = tuple(o.to(torch.float64) if o.is_floating_point() else o for o in out)
             timing.oracle += seconds
-            ref = references.put("oracle", t, ref, seconds) if references is not None else ref
+            ref = references.put("oracle", t, ref) if references is not None else ref
         _check(t, runs[0], bases[0], ref)
         return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
 

@@ -6,13 +6,13 @@ and its trials' tensors: the impl's outputs (and its repeats), the baseline's
 every trial, those of a run already measured with the same case, rules,
 references and measuring code, the measurement is the one that run recorded,
 and it is read back instead of computed again. The baseline's and oracle's
-outputs come from the reference cache, or are computed again where they were
-not worth storing (:meth:`acceptance.cache.ReferenceCache.worth_storing`):
-either way their bytes are digested with the impl's. The impl still runs
-every trial, on the device, every time: what is reused is arithmetic on
-identical bytes, never an answer of the code under test. A changed impl, a
-nondeterministic impl or reference, a changed spec, rules, installation or
-measuring code measures in full.
+outputs come from the reference cache, or are computed again where their
+entries are gone (evicted, never written): either way their bytes are
+digested with the impl's. The impl still runs every trial, on the device,
+every time: what is reused is arithmetic on identical bytes, never an answer
+of the code under test. A changed impl, a nondeterministic impl or
+reference, a changed spec, rules, installation or measuring code measures in
+full.
 
 Entry of a case (in the :class:`~acceptance.cache.ReferenceCache`, key
 ``role="measurement"``): a uint8 tensor of the XXH3-128 of each trial's

@@ -43,7 +43,7 @@ _STATE: dict[str, Any] = {}
 def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
           threads: Optional[int] = None, guard: Optional[Path] = None,
           runner: Optional[int] = None, server: Optional[tuple] = None) -> None:  # pragma: no cover
-    """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled, store_rate) of the run's cache;
+    """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache;
     ``device``: the impl's device, or a queue of them from which each job takes its own; ``server``: the
     runner's fork server (:func:`acceptance.forkserver.handle`), which the job's workers start from."""
     if server is not None:
@@ -59,8 +59,7 @@ def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tup
 
         die_with(runner)  # its worker, started by this job, ends with the job
     torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
-    store = ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2], store_rate=cache[3]) if cache else None
-    _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(store),
+    _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
                   worker=None, threads=threads, guard=guard)
     # as the job ends (the pool shut down), its worker writes the inputs it made for the cache, then exits
     multiprocessing.util.Finalize(None, _finish, exitpriority=10)
@@ -119,11 +118,10 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
         given = context.Queue()
         for d in devices:
             given.put(d)
-    store = (cache.root, cache.max_bytes, cache.enabled, cache.store_rate) if cache else None
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context,
-                                                  initializer=_init, initargs=(given, trials, isolate, store,
-                                                                               threads, guard, os.getpid(),
-                                                                               forkserver.handle()))
+                                                  initializer=_init, initargs=(given, trials, isolate,
+                                                            (cache.root, cache.max_bytes, cache.enabled) if cache else None,
+                                                            threads, guard, os.getpid(), forkserver.handle()))
     folder = None if isolate else guard  # each job's worker checks its calls itself
     finished: dict[str, tuple[CaseResult, Rules]] = {}
     complete = False

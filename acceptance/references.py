@@ -31,14 +31,6 @@ above with ``trial`` "all", when each trial's are small (:data:`PACK_TRIAL_BYTES
 Larger outputs get an entry per trial. A pack holds the trials computed so far ((trial, outputs) pairs
 after an int64 index), so a run with more trials adds to it and one with fewer reads part of it.
 
-Only what costs more to make again than to move through the cache is stored
-(:meth:`acceptance.cache.ReferenceCache.worth_storing`: made slower than
-:data:`acceptance.cache.store.STORE_RATE`, 1 GiB/s): an mpmath oracle, a
-quantized matmul's float64 reference, inputs drawn from the normal
-distribution are; a float64 elementwise oracle or a same-dtype CPU baseline
-that answers in a few milliseconds is computed again. Per case and role, the
-first trial computed decides, so a role's trials are stored all or none.
-
 A callable that cannot be fingerprinted, or a spec whose repr shows a memory
 address, is simply not cached. Outputs are made contiguous whether they come
 from the cache or from the call, so a warm run computes on the same bytes in
@@ -51,7 +43,6 @@ import dataclasses
 import functools
 import hashlib
 import math
-import time
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -139,7 +130,6 @@ class CaseReferences:
         self._fresh: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs computed here, to be packed
         self._fresh_bytes: dict[str, int] = {}  # role -> bytes of its fresh trials
         self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
-        self._worth: dict[str, bool] = {}  # role -> whether its outputs are worth storing, by its first computed trial
         self._recipe: Optional[CachedRecipe] = None  # the case's inputs as this process reads and makes them
 
     def _stored(self, role: str) -> bool:
@@ -174,17 +164,13 @@ class CaseReferences:
             self._alone[role] = found is not None
         return found
 
-    def put(self, role: str, trial: int, tensors: Tensors, seconds: float) -> Tensors:
-        """Store ``tensors`` (made contiguous), which took ``seconds`` to compute, and return them as the trial
-        uses them: in the case's pack (written by :meth:`close`) when small, else an entry of their own, written
-        now. Only what is worth storing is (:meth:`acceptance.cache.ReferenceCache.worth_storing`): the role's
-        first trial computed here decides for the case, so that its trials are stored all or none."""
+    def put(self, role: str, trial: int, tensors: Tensors) -> Tensors:
+        """Store ``tensors`` (made contiguous) and return them as the trial uses them: in the case's pack
+        (written by :meth:`close`) when small, else an entry of their own, written now."""
         tensors = tuple(t.contiguous() for t in tensors)
         if not self._stored(role):
             return tensors
         nbytes = _nbytes(tensors)
-        if not self._worth.setdefault(role, self.cache.worth_storing(nbytes, seconds)):
-            return tensors  # made again faster than written and read back
         fresh = self._fresh.setdefault(role, {})
         held = self._fresh_bytes.get(role, 0)  # sum(map(_nbytes, fresh.values())), kept as trials come
         if nbytes <= PACK_TRIAL_BYTES and held + nbytes <= PACK_BYTES:
@@ -242,11 +228,8 @@ class CachedRecipe(Recipe):
     :meth:`flush` once every one of the case's ``trials`` is either read or made (a pack read with fewer
     trials is written again with the new ones); an entry of its own is written as its trial is made.
 
-    Only inputs worth storing are (:meth:`acceptance.cache.ReferenceCache.worth_storing`): the first trial
-    made here decides, by its bytes and the seconds it took to make, for every trial this copy makes.
-
     Picklable, so that a worker makes (or reads) the inputs where they are used: the copy carries the case,
-    the cache folder, its cap and store rate and the keys, never what this copy has read or made. In a worker, a thread
+    the cache folder, its cap and the keys, never what this copy has read or made. In a worker, a thread
     writes the entries (:meth:`acceptance.cache.ReferenceCache.write_behind`) while the calls go on: a trial's
     entry is queued as a copy (the calls may write to their inputs), unless it is too large to wait
     (:data:`acceptance.cache.store.QUEUED_BYTES`), and the worker queues a pack (:meth:`flush`) after the batch
@@ -257,8 +240,7 @@ class CachedRecipe(Recipe):
 
     def __init__(self, case: Case, cache: ReferenceCache, keys: dict[int | str, str], trials: int):
         super().__init__(case)
-        self.root, self.max_bytes, self.store_rate = str(cache.root), cache.max_bytes, cache.store_rate
-        self.keys, self.trials = keys, trials
+        self.root, self.max_bytes, self.keys, self.trials = str(cache.root), cache.max_bytes, keys, trials
         self._store: Optional[ReferenceCache] = cache
         self._forget()
 
@@ -268,11 +250,10 @@ class CachedRecipe(Recipe):
         self._made: dict[int, Tensors] = {}  # trials made here, as made (their own copies), for the pack
         self._seen: set[int] = set()  # trials read or made
         self._due = False  # every trial read or made, some made: the pack is to be written
-        self._worth: Optional[bool] = None  # whether the trials made here are stored (by the first one made)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"case": self.case, "root": self.root, "max_bytes": self.max_bytes, "store_rate": self.store_rate,
-                "keys": self.keys, "trials": self.trials}
+        return {"case": self.case, "root": self.root, "max_bytes": self.max_bytes, "keys": self.keys,
+                "trials": self.trials}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -281,7 +262,7 @@ class CachedRecipe(Recipe):
 
     def _cache(self) -> ReferenceCache:
         if self._store is None:  # a copy, unpickled in a worker: the process's own store, with its writer thread
-            self._store = shared(self.root, self.max_bytes, self.store_rate)
+            self._store = shared(self.root, self.max_bytes)
         return self._store
 
     def __call__(self, trial: int) -> Any:
@@ -290,8 +271,8 @@ class CachedRecipe(Recipe):
             found = self._cache().get(k) if k is not None else None
             if found is not None:
                 return list(found)
-            made = self._make(trial)
-            if k is not None and isinstance(made, list) and self._worth:
+            made = super().__call__(trial)
+            if k is not None and isinstance(made, list):
                 if _nbytes(made) <= QUEUED_BYTES:  # a copy waits for the writes: the calls may change the inputs
                     self._cache().put_later(k, [t.clone() for t in made])
                 else:  # too large to wait (and to copy): written before the calls get it
@@ -304,20 +285,11 @@ class CachedRecipe(Recipe):
             self._read.add(trial)
             self._seen.add(trial)
             return list(self._pack.pop(trial))  # handed out: the calls may write to them, so not kept
-        made = self._make(trial)
-        if isinstance(made, list) and self._worth:
+        made = super().__call__(trial)
+        if isinstance(made, list):
             self._made[trial] = tuple(t.clone() for t in made)  # as made, whatever the calls do to the inputs
             self._seen.add(trial)
             self._due = len(self._seen) >= self.trials  # trials are numbered 0 .. trials - 1
-        return made
-
-    def _make(self, trial: int) -> Any:
-        """:meth:`acceptance.inputs.Recipe.__call__`, timed: the first trial made decides whether they are
-        stored."""
-        started = time.perf_counter()
-        made = super().__call__(trial)
-        if self._worth is None and isinstance(made, list):
-            self._worth = self._cache().worth_storing(_nbytes(made), time.perf_counter() - started)
         return made
 
     def pending(self) -> int:

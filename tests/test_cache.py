@@ -12,7 +12,6 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-import math
 import multiprocessing
 import os
 import sys
@@ -151,8 +150,8 @@ def test_info_counts_hits_misses_entries_and_bytes(tmp_path):
     c.put(k2, (torch.zeros(3, dtype=torch.int8), torch.zeros((), dtype=torch.bool)))
     assert c.get(k1) is not None and c.get(k2) is not None and c.get(key(i=3)) is None
     expected = entry_size(k1, [("float64", [10], 8)]) + entry_size(k2, [("int8", [3], 1), ("bool", [], 1)])
-    assert c.info() == CacheInfo(root=tmp_path, enabled=True, max_bytes=10**6, store_rate=2.0**30, entries=2,
-                                 bytes=expected, stale_bytes=0, hits=2, misses=2, corrupt=0, write_errors=0)
+    assert c.info() == CacheInfo(root=tmp_path, enabled=True, max_bytes=10**6, entries=2, bytes=expected,
+                                 stale_bytes=0, hits=2, misses=2, corrupt=0, write_errors=0)
 
 
 # --------------------------------------------------------------------------- put arguments
@@ -738,19 +737,6 @@ def test_a_disabled_cache_queues_nothing(tmp_path):
     cache.defer()
     cache.put_later("a" * 64, (torch.zeros(3),))
     assert not cache.write_next() and not list(tmp_path.rglob("*.ref"))
-
-
-def test_worth_storing_compares_the_seconds_with_the_bytes_at_the_store_rate(tmp_path):
-    """``seconds >= nbytes / store_rate``: at 1000 bytes/s, 1000 bytes are worth an entry from 1 s on."""
-    c = ReferenceCache(tmp_path, store_rate=1000.0)
-    assert c.worth_storing(1000, 1.0) and c.worth_storing(500, 0.5) and c.worth_storing(0, 0.0)
-    assert not c.worth_storing(1001, 1.0) and not c.worth_storing(1, 0.0)
-    assert ReferenceCache(tmp_path).store_rate == 2.0 ** 30  # 1 GiB/s
-    assert not ReferenceCache(tmp_path).worth_storing(2 ** 30, 0.999) and ReferenceCache(tmp_path).worth_storing(2 ** 30, 1.0)
-    assert ReferenceCache(tmp_path, store_rate=math.inf).worth_storing(10 ** 12, 0.0)
-    for bad in (0, -1.0, math.nan, True, "1"):
-        with pytest.raises(ValueError, match="store_rate"):
-            ReferenceCache(tmp_path, store_rate=bad)
 
 
 def test_entries_of_an_older_format_count_against_the_cap_and_go_first(tmp_path):

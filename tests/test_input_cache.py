@@ -4,7 +4,6 @@ writes to its inputs never reaches the cache; a pack grows with more trials; qua
 
 from __future__ import annotations
 
-import math
 import pickle
 import textwrap
 import threading
@@ -179,41 +178,9 @@ def test_a_pickled_recipe_carries_its_keys_and_nothing_it_read_or_made(tmp_path)
     assert recipe.pending() > 0
     copy = pickle.loads(pickle.dumps(recipe))
     assert (copy.keys, copy.trials, copy.root, copy.max_bytes) == (recipe.keys, 2, str(cache.root), cache.max_bytes)
-    assert copy.store_rate == cache.store_rate == 2.0 ** 30
     assert copy.pending() == 0 and copy._made == {} and copy._pack is None
     assert len(pickle.dumps(copy)) < len(pickle.dumps(recipe)) + 1  # state never travels
     assert bits(copy(1)) == bits(inputs.generate(case, 1))
-
-
-@pytest.mark.parametrize("per_trial", [False, True])
-@pytest.mark.parametrize("rate", [1.0, math.inf])
-def test_inputs_are_stored_only_when_making_them_is_slower_than_the_store_rate(tmp_path, made, monkeypatch,
-                                                                                per_trial, rate):
-    """At one byte per second, making ~600 bytes would have to take ten minutes to be worth storing: nothing
-    is stored, in a pack or per trial, here or in a pickled copy (a worker's); at an infinite rate everything
-    is. Either way the inputs are the same bits."""
-    if per_trial:
-        monkeypatch.setattr(R, "PACK_TRIAL_BYTES", 10)
-    case = case_of(tmp_path)
-    expected = [bits(inputs.generate(case, t)) for t in range(4)]
-    kept = {}
-    for where in ("here", "worker"):
-        cache = ReferenceCache(tmp_path / where, store_rate=rate)
-        refs = R.CaseReferences(cache, dict(BASE), dict(FNS))
-        recipe = refs.recipe(case, 4)
-        assert list(recipe.keys) == ([0, 1, 2, 3] if per_trial else ["all"])
-        if where == "worker":
-            recipe = pickle.loads(pickle.dumps(recipe))
-            assert recipe.store_rate == rate and recipe._cache().store_rate == rate
-        made.clear()
-        assert [bits(recipe(t)) for t in range(4)] == expected and made == [0, 1, 2, 3]
-        recipe.flush(), settle_shared()
-        kept[where] = len(list(cache.root.rglob("*.ref")))
-        made.clear()
-        again = R.CaseReferences(cache, dict(BASE), dict(FNS)).recipe(case, 4)
-        assert [bits(again(t)) for t in range(4)] == expected
-        assert made == ([] if rate == math.inf else [0, 1, 2, 3])
-    assert kept == dict.fromkeys(("here", "worker"), (4 if per_trial else 1) if rate == math.inf else 0)
 
 
 WORKER_KERNELS = "def first(a, *rest):\n    return a.clone()\n"
@@ -291,7 +258,7 @@ def test_in_a_worker_a_thread_writes_the_inputs_as_they_were_made(tmp_path, monk
     cache = ReferenceCache(tmp_path / "cache")
     recipe = pickle.loads(pickle.dumps(R.CaseReferences(cache, dict(BASE), dict(FNS)).recipe(case, 3)))
     assert (sorted(recipe.keys) == [0, 1, 2]) == per_trial
-    store = shared(str(cache.root), cache.max_bytes, cache.store_rate)
+    store = shared(str(cache.root), cache.max_bytes)
     gate, original = threading.Event(), store.put
     monkeypatch.setattr(store, "put", lambda key, tensors: gate.wait(30) and original(key, tensors))
     for t in range(3):

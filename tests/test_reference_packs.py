@@ -12,7 +12,6 @@ from acceptance.inputs import generate
 
 BASE = dict(case="op[float32-N=4]", dtype="float32", seed=7, spec="spec-repr", generator="g" * 64, threads=1)
 FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
-SLOW = 1.0  # seconds a call took: far slower than moving its bytes through the cache, so they are stored
 
 
 def refs(cache: ReferenceCache) -> R.CaseReferences:
@@ -39,8 +38,8 @@ def test_a_cases_trials_go_in_one_entry_per_role_and_come_back_bit_for_bit(tmp_p
     first = refs(cache)
     assert first.get("baseline", 0) is None and first.get("oracle", 0) is None
     for t in range(5):
-        first.put("baseline", t, outputs(t), SLOW)
-        first.put("oracle", t, outputs(100 + t), SLOW)
+        first.put("baseline", t, outputs(t))
+        first.put("oracle", t, outputs(100 + t))
     assert files(cache) == []  # written when the trials end
     first.close()
     assert len(files(cache)) == 2
@@ -56,12 +55,12 @@ def test_a_run_with_more_trials_adds_them_to_the_pack(tmp_path):
     cache = ReferenceCache(tmp_path)
     a = refs(cache)
     for t in range(3):
-        a.put("baseline", t, outputs(t), SLOW)
+        a.put("baseline", t, outputs(t))
     a.close()
     b = refs(cache)
     for t in range(6):
         if b.get("baseline", t) is None:
-            b.put("baseline", t, outputs(t), SLOW)
+            b.put("baseline", t, outputs(t))
     b.close()
     c = refs(cache)
     assert all(same(c.get("baseline", t), outputs(t)) for t in range(6))
@@ -74,7 +73,7 @@ def test_large_outputs_get_entries_of_their_own(tmp_path, monkeypatch):
     a = refs(cache)
     big = [(torch.full((20,), float(t)),) for t in range(3)]  # 80 bytes a trial
     for t in range(3):
-        a.put("oracle", t, big[t], SLOW)
+        a.put("oracle", t, big[t])
     assert len(files(cache)) == 3  # written at once
     a.close()
     assert len(files(cache)) == 3
@@ -89,7 +88,7 @@ def test_a_pack_beyond_its_cap_leaves_the_rest_to_entries_of_their_own(tmp_path,
     cache = ReferenceCache(tmp_path)
     a = refs(cache)
     for t in range(6):
-        a.put("baseline", t, (torch.full((8,), float(t)),), SLOW)  # 32 bytes: three fit in 100
+        a.put("baseline", t, (torch.full((8,), float(t)),))  # 32 bytes: three fit in 100
     a.close()
     assert len(files(cache)) == 1 + 3
     b = refs(cache)
@@ -108,7 +107,7 @@ def test_a_pack_whose_index_does_not_match_is_a_miss(tmp_path):
 def test_an_uncacheable_role_is_never_packed(tmp_path):
     cache = ReferenceCache(tmp_path)
     r = R.CaseReferences(cache, dict(BASE), {"baseline": None, "oracle": "o" * 64})
-    r.put("baseline", 0, outputs(0), SLOW)
+    r.put("baseline", 0, outputs(0))
     r.close()
     assert files(cache) == [] and r.get("baseline", 0) is None
 
@@ -118,7 +117,7 @@ def test_a_case_that_ends_early_keeps_the_trials_it_computed(tmp_path, stop):
     cache = ReferenceCache(tmp_path)
     a = refs(cache)
     for t in range(stop):
-        a.put("oracle", t, outputs(t), SLOW)
+        a.put("oracle", t, outputs(t))
     a.close()  # the engine closes whatever ended the trials
     b = refs(cache)
     assert all(same(b.get("oracle", t), outputs(t)) for t in range(stop)) and b.get("oracle", stop) is None
@@ -204,23 +203,3 @@ def test_a_miss_computes_the_keys_of_the_pack_and_trial_0_only(tmp_path, monkeyp
     assert all(r.get(role, t) is None for t in range(20) for role in ("baseline", "oracle"))
     assert sorted(asked, key=str) == sorted([("baseline", "all"), ("baseline", 0), ("oracle", "all"), ("oracle", 0)],
                                             key=str)
-
-
-@pytest.mark.parametrize("alone", [False, True])
-def test_a_role_is_stored_only_when_its_first_trial_was_slower_to_compute_than_to_keep(tmp_path, monkeypatch,
-                                                                                        alone):
-    """At 1000 bytes per second, a trial's ~44 bytes are worth storing when they took at least 44 ms: the
-    baseline's first trial took 1 ms and the oracle's 1 s. The first trial decides for the role's whole case,
-    whatever the later ones took, in a pack or in entries of their own."""
-    if alone:
-        monkeypatch.setattr(R, "PACK_TRIAL_BYTES", 10)
-    cache = ReferenceCache(tmp_path, store_rate=1000.0)
-    a = refs(cache)
-    for t in range(4):
-        a.put("baseline", t, outputs(t), 0.001 if t == 0 else 100.0)
-        a.put("oracle", t, outputs(100 + t), 1.0 if t == 0 else 0.0)
-    a.close()
-    assert len(files(cache)) == (4 if alone else 1)  # the oracle's only
-    b = refs(cache)
-    assert all(b.get("baseline", t) is None for t in range(4))
-    assert all(same(b.get("oracle", t), outputs(100 + t)) for t in range(4))

@@ -32,11 +32,6 @@ QUEUED_BYTES = 64 << 20
 EVICT_TO = 0.9
 #: A temporary file older than this (seconds) was left by a crashed writer.
 STALE_TEMP_S = 3600.0
-#: Bytes per second below which making something is slower than keeping it (:meth:`ReferenceCache.worth_storing`):
-#: 1 GiB/s. An entry is written at 0.4-1 GiB/s (file creation, copy into the page cache, the disk behind it) and
-#: read back with its checksum at 1.5-5 GiB/s; tensors made faster than this (a float64 elementwise oracle, a
-#: same-dtype CPU baseline, uniform random inputs) cost less to make again than to write and read.
-STORE_RATE = float(1 << 30)
 
 
 # --------------------------------------------------------------------------- keys
@@ -61,8 +56,7 @@ class CacheInfo:
     """State of a reference cache.
 
     ``entries``/``bytes``: readable entries of this format version on disk and
-    their total size (bytes, headers included); ``store_rate``: bytes per second
-    below which made tensors are worth an entry; ``stale_bytes``: files of other
+    their total size (bytes, headers included); ``stale_bytes``: files of other
     format versions and temporary files, which :meth:`ReferenceCache.clear`
     removes. ``hits``/``misses``/``corrupt``/``write_errors`` count this
     process's calls on this cache object (``corrupt``: entries that failed a
@@ -72,7 +66,6 @@ class CacheInfo:
     root: Path
     enabled: bool
     max_bytes: int
-    store_rate: float
     entries: int
     bytes: int
     stale_bytes: int
@@ -100,21 +93,15 @@ class ReferenceCache:
     until the first write. ``max_bytes``: size cap in bytes, enforced by
     least-recently-used eviction (see the module docstring). ``enabled=False``:
     :meth:`get` always misses and :meth:`put` writes nothing (``info``/``clear``
-    still work on the folder). ``store_rate``: bytes per second below which tensors are worth storing
-    (:meth:`worth_storing`; default :data:`STORE_RATE`; ``math.inf``: everything is). Safe to share between
-    threads and processes.
+    still work on the folder). Safe to share between threads and processes.
     """
 
     def __init__(self, root: Path | str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 enabled: bool = True, store_rate: Optional[float] = None) -> None:
-        store_rate = STORE_RATE if store_rate is None else store_rate
+                 enabled: bool = True) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ValueError(f"max_bytes: expected a positive integer number of bytes, got {max_bytes!r}")
-        if isinstance(store_rate, bool) or not isinstance(store_rate, (int, float)) or not store_rate > 0:
-            raise ValueError(f"store_rate: expected a positive number of bytes per second, got {store_rate!r}")
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.max_bytes = max_bytes
-        self.store_rate = float(store_rate)
         self.enabled = bool(enabled)
         self._dir = self.root / f"reference-v{FORMAT_VERSION}"
         self._lock = threading.Lock()
@@ -147,12 +134,6 @@ class ReferenceCache:
             setattr(self, field, getattr(self, field) + 1)
 
     # ------------------------------------------------------------------ get / put
-
-    def worth_storing(self, nbytes: int, seconds: float) -> bool:
-        """Whether tensors of ``nbytes`` bytes that took ``seconds`` to make are worth an entry: making them
-        again takes at least as long as moving them through the cache, ``seconds >= nbytes / store_rate``
-        (bytes / (bytes/s) = s; :data:`STORE_RATE`)."""
-        return seconds >= nbytes / self.store_rate
 
     def get(self, key: str) -> Optional[tuple[torch.Tensor, ...]]:
         """The tensors stored under ``key`` (fresh, contiguous CPU tensors), or
@@ -381,9 +362,9 @@ class ReferenceCache:
         entries, others, temporary = self._scan()
         with self._lock:
             return CacheInfo(
-                root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, store_rate=self.store_rate,
-                entries=len(entries), bytes=sum(size for _, _, size in entries),
-                stale_bytes=sum(size for _, _, size in others) + temporary, hits=self._hits,
+                root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, entries=len(entries),
+                bytes=sum(size for _, _, size in entries), stale_bytes=sum(size for _, _, size in others) + temporary,
+                hits=self._hits,
                 misses=self._misses, corrupt=self._corrupt, write_errors=self._write_errors,
             )
 
@@ -433,16 +414,16 @@ def _rmdir(path: str) -> None:
 
 #: This process's stores by (folder, cap), for the recipes unpickled in a worker (:func:`shared`): its recipes
 #: share one, so that its count of the bytes on disk (for the cap) is not rebuilt by a scan case after case.
-_SHARED: dict[tuple[str, int, float], ReferenceCache] = {}
+_SHARED: dict[tuple[str, int], ReferenceCache] = {}
 
 
-def shared(root: str, max_bytes: int, store_rate: float) -> ReferenceCache:
-    """This process's store of the folder ``root`` capped at ``max_bytes`` (and storing what is made slower than
-    ``store_rate``): one per folder, its entries written by a thread (:meth:`ReferenceCache.write_behind`)."""
-    if (root, max_bytes, store_rate) not in _SHARED:
-        _SHARED[root, max_bytes, store_rate] = ReferenceCache(root, max_bytes=max_bytes, store_rate=store_rate)
-        _SHARED[root, max_bytes, store_rate].write_behind()
-    return _SHARED[root, max_bytes, store_rate]
+def shared(root: str, max_bytes: int) -> ReferenceCache:
+    """This process's store of the folder ``root`` capped at ``max_bytes``: one per folder, its entries written
+    by a thread (:meth:`ReferenceCache.write_behind`)."""
+    if (root, max_bytes) not in _SHARED:
+        _SHARED[root, max_bytes] = ReferenceCache(root, max_bytes=max_bytes)
+        _SHARED[root, max_bytes].write_behind()
+    return _SHARED[root, max_bytes]
 
 
 def settle_shared() -> None:
