@@ -13,6 +13,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import sys
+import time
 from multiprocessing.context import BaseContext
 
 from acceptance.errors import UsageError
@@ -92,6 +93,29 @@ def start(jobs: int = 1) -> None:
     if multiprocessing.forkserver._forkserver._forkserver_pid is None and not _adopted:
         _preload = PRELOAD + JOB_PRELOAD if jobs > 1 else PRELOAD
     context()
+
+
+def settle(timeout: float = 10.0) -> bool:
+    """Wait until no process forked from the fork server this process launched is left (jobs, their workers),
+    at most ``timeout`` seconds; whether none is. Workers end on their own once their job is killed
+    (:func:`acceptance.serve.die_with`), a few milliseconds later: until then one may still be in a call,
+    watching the run's output folder, and would remove a file the runner writes there as one the call wrote.
+    Read from ``/proc/<server>/task/*/children`` (Linux); elsewhere ``False`` at once."""
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            left = any(open(f"/proc/{pid}/task/{task}/children").read().split()
+                       for task in os.listdir(f"/proc/{pid}/task"))
+        except OSError:  # the server is gone (nothing is left), or there is no /proc to tell
+            return os.path.isdir("/proc/self") and not os.path.isdir(f"/proc/{pid}")
+        if not left:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
 
 
 #: Set in the fork server's environment as it is launched, to the launching process's id: the process that

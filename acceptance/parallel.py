@@ -162,4 +162,6 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.kill()
         pool.shutdown(wait=complete, cancel_futures=True)
+        if not complete:  # and write nothing to the folder the jobs' workers watch until they are gone
+            forkserver.settle()
         measured.extend(finished[case.id] for case in todo if case.id in finished)

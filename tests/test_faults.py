@@ -175,9 +175,9 @@ def _marked(mark: str) -> list[int]:
 
 @pytest.mark.parametrize("jobs", [["--jobs", "1"], ["--jobs", "2"]], ids=["jobs1", "jobs2"])
 def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path, jobs):
-    specs = write_specs(tmp_path / "specs", {f"ok{k}": "good" for k in range(6)})
-    for path in specs.glob("ok*.yaml"):  # slow enough to be killed in the middle
-        path.write_text(path.read_text().replace("impl: faults.py:good", "impl: faults.py:good\nbaseline_timeout: 30")
+    specs = write_specs(tmp_path / "specs", {f"ok{k}": "steady" for k in range(6)})
+    for path in specs.glob("ok*.yaml"):  # slow enough to be killed in the middle: 0.4 s a case at least
+        path.write_text(path.read_text().replace("impl: faults.py:steady", "impl: faults.py:steady\nbaseline_timeout: 30")
                         .replace("trials: 2", "trials: 40"))
     full = tmp_path / "full"
     assert acceptance("run", specs, "--out", full).returncode == 0
@@ -206,12 +206,16 @@ def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path, jobs):
         _comparable(json.loads((full / "results.json").read_text()))
 
 
-def test_sigterm_leaves_an_interrupted_run_that_is_never_green(tmp_path):
-    specs = write_specs(tmp_path / "specs", {f"ok{k}": "good" for k in range(6)})
-    for path in specs.glob("ok*.yaml"):
+@pytest.mark.parametrize("jobs", [["--jobs", "1"], ["--jobs", "2"]], ids=["jobs1", "jobs2"])
+def test_sigterm_leaves_an_interrupted_run_that_is_never_green(tmp_path, jobs):
+    """With several jobs, the killed jobs' workers outlive them by a few milliseconds, possibly in a call that
+    watches the output folder: the results are written once they are gone, never removed by one of them as a
+    file the call wrote (without the wait, the results were missing in most runs of this test)."""
+    specs = write_specs(tmp_path / "specs", {f"ok{k}": "steady" for k in range(6)})
+    for path in specs.glob("ok*.yaml"):  # 0.4 s a case at least: still measuring when the signal comes
         path.write_text(path.read_text().replace("trials: 2", "trials: 40"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out), *jobs],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 120
@@ -224,6 +228,7 @@ def test_sigterm_leaves_an_interrupted_run_that_is_never_green(tmp_path):
     assert results["interrupted"] and results["summary"]["verdict"] == "interrupted"
     assert results["summary"]["exit_code"] == 143 and results["not_run"]
     assert len(results["cases"]) + len(results["not_run"]) == 6
+    assert {p.name for p in out.iterdir()} >= {"results.json", "junit.xml", "report.html", "journal.jsonl"}
 
 
 def test_a_sigterm_as_the_measuring_ends_still_gives_an_interrupted_run(tmp_path, monkeypatch):
