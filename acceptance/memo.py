@@ -29,12 +29,11 @@ SHA-256 of the source of every module of this package.
 While each trial's digest matches the entry's, that trial's measuring waits
 (its tensors held, at most :data:`HOLD_BYTES`); the first one that does not
 match releases the trials held, which are then measured in order, as they
-would have been. Only a case measured
-without an error is recorded. An impl on a GPU is memoised like one on the
-CPU when it runs in its worker, which sends its outputs to the runner on the
-host; outputs still on a device (callables run in the runner's process,
-``--no-isolation``) are measured every run rather than copied to the host to
-be digested.
+would have been. Only a case measured without an error is recorded. An impl
+on a GPU is memoised like one on the CPU when it runs in its worker, which
+sends its outputs to the runner on the host; outputs still on a device
+(callables run in the runner's process, ``--no-isolation``) are measured
+every run rather than copied to the host to be digested.
 """
 
 from __future__ import annotations

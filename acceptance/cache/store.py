@@ -364,8 +364,7 @@ class ReferenceCache:
             return CacheInfo(
                 root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, entries=len(entries),
                 bytes=sum(size for _, _, size in entries), stale_bytes=sum(size for _, _, size in others) + temporary,
-                hits=self._hits,
-                misses=self._misses, corrupt=self._corrupt, write_errors=self._write_errors,
+                hits=self._hits, misses=self._misses, corrupt=self._corrupt, write_errors=self._write_errors,
             )
 
     def clear(self) -> int:
