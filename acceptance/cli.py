@@ -142,7 +142,8 @@ def main() -> None:
               help="Run each impl once more under compute-sanitizer (memcheck, racecheck); needs CUDA and the tool.")
 @tier_option
 @click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
-              help="Cases measured at once, each in its own process and worker [default: the CPU cores].")
+              help="Cases measured at once, each in its own process and worker [default: the CPU cores; on CUDA "
+                   "one per GPU, and more jobs than GPUs share them].")
 @click.option("--no-cache", is_flag=True,
               help="Neither read nor write the reference cache (baseline and oracle outputs, and the measurements "
                    "of impl outputs seen before).")
