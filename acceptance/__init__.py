@@ -7,26 +7,26 @@ those of threshold tuning and accuracy regression,
 that the command line starts without importing torch.
 """
 
-__version__ = "0.1.0"
+from acceptance.version import __version__
 
 __all__ = ["dual_delta", "DualDeltaResult", "tune", "compare", "assert_accurate", "AccuracyError", "__version__"]
 
 
 def __getattr__(name: str):
     if name in ("dual_delta", "DualDeltaResult"):
-        from acceptance import dualdelta
+        from acceptance.session import dualdelta
 
         return getattr(dualdelta, name)
     if name == "tune":
-        from acceptance.tuning import tune
+        from acceptance.session.tune import tune
 
         return tune
     if name == "compare":
-        from acceptance.tuning import compare
+        from acceptance.session.tune import compare
 
         return compare
     if name in ("assert_accurate", "AccuracyError"):
-        from acceptance import assertions
+        from acceptance.decide import assertions
 
         return getattr(assertions, name)
     raise AttributeError(f"module 'acceptance' has no attribute {name!r}")

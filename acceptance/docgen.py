@@ -20,8 +20,9 @@ from typing import Annotated, Any, Callable, Literal, Union, get_args, get_origi
 
 import click
 
-from acceptance import dtypes, errors
-from acceptance.metrics import registry
+from acceptance.formats import dtypes
+from acceptance import errors
+from acceptance.numerics.metrics import registry
 from acceptance.records import CaseResult, Criterion, DualDeltaRecord, Results
 from acceptance.spec import defaults
 from acceptance.spec.model import CATEGORIES

@@ -125,15 +125,15 @@ def _held(config: pytest.Config, attr: str, make: Any) -> Any:
 
 def _worker(config: pytest.Config) -> Any:
     """The session's worker process."""
-    from acceptance.workers import Worker
+    from acceptance.isolation.worker import Worker
 
     return _held(config, "_acceptance_worker", Worker)
 
 
 def _imports(config: pytest.Config) -> Any:
-    """The session's :class:`~acceptance.importcheck.ImportCheck`: a spec's modules are imported in a child
+    """The session's :class:`~acceptance.isolation.importcheck.ImportCheck`: a spec's modules are imported in a child
     process to be checked, so that one exiting at import cannot end the session (closed once collected)."""
-    from acceptance.importcheck import ImportCheck
+    from acceptance.isolation.importcheck import ImportCheck
 
     return _held(config, "_acceptance_imports", ImportCheck)
 
@@ -147,7 +147,7 @@ class CaseItem(pytest.Item):
         self.add_marker(pytest.mark.acceptance)
 
     def runtest(self) -> None:
-        from acceptance import runner
+        from acceptance.measure import case as runner
         from acceptance.report.text import case_details
         from acceptance.spec import rules_for
 
@@ -227,10 +227,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _write(out: Path, config: pytest.Config) -> None:
-    from acceptance import provenance
-    from acceptance.cli import write_reports
+    from acceptance.session import provenance
+    from acceptance.cli.run import write_reports
     from acceptance.records import CaseResult, Results
-    from acceptance.verdict import summarize
+    from acceptance.decide.verdict import summarize
 
     cases = list({c.id: c for c in (CaseResult.model_validate(json.loads(v)) for v in _RESULTS)}.values())
     now = provenance.now()

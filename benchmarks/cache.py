@@ -14,7 +14,7 @@ after a warm-up (more calls for fast ones, up to 0.2 s):
 - the recomputation it replaces: a float64 matmul with n outputs
   (M = N = round(sqrt(n))) from float32 inputs, converted to float64 as the
   oracle does, for K = 128 and K = M (square); and the inputs' generation,
-  ``acceptance.inputs.unit_uniform`` + ``acceptance.dtypes.to_tensor`` of n values.
+  ``acceptance.spec.inputs.unit_uniform`` + ``acceptance.formats.dtypes.to_tensor`` of n values.
 
 Ratios printed: matmul / get (how many times faster a hit is than the work it
 saves; > 1 means the cache pays) and put / matmul (the first run's extra cost).
@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from acceptance.cache import ReferenceCache, key
-from acceptance.dtypes import to_tensor
-from acceptance.inputs import unit_uniform
+from acceptance.formats.dtypes import to_tensor
+from acceptance.spec.inputs import unit_uniform
 
 
 def best(fn, repeat: int, budget: float = 0.2) -> float:
@@ -72,7 +72,7 @@ def matmul_time(n: int, k: int, repeat: int) -> float:
 
 
 def generate_time(n: int, repeat: int) -> float:
-    """Drawing n uniform values as acceptance.inputs does and rounding them to float32."""
+    """Drawing n uniform values as acceptance.spec.inputs does and rounding them to float32."""
     def run():
         bits = np.random.PCG64(np.random.SeedSequence(1234, spawn_key=(0,)))
         to_tensor(-1.0 + 2.0 * unit_uniform(bits, n), "float32")

@@ -1,4 +1,4 @@
-"""Speed and memory of ``acceptance.emulate.matmul`` on one CPU thread.
+"""Speed and memory of ``acceptance.numerics.emulate.matmul`` on one CPU thread.
 
 For each configuration it times the emulated GEMM (best of ``--repeat`` runs,
 after one warm-up) and prints it with two yardsticks on the same inputs:
@@ -39,7 +39,7 @@ SCHEMES = {
 def child(kind: str, size: int, scheme: str, repeat: int) -> dict:
     import torch
 
-    from acceptance import emulate
+    from acceptance.numerics import emulate
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)

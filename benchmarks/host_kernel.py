@@ -5,8 +5,8 @@
 For each format the kernel reads (float32, float64, float16 and bfloat16 bit
 patterns), one pair of 65,537-element arrays (an output of the built-in
 library's size) is reduced ``--repeat`` times by this tree's
-``acceptance.metrics.host._kernel`` and, with ``--against``, by the one in
-``DIR/acceptance/metrics/host.py``, in alternating rounds (best of three).
+``acceptance.numerics.metrics.host._kernel`` and, with ``--against``, by the one in
+``DIR/acceptance/numerics/metrics/host.py``, in alternating rounds (best of three).
 Prints ns per element and the ratio, and whether the two kernels give the same
 sums, maxima and counts bit for bit on those arrays and on random bit
 patterns of float32 and float64 (NaN payloads, subnormals, both zeros,
@@ -26,8 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from acceptance import dtypes  # noqa: E402
-from acceptance.metrics import host  # noqa: E402
+from acceptance.formats import dtypes  # noqa: E402
+from acceptance.numerics.metrics import host  # noqa: E402
 
 
 def _other(folder: Path):

@@ -7,10 +7,10 @@ spec's, or its dual-delta trials) it times, in a fresh process with one torch
 thread (as the runner's main process computes with ``--jobs 1``), best of
 ``--repeat`` passes, in CPU seconds of the process:
 
-- ``generate``: :func:`acceptance.inputs.generate` of every trial;
+- ``generate``: :func:`acceptance.spec.inputs.generate` of every trial;
 - ``extras``: per trial, on the first float input of the case's trial 0 taken
-  as a float64 oracle of its size, :func:`acceptance.presets.range_counts` and
-  :func:`acceptance.dtypes.rounded` (what :class:`acceptance.faithful.Extras`
+  as a float64 oracle of its size, :func:`acceptance.formats.presets.range_counts` and
+  :func:`acceptance.formats.dtypes.rounded` (what :class:`acceptance.measure.roles.Extras`
   and the oracle comparison add per output).
 
 "after" is the working tree. "before" is ``--before REV`` (a git revision,
@@ -44,8 +44,10 @@ sys.path.insert(0, tree)
 import numpy as np
 import torch
 torch.set_num_threads(1)
-from acceptance import dtypes, inputs, presets, spec
-from acceptance.runner import rules_for, trials_of
+from acceptance import spec
+from acceptance.formats import dtypes, presets
+from acceptance.spec import inputs
+from acceptance.measure.case import rules_for, trials_of
 if slow:
     inputs._GENERATOR_EXACT = False
     dtypes._TENSOR_FAST = {}

@@ -1,4 +1,4 @@
-"""Speed and memory of ``acceptance.metrics.compute`` against two yardsticks.
+"""Speed and memory of ``acceptance.numerics.metrics.compute`` against two yardsticks.
 
 For float32 inputs of 1e6, 1e7 and 5e7 elements it times
 
@@ -56,7 +56,7 @@ def inputs(n: int, kind: str = "float32"):
 
 
 def numpy_metrics(e: np.ndarray, b: np.ndarray, th: float = 1e-6, p: int = 24, emin: int = -126) -> dict:
-    """Every metric of acceptance.metrics for float32 data, one numpy expression each (float64 temporaries)."""
+    """Every metric of acceptance.numerics.metrics for float32 data, one numpy expression each (float64 temporaries)."""
     e, b = e.astype(np.float64), b.astype(np.float64)
     out = {
         "nan_mismatch": int(np.sum(np.isnan(e) != np.isnan(b))),
@@ -108,7 +108,7 @@ def measure(method: str, n: int, kind: str, repeat: int) -> dict:
     """Best time of ``repeat`` runs and peak extra resident memory of one method (in this process)."""
     e, b = inputs(n, kind)
     if method == "compute":
-        from acceptance.metrics import compute
+        from acceptance.numerics.metrics import compute
 
         compute(e[:10], b[:10])  # compile, or load the compiled kernel from the cache
 
@@ -135,7 +135,7 @@ def measure(method: str, n: int, kind: str, repeat: int) -> dict:
 
 def first_call(cache_dir: str) -> float:
     """Seconds of the first compute() call in a fresh process using numba cache folder ``cache_dir``."""
-    code = ("import time, numpy as np; from acceptance.metrics import compute; e = np.ones(4, np.float32);"
+    code = ("import time, numpy as np; from acceptance.numerics.metrics import compute; e = np.ones(4, np.float32);"
             "t = time.perf_counter(); compute(e, e); print(time.perf_counter() - t)")
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)

@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from acceptance import quant
+from acceptance.formats import quant
 from acceptance.spec.defaults import QUANT_NMSE
 
 THRESHOLD_PCT = {fmt: 100 * gate for fmt, gate in QUANT_NMSE.items()}

@@ -1,10 +1,10 @@
-"""Quantize / dequantize throughput of acceptance.quant against gguf-py's reference codec.
+"""Quantize / dequantize throughput of acceptance.formats.quant against gguf-py's reference codec.
 
     python benchmarks/quant_throughput.py [--rows 1024] [--k 4096] [--repeat 3]
 
 For each format, the best of ``--repeat`` wall-clock times of one call on a
 (rows, k) float32 N(0, 1) array, as millions of elements per second, for
-``acceptance.quant`` and for ``gguf.quants`` (0.19; it has no q8_1), and the speed
+``acceptance.formats.quant`` and for ``gguf.quants`` (0.19; it has no q8_1), and the speed
 ratio ours / gguf (> 1: ours is faster). Single process, whatever BLAS/numpy threads
 are configured; on a shared machine, compare ratios rather than absolute rates.
 """
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from acceptance import quant
+from acceptance.formats import quant
 
 
 def best_time(fn, repeat: int) -> float:

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from acceptance import records as rs
-from acceptance import results as results_io
+from acceptance.session import results as results_io
 from acceptance.report.github import annotations, render_summary
 from acceptance.report.html import MAX_PLOTTED_CASES, render_html
 from acceptance.report.junit import render_junit
 from acceptance.report.signoff import render_signoff
-from acceptance.verdict import summarize
+from acceptance.decide.verdict import summarize
 
 BUCKETS = ["=0", "<1e-6", "1e-6..1e-5", "1e-5..1e-4", "1e-4..1e-3", "1e-3..1e-2", "1e-2..1e-1", "1e-1..1", ">1"]
 OPERATORS = [("matmul", "composite"), ("conv2d", "convolution"), ("softmax", "activation"), ("sum", "reduction"),

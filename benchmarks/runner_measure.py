@@ -7,7 +7,7 @@ Runs the selected cases of the built-in library once in this process (the
 code of this tree), keeping every trial's tensors; then, in a fresh
 interpreter per code tree (this one, and ``--against``'s, e.g. a checkout of
 ``main``), replays every trial through ``runner._Output.add`` and ``Peers``
-exactly as :func:`acceptance.runner.measure` does, ``--repeat`` times (the
+exactly as :func:`acceptance.measure.case.measure` does, ``--repeat`` times (the
 trees taking turns), and prints per tree:
 
 - the seconds per (trial, output), per operator (its best repetition) and
@@ -41,8 +41,9 @@ def record(specs: str, only: str | None, path: Path) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from acceptance import runner, spec
-    from acceptance.cli import _load
+    from acceptance.measure import case as runner
+    from acceptance import spec
+    from acceptance.cli.run import _load
 
     loaded = _load([Path(specs)])
     cases = [c for glob in (only.split(",") if only else [None]) for c in spec.expand(loaded, only=glob)]
@@ -73,8 +74,8 @@ def replay(root: str, path: Path, repeat: int) -> dict:
     sys.path.insert(0, root)
     import torch
 
-    from acceptance import runner
-    from acceptance.peers import Peers
+    from acceptance.measure import case as runner
+    from acceptance.measure.peers import Peers
 
     torch.set_num_threads(1)
     cases = torch.load(path, weights_only=False)

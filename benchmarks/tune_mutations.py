@@ -24,9 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from acceptance import runner, spec  # noqa: E402
+from acceptance.measure import case as runner
+from acceptance import spec  # noqa: E402
 from acceptance.device import resolve_device  # noqa: E402
-from acceptance.proposal import observations, proposals  # noqa: E402
+from acceptance.decide.proposal import observations, proposals  # noqa: E402
 
 SPECS = ROOT / "tests" / "mutation_specs"
 #: baseline -> a legitimate technique for the same function (tests/mutants.py, tests/mutant_kernels.py)
@@ -37,7 +38,7 @@ LEGIT = {
     "../mutant_kernels.py:exp": "../mutant_kernels.py:exp_flush_subnormal",
     # the quantized specs' baseline is the float matmul of the dequantized values; the legitimate kernel is the
     # reference q4_0 x q8_1 one (zero point folded through q8_1's fp16 s)
-    "../../operator_specs/_ops.py:matmul_nt": "acceptance.quant_kernels:matmul_q4_0_q8_1",
+    "../../operator_specs/_ops.py:matmul_nt": "acceptance.formats.quant_kernels:matmul_q4_0_q8_1",
 }
 
 

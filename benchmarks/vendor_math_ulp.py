@@ -3,9 +3,9 @@
 Part 1 (libraries). For float32, float16 and bfloat16 inputs, each function is
 evaluated by numpy, scipy.special (through the wrappers of the spec library,
 ``operator_specs/vendor_math/_vendor.py``) and torch on the CPU, and by the
-oracle ``acceptance.oracle.mpmath_oracle(name, dps=30)`` (mpmath at 30
+oracle ``acceptance.numerics.oracle.mpmath_oracle(name, dps=30)`` (mpmath at 30
 decimal digits, rounded once to float64). The errors are
-``acceptance.metrics.compute(e, o, dtype=..., names=[max_ulp, mean_ulp,
+``acceptance.numerics.metrics.compute(e, o, dtype=..., names=[max_ulp, mean_ulp,
 max_hyb, mean_hyb])``:
 
 * ulp_i = |e_i - o_i| / spacing(min(|e_i|, |o_i|)) in the test dtype
@@ -59,8 +59,8 @@ import scipy.special
 import torch
 import torch.nn.functional as F
 
-from acceptance import metrics
-from acceptance.oracle import mpmath_oracle, rounded
+from acceptance.numerics import metrics
+from acceptance.numerics.oracle import mpmath_oracle, rounded
 
 NAMES = ["max_ulp", "mean_ulp", "max_hyb", "mean_hyb"]
 DPS = 30
@@ -144,7 +144,7 @@ def float16_inputs(lo: float, hi: float) -> np.ndarray:
 
 
 def ulp_errors(e: np.ndarray, o: np.ndarray, dtype: str) -> np.ndarray:
-    """Per-element |e - o| / spacing(min(|e|, |o|)) with the formula of acceptance.metrics (to locate the worst x);
+    """Per-element |e - o| / spacing(min(|e|, |o|)) with the formula of acceptance.numerics.metrics (to locate the worst x);
     e holds the dtype's values exactly (float16 or float32 arrays)."""
     p, emin = PRECISION[dtype]
     m = np.minimum(np.abs(e.astype(np.float64)), np.abs(o))

@@ -68,9 +68,9 @@ import time
 import numpy as np
 import torch
 
-from acceptance import emulate
-from acceptance.inputs import to_dtype, unit_uniform
-from acceptance.presets import preset
+from acceptance.numerics import emulate
+from acceptance.spec.inputs import to_dtype, unit_uniform
+from acceptance.formats.presets import preset
 
 RANGES = ("r0", "r1", "r4", "r5")
 BOUNDARIES = np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0])

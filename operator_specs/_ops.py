@@ -61,7 +61,7 @@ def matmul_nt(w, a):
 def matmul_q4_0_q8_1_dequantize(w, a):
     """The naive device kernel a quantized matmul is timed against: dequantize the q4_0 weight blocks and the
     q8_1 activation blocks to float32 with torch ops, then ``w @ a.T`` (a float32 GEMM)."""
-    from acceptance.quant_kernels import unpack_q4_0, unpack_q8_1
+    from acceptance.formats.quant_kernels import unpack_q4_0, unpack_q8_1
 
     wf, af = unpack_q4_0(w), unpack_q8_1(a)
     wd = ((wf.codes.float() - 8.0) * wf.d[..., None]).reshape(w.shape[0], -1)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import runner
-from acceptance.adapters import Adapter
+from acceptance.measure import case as runner
+from acceptance.isolation.adapters import Adapter
 from acceptance.spec import expand, load_spec, rules_for
 
 HERE = Path(__file__).parent / "ecosystem_specs"
@@ -168,7 +168,7 @@ def test_the_example_repository_passes_through_the_command_line(tmp_path):
     pytest.importorskip("onnxruntime")
     from click.testing import CliRunner
 
-    from acceptance import results
+    from acceptance.session import results
     from acceptance.cli import main
 
     out = tmp_path / "out"

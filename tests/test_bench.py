@@ -9,7 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance import bench, timing
+from acceptance.session import bench
+from acceptance.measure import timing
 from acceptance.cli import main
 from acceptance.spec import load_specs
 

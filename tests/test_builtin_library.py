@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance import results as results_mod
+from acceptance.session import results as results_mod
 from acceptance.cli import main
 from acceptance.spec import CATEGORIES
 

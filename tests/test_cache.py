@@ -445,7 +445,7 @@ def test_key_refuses_tensors_arrays_and_objects():
 
 def test_key_changes_with_the_environment(monkeypatch):
     before = key(role="baseline")
-    monkeypatch.setattr(acceptance, "__version__", acceptance.__version__ + ".post1")
+    monkeypatch.setattr(acceptance.version, "__version__", acceptance.__version__ + ".post1")
     assert key(role="baseline") != before
     monkeypatch.undo()
     threads = torch.get_num_threads()
@@ -560,7 +560,7 @@ def test_closure_cycles_terminate_and_opaque_state_is_refused():
 
 
 def _fresh_process_view(spec_dir: str) -> tuple[str, dict, dict, dict]:
-    from acceptance import oracle
+    from acceptance.numerics import oracle
 
     return (
         key(role="inputs", spec={"seed": 5, "shape": [3, 4]}, trial=2, dtype="float16"),

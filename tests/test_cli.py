@@ -11,9 +11,9 @@ import torch
 from click.testing import CliRunner
 
 import acceptance
-from acceptance import results as results_mod
+from acceptance.session import results as results_mod
 from acceptance.cli import main
-from acceptance.verdict import summarize
+from acceptance.decide.verdict import summarize
 
 
 def invoke(*args):
@@ -34,10 +34,10 @@ def test_python_dash_m():
     assert out.returncode == 0 and acceptance.__version__ in out.stdout
 
 
-@pytest.mark.parametrize("module", ["acceptance.cli_tune", "acceptance.cli_bench", "acceptance.cli_cache"])
+@pytest.mark.parametrize("module", ["acceptance.cli.tune", "acceptance.cli.bench", "acceptance.cli.cache"])
 def test_each_command_module_imports_first_and_registers_its_commands(module):
-    """A command module imported before :mod:`acceptance.cli` (by a tool, a test) registers on the one group."""
-    code = (f"import {module}\nfrom acceptance.cli import main\n"
+    """A command module imported before :mod:`acceptance.cli.run` (by a tool, a test) registers on the one group."""
+    code = (f"import {module}\nfrom acceptance.cli.run import main\n"
             "print(' '.join(sorted(main.commands)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance import regression as compare_mod
-from acceptance import provenance, runner, spec, verdict
+from acceptance.decide import regression as compare_mod
+from acceptance.session import provenance
+from acceptance.measure import case as runner
+from acceptance import spec
+from acceptance.decide import verdict
 from acceptance.cli import main
 from acceptance.device import resolve_device
 from acceptance.records import Results

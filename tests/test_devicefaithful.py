@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import runner
-from acceptance.determinism import compare
-from acceptance.emulation import emulated_baseline
-from acceptance.inputs import generate
+from acceptance.measure import case as runner
+from acceptance.measure.determinism import compare
+from acceptance.numerics.emulate.roles import emulated_baseline
+from acceptance.spec.inputs import generate
 from acceptance.report.buckets import bucket_table
-from acceptance.sanitize import findings
+from acceptance.measure.sanitize import findings
 from acceptance.spec import expand, load_spec, load_specs
 from acceptance.spec.axes import with_seeds
 

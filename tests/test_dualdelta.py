@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from scipy import special
 
 from acceptance import DualDeltaResult, dual_delta
-from acceptance.dualdelta import DualDeltaError, trial_seed
-from acceptance.oracle import float64_oracle, mpmath_oracle, oracle_from_spec, to_float64
+from acceptance.session.dualdelta import DualDeltaError, trial_seed
+from acceptance.numerics.oracle import float64_oracle, mpmath_oracle, oracle_from_spec, to_float64
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import diagnose, peers
-from acceptance.diagnose import BiasSums, Diagnosis
-from acceptance.metrics import elementwise as W
+from acceptance.measure import diagnose, peers
+from acceptance.measure.diagnose import BiasSums, Diagnosis
+from acceptance.numerics.metrics import elementwise as W
 
 EDGES = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
 
@@ -219,7 +219,7 @@ def test_flush_changes_nothing_by_hand():
 def test_where_flushing_changes_nothing_the_flushed_pair_measures_alike(dtype):
     """What the runner relies on to reuse err(e, o) for the flush-forgiving ULP: equal values (a zero's sign
     aside) give equal metrics."""
-    from acceptance import metrics
+    from acceptance.numerics import metrics
 
     rng = np.random.default_rng(21)
     o = (0.5 + rng.random(500)) * 10.0 ** rng.integers(-2, 3, 500) * rng.choice([-1.0, 1.0], 500)  # all normal

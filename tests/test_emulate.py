@@ -1,4 +1,4 @@
-"""acceptance.emulate against exact rational arithmetic (fractions.Fraction), integer
+"""acceptance.numerics.emulate against exact rational arithmetic (fractions.Fraction), integer
 bit manipulation written here, and identities with independent computations."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from acceptance import emulate as E
+from acceptance.numerics import emulate as E
 
 # (precision incl. the implicit bit, emin, emax) written out by hand, not read from torch
 SPEC = {"float16": (11, -14, 15), "bfloat16": (8, -126, 127), "float32": (24, -126, 127)}

@@ -1,7 +1,7 @@
 """The fast paths of input generation and of the per-trial extras give the same bits as the formulas they replace.
 
 References are independent: rounding by exact rational arithmetic (``fractions.Fraction``), the polar method and
-the log series restated plainly from the docstring of :mod:`acceptance.inputs`, range counts by classifying each
+the log series restated plainly from the docstring of :mod:`acceptance.spec.inputs`, range counts by classifying each
 element with the format's limits written out by hand.
 """
 
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import dtypes, inputs, presets
-from acceptance.inputs import draw, generate, standard_normal, unit_uniform
+from acceptance.formats import dtypes, presets
+from acceptance.spec import inputs
+from acceptance.spec.inputs import draw, generate, standard_normal, unit_uniform
 from acceptance.spec import Uniform, expand, load_specs
 
 # (precision p, minimum normal exponent, largest finite value) of each format, from IEEE 754 / the bfloat16 definition
@@ -90,7 +91,7 @@ def test_to_tensor_is_the_exact_rounding(dtype):
 
 
 def general_path(x: np.ndarray, dtype: str) -> torch.Tensor:
-    """:func:`acceptance.dtypes.to_tensor` as it was written before its fast paths."""
+    """:func:`acceptance.formats.dtypes.to_tensor` as it was written before its fast paths."""
     r = dtypes.round_to(x, dtype)
     return torch.from_numpy(np.ascontiguousarray(r)).reshape(r.shape).to(dtypes.torch_dtype(dtype))
 

@@ -139,7 +139,7 @@ def test_an_unwritable_out_is_found_before_anything_runs(tmp_path):
 
 
 def test_a_second_run_on_the_same_folder_is_refused(tmp_path):
-    from acceptance.results import OutputFolder
+    from acceptance.session.results import OutputFolder
 
     specs = write_specs(tmp_path / "specs", {"ok": "good"})
     held = OutputFolder(tmp_path / "out")
@@ -239,7 +239,7 @@ def test_a_sigterm_as_the_measuring_ends_still_gives_an_interrupted_run(tmp_path
 
     from click.testing import CliRunner
 
-    from acceptance import cli
+    from acceptance.cli import run as cli
 
     real = cli.progress
 

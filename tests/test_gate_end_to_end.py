@@ -14,7 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance import results as results_mod
+from acceptance.session import results as results_mod
 from acceptance.cli import main
 
 SPECS = Path(__file__).parent / "mutation_specs"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import dtypes
-from acceptance.metrics import host
-from acceptance.metrics.registry import REL_FLOOR
+from acceptance.formats import dtypes
+from acceptance.numerics.metrics import host
+from acceptance.numerics.metrics.registry import REL_FLOOR
 
 
 def _sequential(v: np.ndarray) -> float:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.errors import SpecError
-from acceptance.importcheck import ImportCheck
+from acceptance.isolation.importcheck import ImportCheck
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,7 +179,7 @@ def test_questions_asked_ahead_are_answered_in_order_across_dead_children(folder
 
 def test_a_child_that_cannot_start_is_reported_to_the_caller(monkeypatch, folder):
     """The child starts in a thread: what stops it from starting is raised where the answers are read."""
-    from acceptance import forkserver
+    from acceptance.isolation import forkserver
 
     def broken():
         raise OSError("no fork server here")

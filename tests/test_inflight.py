@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from acceptance import engine
+from acceptance.measure import engine
 from acceptance.errors import CaseError
-from acceptance.serve import FolderWatch
-from acceptance.workers import IMPL, REFERENCE, Call, Worker
+from acceptance.isolation.serve import FolderWatch
+from acceptance.isolation.worker import IMPL, REFERENCE, Call, Worker
 
 KERNELS = textwrap.dedent('''
     import os, subprocess, sys, time
@@ -186,7 +186,7 @@ def test_a_child_that_already_exited_is_not_a_child_left_running(kernels):
 def test_trials_in_flight_fill_the_window_and_give_the_same_trials(kernels):
     """With a worker that makes the inputs from the case's recipe, up to WINDOW trials are in flight while one is
     measured, and every trial holds the tensors of trials run one at a time in this process."""
-    from acceptance.inputs import Recipe, generate
+    from acceptance.spec.inputs import Recipe, generate
     from acceptance.spec import expand, load_spec
 
     spec_file = kernels.parent / "window.yaml"
@@ -271,7 +271,7 @@ def test_a_case_that_breaks_with_trials_in_flight_leaves_the_next_cases_intact(t
 def test_a_case_sent_ahead_starts_with_the_window_when_its_trials_are_small(kernels):
     """Sent while the case before it is measured, a small case's first WINDOW trials go at once (the worker
     answers them back to back); a case whose inputs exceed START_BYTES starts with one."""
-    from acceptance.inputs import Recipe
+    from acceptance.spec.inputs import Recipe
     from acceptance.spec import expand, load_spec
 
     spec_file = kernels.parent / "start.yaml"
@@ -309,8 +309,8 @@ def test_a_case_sent_ahead_starts_with_the_window_when_its_trials_are_small(kern
 def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_tensor(kernels, monkeypatch):
     """A batch's second call of a role answering the same bits travels as SAME; the runner gives it a copy of
     the first answer. Other bits (a NaN payload, a signed zero) travel in full."""
-    import acceptance.workers as workers
-    from acceptance.serve import SAME, SAME_BYTES, same_outputs
+    import acceptance.isolation.worker as workers
+    from acceptance.isolation.serve import SAME, SAME_BYTES, same_outputs
 
     raw = []
     recv = workers.recv

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import engine, inputs
-from acceptance import references as R
+from acceptance.measure import engine
+from acceptance.spec import inputs
+from acceptance.measure import references as R
 from acceptance.cache import ReferenceCache
 from acceptance.cache.store import settle_shared, shared
 from acceptance.spec import expand, load_spec
-from acceptance.workers import Worker
+from acceptance.isolation.worker import Worker
 
 BASE = dict(case="op[bfloat16-N=37]", dtype="bfloat16", seed=11, spec="spec-repr", generator="g" * 64, threads=1)
 FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
@@ -61,7 +62,7 @@ def bits(tensors) -> list[tuple]:
 
 @pytest.fixture
 def made(monkeypatch):
-    """Trials for which this process called :func:`acceptance.inputs.generate`."""
+    """Trials for which this process called :func:`acceptance.spec.inputs.generate`."""
     calls: list[int] = []
     original = inputs.generate
 

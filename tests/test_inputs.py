@@ -13,15 +13,8 @@ import pytest
 import scipy.stats
 import torch
 
-from acceptance.inputs import (
-    _log,
-    case_seed,
-    draw,
-    generate,
-    integers,
-    standard_normal,
-)
-from acceptance.dtypes import round_to, to_tensor
+from acceptance.spec.inputs import _log, case_seed, draw, generate, integers, standard_normal
+from acceptance.formats.dtypes import round_to, to_tensor
 from acceptance.spec import Choice, Normal, RandInt, Sparse, Specials, Uniform, expand, load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +98,7 @@ def test_same_inputs_in_a_fresh_process(specs, tmp_path):
         from pathlib import Path
         import torch
         from acceptance.spec import load_specs, expand
-        from acceptance.inputs import generate
+        from acceptance.spec.inputs import generate
         specs, _ = load_specs([Path({str(specs[0].path)!r})])
         case = [c for c in expand(specs) if c.id == {case.id!r}][0]
         h = hashlib.sha256()

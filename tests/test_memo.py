@@ -15,7 +15,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance import memo, runner
+from acceptance.measure import memo, case as runner
 from acceptance.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def _stripped(results: dict) -> list[dict]:
 def _first_elements(seed: int) -> list[float]:
     """a[0] of each trial of the N=257 case, drawn by the generator the runs use."""
     from acceptance import spec
-    from acceptance.inputs import generate
+    from acceptance.spec.inputs import generate
 
     folder = Path(os.environ["MEMO_SPECS"])
     specs, problems = spec.load_specs([folder / "memo_add.yaml"])
@@ -186,7 +186,7 @@ def test_trials_beyond_the_hold_limit_are_measured_as_they_come(tmp_path, monkey
 
 def test_the_key_text_is_the_same_in_every_process():
     """Sets are written sorted: their iteration order changes with the hash seed from process to process."""
-    code = ("import hashlib; from pathlib import Path; from acceptance import spec, memo; "
+    code = ("import hashlib; from pathlib import Path; from acceptance import spec; from acceptance.measure import memo; "
             "specs, _ = spec.load_specs(spec.discover([Path('operator_specs')])); "
             "print(hashlib.sha256(''.join(memo._text(c) + memo._text(spec.rules_for(c)) "
             "for c in spec.expand(specs)).encode()).hexdigest())")
@@ -293,7 +293,7 @@ def test_references_computed_again_are_matched_by_their_bytes(tmp_path, monkeypa
     """Where a case's reference entries are gone (evicted, never written) and its measurement's is not, the
     references are computed again: the memo matches them by their bytes, so it reuses the measurement when they
     are the same and measures again when they are not."""
-    from acceptance import references
+    from acceptance.measure import references
 
     monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(references.CaseReferences, "get", lambda self, role, trial: None)  # no entry is found

@@ -1,4 +1,4 @@
-"""acceptance.metrics against float64 formulas written here, and hand-computed examples."""
+"""acceptance.numerics.metrics against float64 formulas written here, and hand-computed examples."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import dtypes
-from acceptance import metrics as M
-from acceptance.metrics import device, host
-from acceptance.metrics.operands import blocks
-from acceptance.metrics.registry import finalize
+from acceptance.formats import dtypes
+from acceptance.numerics import metrics as M
+from acceptance.numerics.metrics import device, host
+from acceptance.numerics.metrics.operands import blocks
+from acceptance.numerics.metrics.registry import finalize
 
 # (precision p incl. the implicit bit, emin) of the formats, from IEEE 754 / the OCP FP8 spec.
 FORMATS = {

@@ -1,4 +1,4 @@
-"""acceptance.metrics on tiny hand-computed examples: thresholds, directions, ULP neighbours, special values."""
+"""acceptance.numerics.metrics on tiny hand-computed examples: thresholds, directions, ULP neighbours, special values."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import dtypes
-from acceptance import metrics as M
-from acceptance.metrics import device
-from acceptance.metrics.registry import finalize
+from acceptance.formats import dtypes
+from acceptance.numerics import metrics as M
+from acceptance.numerics.metrics import device
+from acceptance.numerics.metrics.registry import finalize
 
 INF, NAN = math.inf, math.nan
 ERRORS = [m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch", "snr_db")]

@@ -1,4 +1,4 @@
-"""acceptance.metrics.load_array: .npy and .pt files, and clear errors naming the file."""
+"""acceptance.numerics.metrics.load_array: .npy and .pt files, and clear errors naming the file."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import metrics as M
+from acceptance.numerics import metrics as M
 
 
 def test_npy_round_trip(tmp_path):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import metrics as M
-from acceptance.metrics import host, many
+from acceptance.numerics import metrics as M
+from acceptance.numerics.metrics import host, many
 from test_metrics import assert_matches, reference
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -19,7 +19,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mutants  # noqa: E402
-from acceptance import DualDeltaResult, dual_delta, stats  # noqa: E402
+from acceptance import DualDeltaResult, dual_delta
+from acceptance.numerics import stats  # noqa: E402
 from acceptance.records import DualDeltaRecord  # noqa: E402
 from acceptance.spec import defaults  # noqa: E402
 

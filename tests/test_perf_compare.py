@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from acceptance import regression
+from acceptance.decide import regression
 from acceptance.cli import main
 from acceptance.records import PerfRecord
 from acceptance.report.junit import render_junit
@@ -165,7 +165,7 @@ def test_run_compare_to_leaves_timings_out_when_the_new_run_has_none(benched):
 
 def test_junit_has_a_comparison_suite_with_a_failing_testcase_per_regression(benched):
     root, _, _ = benched
-    from acceptance import results as results_mod
+    from acceptance.session import results as results_mod
 
     res = results_mod.load(root / "slow" / "results.json")
     xml = render_junit(res)
@@ -188,7 +188,7 @@ def test_junit_has_a_comparison_suite_with_a_failing_testcase_per_regression(ben
 
 
 def test_junit_without_regression_has_one_passing_comparison_testcase():
-    from acceptance.regression import compare_results
+    from acceptance.decide.regression import compare_results
 
     res = mixed_results()
     cmp = compare_results(res, res, base_label="main <nightly>")

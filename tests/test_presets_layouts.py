@@ -1,4 +1,4 @@
-"""acceptance.presets (through the real spec loader and input generator) and acceptance.layouts."""
+"""acceptance.formats.presets (through the real spec loader and input generator) and acceptance.formats.layouts."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import torch
 import yaml
 
-from acceptance import inputs, presets
-from acceptance.layouts import LAYOUTS, apply_layout, describe_layout, edge_values
+from acceptance.spec import inputs
+from acceptance.formats import presets
+from acceptance.formats.layouts import LAYOUTS, apply_layout, describe_layout, edge_values
 from acceptance.spec import expand, load_spec
 
 N = 20000

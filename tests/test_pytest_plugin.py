@@ -9,12 +9,12 @@ import pytest
 
 # the items run in this process (pytester): what they import is imported here first, so that pytester's
 # restoring of sys.modules between runs never unloads and reloads torch, numba kernels or the workers
-import acceptance.cli  # noqa: F401
+import acceptance.cli.run  # noqa: F401
 import acceptance.pytest_plugin  # noqa: F401
 import acceptance.report.html  # noqa: F401
 import acceptance.report.junit  # noqa: F401
-import acceptance.runner  # noqa: F401
-import acceptance.stats  # noqa: F401  (scipy.stats: its numpy.fft cannot be loaded twice)
+import acceptance.measure.case  # noqa: F401
+import acceptance.numerics.stats  # noqa: F401  (scipy.stats: its numpy.fft cannot be loaded twice)
 
 pytest_plugins = ["pytester"]
 
@@ -94,7 +94,7 @@ def test_k_selects_cases_and_x_stops_at_the_first_failure(repo):
 
 
 def test_reports_are_written_when_asked(repo):
-    from acceptance import results
+    from acceptance.session import results
 
     run(repo, "specs", "-k", "good", "--acceptance-out", "out")
     res = results.load(repo.path / "out" / "results.json")

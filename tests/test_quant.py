@@ -12,7 +12,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as GT
 
-from acceptance import quant
+from acceptance.formats import quant
 
 F32 = np.float32
 ALL = list(quant.FORMATS)

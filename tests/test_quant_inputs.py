@@ -10,8 +10,9 @@ import torch
 import yaml
 from gguf import GGMLQuantizationType as GT
 
-from acceptance import dtypes, runner
-from acceptance.inputs import RoleInputs, generate
+from acceptance.formats import dtypes
+from acceptance.measure import case as runner
+from acceptance.spec.inputs import RoleInputs, generate
 from acceptance.spec import expand, load_specs, rules_for
 
 FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"]

@@ -1,5 +1,5 @@
 """q4_0 x q8_1 reference matmul against dequantize-then-matmul in float64, with the bound
-derived in acceptance.quant_kernels, and the planted bugs far outside that bound."""
+derived in acceptance.formats.quant_kernels, and the planted bugs far outside that bound."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import quant
-from acceptance import quant_kernels as qk
+from acceptance.formats import quant
+from acceptance.formats import quant_kernels as qk
 
 U32 = 2.0 ** -24
 U64 = 2.0 ** -53

@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance import metrics, quant_kernels, runner, spec
+from acceptance.numerics import metrics
+from acceptance.formats import quant_kernels
+from acceptance.measure import case as runner
+from acceptance import spec
 from acceptance.device import resolve_device
-from acceptance.inputs import generate
+from acceptance.spec.inputs import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "operator_specs" / "q4_0_q8_1_matmul.yaml"
@@ -51,7 +54,7 @@ def test_the_builtin_spec_covers_large_small_and_sparse_and_the_reference_passes
 
 @pytest.mark.parametrize("bug", list(quant_kernels.BUGS))
 def test_every_planted_bug_fails_every_range(builtin, bug):
-    mutant = dataclasses.replace(builtin, impl=f"acceptance.quant_kernels:matmul_q4_0_q8_1_{bug}")
+    mutant = dataclasses.replace(builtin, impl=f"acceptance.formats.quant_kernels:matmul_q4_0_q8_1_{bug}")
     results = _run(mutant, trials=1)  # one trial each: a bug fails it outright
     assert len(results) == 3 and all(c.verdict == "fail" for c in results), [(c.id, c.verdict) for c in results]
 
@@ -90,7 +93,7 @@ def test_sparse_single_block_exact_zero_makes_nmse_infinite_within_the_kernel_bo
         assert float(ref) == exact
         if exact == 0:
             zero_exact += 1
-            # E_s of acceptance.quant_kernels' bound for one block: |S8 - D8 sq|; the kernel's float32 evaluation
+            # E_s of acceptance.formats.quant_kernels' bound for one block: |S8 - D8 sq|; the kernel's float32 evaluation
             # adds gamma_3 (|sumi D8| + 8 |S8|)
             sq = int(q[0].sum())
             e_s = (2**-11 + 2**-23) * abs(s8[0]) + 2**-11 * abs(d8[0] * sq) + 2**-24 * (1 + abs(sq))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acceptance import references as R
+from acceptance.measure import references as R
 from acceptance.cache import ReferenceCache
-from acceptance.inputs import generate
+from acceptance.spec.inputs import generate
 
 BASE = dict(case="op[float32-N=4]", dtype="float32", seed=7, spec="spec-repr", generator="g" * 64, threads=1)
 FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
@@ -135,8 +135,8 @@ def _hex(fn) -> str:
 
 
 def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
-    from acceptance.engine import Roles
-    from acceptance.workers import Worker
+    from acceptance.measure.engine import Roles
+    from acceptance.isolation.worker import Worker
 
     where = str(tmp_path / "spec.yaml")
     add, mul, sub = (("callable", f"torch:{n}", where) for n in ("add", "mul", "sub"))
@@ -163,8 +163,8 @@ def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
 
 
 def test_a_callable_that_cannot_be_fingerprinted_leaves_the_rest_to_their_turn(tmp_path):
-    from acceptance.engine import Roles
-    from acceptance.workers import Worker
+    from acceptance.measure.engine import Roles
+    from acceptance.isolation.worker import Worker
 
     where = str(tmp_path / "spec.yaml")
     add = ("callable", "torch:add", where)
@@ -180,7 +180,7 @@ def test_a_callable_that_cannot_be_fingerprinted_leaves_the_rest_to_their_turn(t
 
 
 def test_nothing_is_fetched_without_a_cache(tmp_path):
-    from acceptance.engine import Roles
+    from acceptance.measure.engine import Roles
 
     class NoWorker:
         in_flight = 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance import results as results_mod
+from acceptance.session import results as results_mod
 from acceptance.cli import main
 from acceptance.report.html import render_html
 from test_report_html import Page

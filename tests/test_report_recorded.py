@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptance import results as rs
+from acceptance.session import results as rs
 from acceptance.report.github import annotations, render_summary
 from acceptance.report.html import render_html
 from acceptance.report.junit import render_junit

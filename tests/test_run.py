@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance import results as results_mod
+from acceptance.session import results as results_mod
 from acceptance.cli import main
 
 HERE = Path(__file__).parent
@@ -199,7 +199,7 @@ def test_list_and_validate():
     ],
 )
 def test_locate_bad_elements(mask, expected):
-    from acceptance.diagnose import locate as _locate
+    from acceptance.measure.diagnose import locate as _locate
 
     m = torch.zeros(6, 8, dtype=torch.bool)
     mask(m)
@@ -207,7 +207,7 @@ def test_locate_bad_elements(mask, expected):
 
 
 def test_locate_scattered_1d_is_not_a_tail():
-    from acceptance.diagnose import locate as _locate
+    from acceptance.measure.diagnose import locate as _locate
 
     m = torch.zeros(100, dtype=torch.bool)
     m[[2, 50, 97]] = True
@@ -218,7 +218,7 @@ def test_locate_scattered_1d_is_not_a_tail():
 
 
 def test_underpowered_dual_delta_is_flagged(tmp_path):
-    from acceptance.runner import underpowered
+    from acceptance.measure.case import underpowered
 
     res = results_mod.load(HERE / "fixtures" / "recorded_run.json")
     ids, m, needed = underpowered(res.cases)
@@ -254,9 +254,9 @@ def test_dual_delta_section_of_a_spec(tmp_path):
 
 def test_relative_error_buckets_against_numpy():
     from acceptance.records import REL_ERROR_BUCKETS
-    from acceptance.diagnose import abs_error as _abs_error
-    from acceptance.diagnose import buckets as _buckets
-    from acceptance.diagnose import rel_error as _rel_error
+    from acceptance.measure.diagnose import abs_error as _abs_error
+    from acceptance.measure.diagnose import buckets as _buckets
+    from acceptance.measure.diagnose import rel_error as _rel_error
 
     rng = np.random.default_rng(4)
     b = rng.uniform(-1, 1, 5000)
@@ -302,7 +302,7 @@ def test_provenance_reads_the_commit_of_the_folder_current_when_called(tmp_path,
     module was imported): a folder outside any repository has none, this checkout has ``git rev-parse HEAD``."""
     import subprocess
 
-    from acceptance import provenance
+    from acceptance.session import provenance
 
     start = provenance.now()
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True)
@@ -337,7 +337,7 @@ def test_folding_keeps_the_worst_value_of_each_metric_over_trials(seed):
     (so +0.0 then -0.0 stays +0.0); ``diff4``, ``above`` and ``below`` are not folded; tuples element-wise."""
     import math as _math
 
-    from acceptance import runner
+    from acceptance.measure import case as runner
 
     rng = np.random.default_rng(seed)
     pool = [0.0, -0.0, 1e-7, 3.5, -2.0, _math.inf, -_math.inf, _math.nan, 7]
@@ -381,7 +381,7 @@ def test_folding_keeps_the_first_of_two_equal_values_and_lets_nan_win():
     in any trial is the fold's value, before or after larger ones."""
     import math as _math
 
-    from acceptance import runner
+    from acceptance.measure import case as runner
 
     for first, then in ((0.0, -0.0), (-0.0, 0.0)):
         worst: dict = {}

@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from acceptance.dtypes import TEST_DTYPES as DTYPES
-from acceptance.dtypes import torch_dtype
-from acceptance.metrics import METRICS
+from acceptance.formats.dtypes import TEST_DTYPES as DTYPES
+from acceptance.formats.dtypes import torch_dtype
+from acceptance.numerics.metrics import METRICS
 from acceptance.spec import (
     CATEGORIES,
     Expr,
@@ -629,8 +629,8 @@ def _expected_shape(name, s, p):
 
 def test_every_library_case_runs_on_cpu_in_every_dtype(library):
     """One trial of every case in every dtype: right shape and dtype, finite (no float16 overflow)."""
-    from acceptance.inputs import RoleInputs, generate
-    from acceptance.quant import packed_shape
+    from acceptance.spec.inputs import RoleInputs, generate
+    from acceptance.formats.quant import packed_shape
 
     for case in expand([spec for spec in library if spec.tier == "default"]):  # the large tier: LLM shapes
         fn = resolve_callable(case.spec.impl, case.spec.path)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from acceptance import dtypes
+from acceptance.formats import dtypes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_fast_rounding_keeps_nan_and_shape(name):
 
 
 def test_command_line_starts_without_torch_or_scipy():
-    code = ("import sys, acceptance.cli as c\n"
+    code = ("import sys, acceptance.cli.run as c\n"
             "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('torch', 'scipy', 'numba', 'pydantic') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -86,11 +86,11 @@ def test_command_line_starts_without_torch_or_scipy():
 
 
 def test_the_runner_leaves_scipy_stats_and_the_metrics_engines_to_be_imported_while_the_worker_starts():
-    code = ("import sys, acceptance.runner\n"
-            "print('scipy.stats' in sys.modules, 'acceptance.stats' in sys.modules,"
-            " 'acceptance.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
-            "acceptance.runner._imported_meanwhile('acceptance.metrics.many', 'acceptance.stats').join()\n"
-            "print('acceptance.metrics.many' in sys.modules, 'acceptance.stats' in sys.modules)")
+    code = ("import sys, acceptance.measure.case\n"
+            "print('scipy.stats' in sys.modules, 'acceptance.numerics.stats' in sys.modules,"
+            " 'acceptance.numerics.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
+            "acceptance.measure.case._imported_meanwhile('acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
+            "print('acceptance.numerics.metrics.many' in sys.modules, 'acceptance.numerics.stats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"] * 4 + ["True", "True"]
@@ -126,7 +126,7 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
             "compare": [recorded, recorded],
             "report": [recorded], "report-files": [recorded, *files]}[command]
     command = command.split("-")[0]
-    code = ("import sys, acceptance.cli as c\n"
+    code = ("import sys, acceptance.cli.run as c\n"
             f"try:\n    c.main({[command, *args]!r})\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
             "print(sorted(m for m in ('torch', 'scipy', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -147,7 +147,7 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
 
 from click.testing import CliRunner  # noqa: E402
 
-from acceptance.cli import main  # noqa: E402
+from acceptance.cli.run import main  # noqa: E402
 
 SPEC = ROOT / "operator_specs" / "softmax.yaml"
 VOLATILE_ENV = ("start_time", "end_time", "command_line")
@@ -178,7 +178,7 @@ def test_results_identical_across_cache_states_and_job_counts(tmp_path, monkeypa
     cases = len(cold["cases"])
     assert cases == 2 and len(files) == 4 * cases  # per case, one pack of its 3 trials' inputs (written by
     # the worker, which makes them), one of the baseline's outputs, one of the oracle's, and its measurement
-    # (acceptance.memo)
+    # (acceptance.measure.memo)
     warm = _run(tmp_path / "warm", "--jobs", "1")
     assert all(c["timing"]["baseline"] == 0 and c["timing"]["oracle"] == 0 for c in warm["cases"])  # not called
     assert all(c["timing"]["impl"] > 0 for c in warm["cases"])  # the impl always runs
@@ -214,7 +214,7 @@ def test_cache_info_and_clear(tmp_path, monkeypatch):
 def test_reference_key_ignores_the_impl_and_thresholds_but_not_inputs():
     import dataclasses
 
-    from acceptance.references import spec_part
+    from acceptance.measure.references import spec_part
     from acceptance.spec import expand, load_spec
 
     spec, problems = load_spec(SPEC)
@@ -232,7 +232,7 @@ def test_reference_key_ignores_the_impl_and_thresholds_but_not_inputs():
 def test_reference_key_covers_case_values_and_emulation_but_not_the_impls_params():
     import dataclasses
 
-    from acceptance.references import spec_part
+    from acceptance.measure.references import spec_part
     from acceptance.spec import expand, load_spec
     from acceptance.spec.model import Override
 
@@ -262,7 +262,7 @@ def test_every_spec_field_is_either_keyed_or_named_as_harmless():
     """A field added to the spec enters the key unless named in NOT_IN_KEY: this list makes that a decision."""
     import dataclasses
 
-    from acceptance.references import NOT_IN_KEY
+    from acceptance.measure.references import NOT_IN_KEY
     from acceptance.spec import OperatorSpec
 
     keyed = {"baseline", "oracle", "inputs", "params", "seed", "emulate", "role_params"}
@@ -335,7 +335,7 @@ def test_host_metric_sums_do_not_depend_on_thread_scheduling(monkeypatch):
     import random
     import time
 
-    from acceptance.metrics import host
+    from acceptance.numerics.metrics import host
 
     rng = np.random.default_rng(11)
     n, block = 10_007, 1_000
@@ -372,7 +372,7 @@ def test_diagnosis_in_pieces_equals_one_pass_and_numpy(monkeypatch):
     (first largest |e-o|/(1+|o|)), the fraction over tolerance and the bucket total computed here with numpy."""
     import torch
 
-    from acceptance import diagnose
+    from acceptance.measure import diagnose
 
     rng = np.random.default_rng(3)
     n = 1000
@@ -421,7 +421,9 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
 
     import torch
 
-    from acceptance import parallel, runner, spec
+    from acceptance.session import parallel
+    from acceptance.measure import case as runner
+    from acceptance import spec
     from acceptance.records import CaseResult
 
     specs, problems = spec.load_specs(spec.discover([ROOT / "operator_specs"]))
@@ -472,7 +474,7 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
     """``run`` decides the measured cases once (the runner's decision is the run's), in case order, with every
     p-value adjusted by Holm over the whole run: recomputed here from the recorded raw p-values by the step-down
     formula adj_(i) = min(1, max_{j<=i} (m - j + 1) p_(j))."""
-    from acceptance import runner
+    from acceptance.measure import case as runner
 
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "exp.yaml").write_text(_DUAL_SPEC)
@@ -513,7 +515,7 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         "import os, sys, time\n\ndef add(a, b):\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
         "        fh.write(f'{os.getpid()} {os.getppid()} '\n"
-        "                 f'{int(\"scipy.stats\" in sys.modules) + 2 * int(\"acceptance.metrics.many\" in sys.modules)}\\n')\n"
+        "                 f'{int(\"scipy.stats\" in sys.modules) + 2 * int(\"acceptance.numerics.metrics.many\" in sys.modules)}\\n')\n"
         "    time.sleep(0.2)\n    return a + b\n")
     (tmp_path / "s" / "add.yaml").write_text(
         "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
@@ -550,7 +552,7 @@ probe = _Probe()
 _LAUNCH = '''
 import sys
 sys.path.insert(0, sys.argv[1])
-from acceptance import forkserver
+from acceptance.isolation import forkserver
 forkserver._preload = forkserver.PRELOAD + ["teardown_probe"]
 context = forkserver.context()
 child = context.Process(target=int)  # the server has run its preload once it forked this
@@ -579,7 +581,7 @@ def test_the_fork_server_ends_without_the_interpreters_teardown(tmp_path):
 def test_only_the_fork_server_gets_the_quick_exit(monkeypatch):
     """The mark that gives the quick exit names the launching process; the launcher's own environment is as it
     was after the launch (the mark set or not before it)."""
-    from acceptance import forkserver
+    from acceptance.isolation import forkserver
 
     assert os.environ.get(forkserver.SERVER_MARK) is None  # this process imported the module without it
     monkeypatch.setenv(forkserver.SERVER_MARK, "12345")
@@ -591,7 +593,7 @@ def test_a_job_process_leaves_what_it_inherited_out_of_the_cyclic_collector(tmp_
     """A job's set-up freezes the objects it holds then (``gc.freeze``): torch and the runner's modules are never
     garbage, and the collector's full passes no longer traverse them. Measured in a process that sets up as a
     job does."""
-    code = ("import gc, torch\nfrom acceptance import parallel\n"
+    code = ("import gc, torch\nfrom acceptance.session import parallel\n"
             "before = gc.get_freeze_count()\n"
             "parallel._init(torch.device('cpu'), None, True, None)\n"
             "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n")
@@ -616,17 +618,17 @@ def test_a_run_leaves_what_it_loaded_before_measuring_out_of_the_cyclic_collecto
 
 
 def _events_of_a_run(tmp_path: Path, monkeypatch, jobs: str) -> list[str]:
-    """What ``acceptance run --jobs JOBS`` started in threads (:func:`acceptance.cli._meanwhile`), and when it
+    """What ``acceptance run --jobs JOBS`` started in threads (:func:`acceptance.cli.run._meanwhile`), and when it
     began the specs' import check, in order."""
-    import acceptance.importcheck
-    from acceptance import cli
+    import acceptance.isolation.importcheck
+    from acceptance.cli import run as cli
     from acceptance.report import prepare
 
     events: list[str] = []
-    real_meanwhile, real_check = cli._meanwhile, acceptance.importcheck.load_checked
+    real_meanwhile, real_check = cli._meanwhile, acceptance.isolation.importcheck.load_checked
 
     def meanwhile(work) -> None:
-        events.append("reports" if work is prepare else "stats" if getattr(work, "args", ()) == ("acceptance.stats",)
+        events.append("reports" if work is prepare else "stats" if getattr(work, "args", ()) == ("acceptance.numerics.stats",)
                       else repr(work))
         real_meanwhile(work)
 
@@ -635,7 +637,7 @@ def _events_of_a_run(tmp_path: Path, monkeypatch, jobs: str) -> list[str]:
         return real_check(*args, **kwargs)
 
     monkeypatch.setattr(cli, "_meanwhile", meanwhile)
-    monkeypatch.setattr(acceptance.importcheck, "load_checked", load_checked)
+    monkeypatch.setattr(acceptance.isolation.importcheck, "load_checked", load_checked)
     _run(tmp_path / f"out{jobs}", "--jobs", jobs, "--no-cache")
     return events
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from acceptance import stats, verdict
+from acceptance.numerics import stats
+from acceptance.decide import verdict
 from acceptance.records import DualDeltaRecord
 from acceptance.spec import defaults
 

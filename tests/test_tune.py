@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance import proposal as tune_mod, spec, tunewrite
+from acceptance.decide import proposal as tune_mod
+from acceptance import spec
+from acceptance.session import tunewrite
 from acceptance.cli import main
 from acceptance.errors import OutputError
 from acceptance.spec.expr import parse_real
-from acceptance.proposal import Observation, fit_scaling, propose, step_up
+from acceptance.decide.proposal import Observation, fit_scaling, propose, step_up
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,7 +162,7 @@ def test_an_override_matching_no_case_is_a_spec_error(tmp_path):
 
 def test_the_verdict_records_which_override_decided(tmp_path):
     s, _ = spec.load_spec(write_spec(tmp_path))
-    from acceptance import runner
+    from acceptance.measure import case as runner
     from acceptance.device import resolve_device
 
     cases = runner.run(spec.expand([s], dtypes=["float16"]), resolve_device("cpu"), isolate=False)
@@ -214,7 +216,7 @@ def test_a_tuned_builtin_spec_validates_keeps_its_layout_and_passes_on_fresh_see
     assert "+thresholds:" in out.output  # the diff is printed
     tuned, problems = spec.load_spec(path)
     assert problems == []
-    from acceptance import runner
+    from acceptance.measure import case as runner
     from acceptance.device import resolve_device
 
     for seed in (1000, 1001):  # not the seeds tuned on (0, 1)

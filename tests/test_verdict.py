@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from acceptance import verdict
+from acceptance.decide import verdict
 from acceptance.records import Bias, CaseResult, Criterion, Diff4Counts, UlpStats
 from acceptance.spec import defaults
 from acceptance.wording import criterion_text

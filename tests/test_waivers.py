@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from acceptance import runner
+from acceptance.measure import case as runner
 from acceptance.spec import expand, load_spec
-from acceptance.waivers import unmatched, waiver_records
+from acceptance.decide.waivers import unmatched, waiver_records
 
 KERNELS = Path(__file__).parent / "ecosystem_specs" / "kernels.py"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from acceptance import engine
+from acceptance.measure import engine
 from acceptance.errors import CaseError
-from acceptance.workers import FLOAT64, IMPL, REFERENCE, Call, Worker
+from acceptance.isolation.worker import FLOAT64, IMPL, REFERENCE, Call, Worker
 
 KERNELS = textwrap.dedent('''
     import os, time

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-import acceptance
+from acceptance import version
 
 
 #: Mixed into every key; a change of the key recipe gives new keys.
@@ -33,7 +33,7 @@ def environment() -> dict[str, Any]:
     return {
         "torch": torch.__version__,
         "numpy": np.__version__,
-        "acceptance": acceptance.__version__,
+        "acceptance": version.__version__,
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -1,11 +1,11 @@
 """The record types every stage fills: criteria, statistics, measurements, case results, the run.
 
 :class:`Results` is the one canonical record of a run (``results.json``,
-written and read by :mod:`acceptance.results`); every reporter renders from
+written and read by :mod:`acceptance.session.results`); every reporter renders from
 it alone. The pieces are filled along the data flow: the runner measures
 (:class:`CaseResult` without a verdict, :class:`WorstElement`,
-:class:`Timing`), :mod:`acceptance.stats` describes (:class:`Describe`,
-:class:`StatTest`, :class:`DualDeltaRecord`), :mod:`acceptance.verdict`
+:class:`Timing`), :mod:`acceptance.numerics.stats` describes (:class:`Describe`,
+:class:`StatTest`, :class:`DualDeltaRecord`), :mod:`acceptance.decide.verdict`
 decides (:class:`Criterion`, the verdict and reasons).
 
 Floats that are not finite (``inf``, ``nan``) are written as the JSON strings
@@ -221,7 +221,7 @@ class DualDeltaRecord(_Model):
 
 
 class Determinism(_Model):
-    """Run-to-run determinism of impl and baseline on the same inputs (:mod:`acceptance.determinism`)."""
+    """Run-to-run determinism of impl and baseline on the same inputs (:mod:`acceptance.measure.determinism`)."""
 
     impl: Literal["bitwise", "nan_payloads", "varying"]
     """The impl's class over all trials and outputs."""
@@ -314,7 +314,7 @@ class Diff4Counts(_Model):
 class CaseResult(_Model):
     """One (operator, dtype, case): what was measured and what was decided about it.
 
-    The runner fills the measurement; :func:`acceptance.verdict.decide` adds
+    The runner fills the measurement; :func:`acceptance.decide.verdict.decide` adds
     ``verdict``, ``reasons``, ``criteria`` and ``tolerance_to_pass`` once every
     statistic the decision needs is known (Holm over the run included).
     ``verdict`` is ``None`` only before that (a measured, undecided case);

@@ -286,7 +286,7 @@ def _comparison_view(results: Results) -> Optional[dict[str, Any]]:
     cmp = results.comparison
     if cmp is None:
         return None
-    from acceptance.regression import worse_first
+    from acceptance.decide.regression import worse_first
 
     rows = []
     for c in worse_first(cmp):

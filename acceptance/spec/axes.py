@@ -5,7 +5,7 @@
   (``preset: r4`` gives one case).
 * ``edges: true`` (or ``edges: {max: N}``) in a case adds, for each shape
   symbol in turn (the others kept), the sizes of
-  :func:`acceptance.layouts.edge_values`: 1, the prime nearest the written
+  :func:`acceptance.formats.layouts.edge_values`: 1, the prime nearest the written
   value, ``8k+1``, ``16k-1``, ``32k+3`` and the largest size that fits the
   budget (``max``, or the largest value up to :data:`EDGE_CAP` for which the
   case's inputs hold at most :data:`EDGE_ELEMENTS` elements in all).
@@ -18,8 +18,8 @@ import dataclasses
 import math
 from typing import Any, Callable
 
-from acceptance import presets
-from acceptance.layouts import edge_values
+from acceptance.formats import presets
+from acceptance.formats.layouts import edge_values
 from acceptance.spec.expr import value_of
 from acceptance.spec.model import Case, CaseSpec, Dist, InputSpec, Preset, Sparse, Specials, Uniform
 
@@ -93,7 +93,7 @@ def with_seeds(cases: list[Case], seeds: int) -> list[Case]:
 
 
 def _dist_of(mapping: dict) -> Dist:
-    """A distribution from the spec-form mapping :func:`acceptance.presets.preset` returns."""
+    """A distribution from the spec-form mapping :func:`acceptance.formats.presets.preset` returns."""
     if "uniform" in mapping:
         return Uniform(*map(float, mapping["uniform"]))
     if "sparse" in mapping:
@@ -104,7 +104,7 @@ def _dist_of(mapping: dict) -> Dist:
 
 def preset_dist(dist: Dist, case: Case) -> Dist:
     """``dist`` with a :class:`Preset` resolved for ``case``: the case's preset if it has one, else the
-    input's, as the distribution :func:`acceptance.presets.preset` gives for the case's dtype."""
+    input's, as the distribution :func:`acceptance.formats.presets.preset` gives for the case's dtype."""
     if not isinstance(dist, Preset):
         return dist
     return _dist_of(presets.preset(case.preset or dist.name, case.dtype))

@@ -77,7 +77,7 @@ def resolve_callable(ref: str, spec_path: Path) -> Callable:
 
 
 def _declared(spec: Any) -> bool:
-    """Whether a role of the spec is a declaration (a mapping run by :mod:`acceptance.adapters`)."""
+    """Whether a role of the spec is a declaration (a mapping run by :mod:`acceptance.isolation.adapters`)."""
     return any(isinstance(r, dict) and "mpmath" not in r for r in (spec.impl, spec.baseline, spec.oracle))
 
 
@@ -87,13 +87,13 @@ def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
     The baseline defaults to the impl callable (run on the CPU), the oracle to
     the baseline on float64 copies of the inputs; an ``oracle:`` mapping
     selects an mpmath oracle. A role declared as a mapping becomes an
-    :class:`acceptance.adapters.Adapter` (defaults: :func:`acceptance.adapters.default_roles`).
+    :class:`acceptance.isolation.adapters.Adapter` (defaults: :func:`acceptance.isolation.adapters.default_roles`).
     Raises :class:`SpecError` or ``ValueError``.
     """
-    from acceptance import oracle  # here, so that loading and listing specs starts without torch
+    from acceptance.numerics import oracle  # here, so that loading and listing specs starts without torch
 
     if _declared(spec):
-        from acceptance import adapters
+        from acceptance.isolation import adapters
 
         decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
         made = [adapters.Adapter(d, spec.path, role) if isinstance(d, dict) and "mpmath" not in d
@@ -112,12 +112,12 @@ def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
 
 def role_refs(spec: Any) -> tuple[tuple, tuple, tuple]:
     """(impl, baseline, oracle) of a spec as picklable references a worker process resolves
-    (:data:`acceptance.workers.Ref`), with the defaults of :func:`resolve_roles`."""
-    from acceptance import oracle
+    (:data:`acceptance.isolation.worker.Ref`), with the defaults of :func:`resolve_roles`."""
+    from acceptance.numerics import oracle
 
     path = str(spec.path)
     if _declared(spec):
-        from acceptance import adapters
+        from acceptance.isolation import adapters
 
         decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
         refs = [adapters.ref_of(d, spec.path, role) if isinstance(d, dict) and "mpmath" not in d

@@ -13,7 +13,7 @@ import json
 from datetime import date, datetime, timezone
 from typing import Any, Optional
 
-from acceptance.dtypes import TEST_DTYPES
+from acceptance.formats.dtypes import TEST_DTYPES
 from acceptance.errors import SpecError
 from acceptance.spec.messages import one_of
 from acceptance.spec.model import Case, OperatorSpec

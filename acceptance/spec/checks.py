@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Optional
 
-from acceptance.dtypes import lookup, torch_dtype
+from acceptance.formats.dtypes import lookup, torch_dtype
 from acceptance.spec.cases import expand, glob_match
 from acceptance.spec.expr import Expr, value_of
 from acceptance.spec.model import (
@@ -198,7 +198,7 @@ def _special_values(dist: Dist) -> list[float]:
 def quant_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[tuple[str, str]]:
     """Quantized inputs: the last dimension a multiple of the block size in every case, and no inf/NaN among
     the values the distribution can produce (GGML's quantizers have no encoding for them)."""
-    from acceptance.dtypes import lookup
+    from acceptance.formats.dtypes import lookup
 
     out: list[tuple[str, str]] = []
     for i, inp in enumerate(inputs):

@@ -20,7 +20,7 @@ rule unless the spec says ``diff4: true`` (its bias floor is in ulp, and such
 a kernel's legitimate error is thousands of float32 ulp).
 
 A dtype the table does not name gets the threshold of the named dtype in its
-``mlu_scale_from`` column (:mod:`acceptance.dtypes`) scaled by the ratio of
+``mlu_scale_from`` column (:mod:`acceptance.formats.dtypes`) scaled by the ratio of
 unit roundoffs ``u = 2^-p``: bfloat16 (u = 2^-8) scales float16's (u = 2^-11)
 by 8, giving 2.4e-2; float64 (u = 2^-53) scales float32's (u = 2^-24) by
 2^-29 ≈ 1.86e-9, giving 1.9e-14 (convolution) and 5.6e-12.
@@ -41,8 +41,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Union
 
-from acceptance import dtypes
-from acceptance.metrics import registry
+from acceptance.formats import dtypes
+from acceptance.numerics.factors import DEFAULT_ALPHA, DEFAULT_FACTOR, DEFAULT_FACTORS, default_factor
+from acceptance.numerics.metrics import registry
 from acceptance.spec.model import Case
 from acceptance.spec.overrides import case_overrides
 
@@ -79,9 +80,6 @@ def quant_gate(formats: tuple[str, ...] = ()) -> tuple[float, str]:
 #: diff4 is evaluated only over at least this many unequal points (MLU-OPS's evaluator).
 DIFF4_MIN_POINTS = 100
 
-#: Significance level of every dual-delta test and of its gate, before Holm correction.
-DEFAULT_ALPHA = 0.05
-
 #: Metrics collected when a spec names none: the worst element (catches a bad
 #: row, a dropped tail) and the mean (catches a small systematic shift), both
 #: in hybrid error |e-o|/(1+|o|), absolute near zero and relative elsewhere.
@@ -90,37 +88,6 @@ DEFAULT_METRICS: tuple[str, ...] = ("max_hyb", "mean_hyb")
 #: Categories whose cases get a dual-delta analysis when the spec does not
 #: say: every category with a rounding tolerance.
 DEFAULT_CATEGORIES: tuple[str, ...] = ("convolution", "reduction", "activation", "composite", "atomic_add")
-
-#: Non-inferiority factor for a metric not listed in :data:`DEFAULT_FACTORS`.
-DEFAULT_FACTOR = 2.0
-
-#: Non-inferiority factor per metric: impl's error may be this many times the
-#: baseline's. Worst-element metrics 2 (peers: <= 2x on max error); averaged and
-#: norm metrics 1.5 (peers: <= 1.5x on mean error, msprobe's middle RMSE tier);
-#: squared metrics 1.5**2 = 2.25 (the same tolerance on the unsquared error);
-#: NaN/Inf mismatch counts 1 (no more mismatches than the baseline, beyond
-#: those forced by the output dtype, which ``free`` covers).
-DEFAULT_FACTORS: dict[str, float] = {
-    "max_hyb": 2.0,
-    "max_abs": 2.0,
-    "max_rel": 2.0,
-    "max_rel_floor": 2.0,
-    "max_ulp": 2.0,
-    "diff3_1": 2.0,
-    "diff3_2": 2.0,
-    "mean_hyb": 1.5,
-    "mean_abs": 1.5,
-    "mean_ulp": 1.5,
-    "diff1": 1.5,
-    "diff2": 1.5,
-    "rms": 1.5,
-    "normwise_rel": 1.5,
-    "mse": 2.25,
-    "nmse": 2.25,
-    "nan_mismatch": 1.0,
-    "inf_mismatch": 1.0,
-}
-
 
 #: Accuracy floors, ulp against the oracle: (max, mean) per category and dtype. An impl whose error in a trial
 #: is within the floor never has that error counted against it (dual-delta, the diff4 bias test, the ULP
@@ -149,11 +116,6 @@ ULP_CATEGORIES: tuple[str, ...] = ("activation",)
 #: reciprocal 1/n, say) shifts results by at most 1 ulp, by ~0.72 ulp on average over mantissas; a bias is
 #: material beyond that (or beyond the category's mean floor, when that is larger).
 BIAS_FLOOR_ULP = 1.0
-
-
-def default_factor(metric: str) -> float:
-    """The non-inferiority factor for ``metric`` (:data:`DEFAULT_FACTOR` if unlisted)."""
-    return DEFAULT_FACTORS.get(metric, DEFAULT_FACTOR)
 
 
 @dataclass(frozen=True)
@@ -232,7 +194,7 @@ def thresholds_for(category: str, dtype: str, overrides: Optional[dict[str, Any]
     if category in QUANT_CATEGORIES:
         value, source = quant_gate(quant)
         found["nmse"] = Threshold("nmse", value, "<=", source)
-    elif category not in BIT_EXACT_CATEGORIES:  # bit-exact categories are judged on bits (acceptance.verdict)
+    elif category not in BIT_EXACT_CATEGORIES:  # bit-exact categories are judged on bits (acceptance.decide.verdict)
         value, source = category_default(category, dtype)
         for metric in ("diff1", "diff2"):
             found[metric] = Threshold(metric, value, "<=", source)

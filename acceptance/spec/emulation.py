@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from acceptance.spec.messages import fail, one_of
 
 if TYPE_CHECKING:  # the emulation (torch) loads only for a spec with an emulate: section
-    from acceptance.emulation import Emulation
+    from acceptance.numerics.emulate.roles import Emulation
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -44,7 +44,7 @@ class FtzModel(_Strict):
 
 
 class AccumulateModel(_Strict):
-    """``accumulate``: the emulated contraction's accumulator (see :func:`acceptance.emulate.matmul`)."""
+    """``accumulate``: the emulated contraction's accumulator (see :func:`acceptance.numerics.emulate.matmul`)."""
 
     dtype: Literal["float16", "bfloat16", "float32"]
     chunk: Annotated[int, Field(ge=1)] = 1
@@ -73,7 +73,7 @@ class EmulateModel(EmulateOverride):
 
     @model_validator(mode="after")
     def _contraction_known_and_given(self) -> "EmulateModel":
-        from acceptance.emulation import CONTRACTIONS
+        from acceptance.numerics.emulate.roles import CONTRACTIONS
 
         if self.contraction is not None and self.contraction not in CONTRACTIONS:
             raise fail(f"contraction: {one_of(self.contraction, tuple(CONTRACTIONS))}")
@@ -95,7 +95,7 @@ def resolve(model: Optional[EmulateModel], dtype: str) -> Optional[Emulation]:
     ``None`` when nothing is emulated. ``tf32`` applies to float32 cases only."""
     if model is None:
         return None
-    from acceptance.emulation import Accumulate, Emulation
+    from acceptance.numerics.emulate.roles import Accumulate, Emulation
 
     keys = {k: getattr(model, k) for k in ("ftz", "tf32", "accumulate")}
     override = model.dtypes.get(dtype)
@@ -126,7 +126,7 @@ def emulation_problems(model: Optional[EmulateModel], dtypes: list[str], params:
     contraction does not take (it is called as ``fn(*tensors, **params)`` like the baseline)."""
     if model is None:
         return []
-    from acceptance.emulation import CONTRACTIONS
+    from acceptance.numerics.emulate.roles import CONTRACTIONS
 
     out = [(f"emulate.dtypes.{dt}", f"{dt!r} is not one of the spec's dtypes ({', '.join(dtypes)})")
            for dt in model.dtypes if dt not in dtypes]

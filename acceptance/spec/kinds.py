@@ -3,7 +3,7 @@
 A role (``impl``, ``baseline``, ``oracle``) is ``module:attr`` or a mapping with
 exactly one of ``fn`` (a ``module:attr`` function), ``module`` (a
 ``torch.nn.Module`` class) or ``onnx`` (a model file next to the spec), and the
-options of that kind; :mod:`acceptance.adapters` runs it. Messages name the
+options of that kind; :mod:`acceptance.isolation.adapters` runs it. Messages name the
 field, e.g. ``impl.onnx: no such file 'tiny.onnx' next to the spec``.
 """
 
@@ -31,7 +31,7 @@ class _Model(BaseModel):
 
 def check_callable(v: str, info: ValidationInfo) -> str:
     """A callable reference ``module:attr`` / ``file.py:attr``, resolved when the spec's path is known: by the
-    context's ``imports`` (e.g. :class:`acceptance.importcheck.ImportCheck`, in another process), else here."""
+    context's ``imports`` (e.g. :class:`acceptance.isolation.importcheck.ImportCheck`, in another process), else here."""
     context = info.context or {}
     spec_path = context.get("spec_path")
     if spec_path is not None:
@@ -49,15 +49,32 @@ def _file(v: str, info: ValidationInfo) -> str:
     return v
 
 
-def _plain(v: Any) -> Any:
-    from acceptance.spec.schema import _params
+def json_like(v: Any, where: str = "") -> Any:
+    """``v`` when it is plain data (numbers, strings, booleans, null, lists, string-keyed mappings); a
+    validation error naming where it is not."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, list):
+        return [json_like(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    if isinstance(v, dict):
+        for k in v:
+            if not isinstance(k, str):
+                raise fail(f"{where or 'key'} {k!r}: keys must be strings")
+        return {k: json_like(x, f"{where}.{k}" if where else k) for k, x in v.items()}
+    at = f"{where}: " if where else ""
+    raise fail(f"{at}{describe(v)} is not a plain value (use numbers, strings, booleans, null, lists, mappings)")
 
-    return _params(v)
+
+def plain_params(v: Any) -> dict[str, Any]:
+    """A mapping of keyword arguments of plain data (:func:`json_like`)."""
+    if not isinstance(v, dict):
+        raise fail(f"expected a mapping of keyword arguments, got {describe(v)}")
+    return json_like(v)
 
 
 Ref = Annotated[str, AfterValidator(check_callable)]
 File = Annotated[str, AfterValidator(_file)]
-Mapping = Annotated[Any, BeforeValidator(_plain)]
+Mapping = Annotated[Any, BeforeValidator(plain_params)]
 
 
 class CompileOptions(_Model):
@@ -93,7 +110,7 @@ def _compile(v: Any) -> Union[bool, dict]:
 
 
 class Declaration(_Model):
-    """A role declared as a mapping (see :mod:`acceptance.adapters` for what each field does)."""
+    """A role declared as a mapping (see :mod:`acceptance.isolation.adapters` for what each field does)."""
 
     noun: ClassVar[str] = "field of a callable declaration"
     fn: Optional[Ref] = None

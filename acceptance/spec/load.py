@@ -101,7 +101,7 @@ def load_spec(path: Path, imports: Optional[Callable[[str, Path], Any]] = None
 
     ``imports(ref, spec_path)`` checks each ``module:attr`` reference, raising :class:`SpecError`
     (default: :func:`~acceptance.spec.resolve_callable` in this process; the command line checks them in a
-    child process, :class:`acceptance.importcheck.ImportCheck`, so that no import of the code under test runs
+    child process, :class:`acceptance.isolation.importcheck.ImportCheck`, so that no import of the code under test runs
     in the runner).
 
     The schema is checked first; inputs and cases, and dtypes and thresholds,

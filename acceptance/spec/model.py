@@ -90,7 +90,7 @@ class Specials:
 
 @dataclass(frozen=True)
 class Preset:
-    """``preset: r4``: a named input range (:mod:`acceptance.presets`), resolved per test dtype when
+    """``preset: r4``: a named input range (:mod:`acceptance.formats.presets`), resolved per test dtype when
     inputs are drawn; a case's ``preset`` replaces the name."""
 
     name: str
@@ -128,7 +128,7 @@ class InputSpec:
     dist: Dist
     dtype: Optional[str] = None
     layout: Optional[str] = None
-    """Memory layout the impl gets this input in (:data:`acceptance.layouts.LAYOUTS`); ``None``: contiguous."""
+    """Memory layout the impl gets this input in (:data:`acceptance.formats.layouts.LAYOUTS`); ``None``: contiguous."""
     quant: Optional[str] = None
     reference: str = "dequantized"
 
@@ -209,7 +209,7 @@ class OperatorSpec:
     waivers: list[Waiver] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
     emulate: dict[str, Any] = field(default_factory=dict)
-    """Per test dtype, the :class:`acceptance.emulation.Emulation` of the baseline (absent: none)."""
+    """Per test dtype, the :class:`acceptance.numerics.emulate.roles.Emulation` of the baseline (absent: none)."""
     deterministic: Optional[bool] = None
     """Whether the impl must give bitwise-identical results run to run (``None``: every category but
     atomic_add must)."""

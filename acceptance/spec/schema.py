@@ -14,15 +14,15 @@ from typing import Annotated, Any, Callable, ClassVar, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, model_validator
 
-from acceptance.dtypes import INPUT_DTYPES, QUANT_DTYPES, TEST_DTYPES
-from acceptance.metrics import registry
+from acceptance.formats.dtypes import INPUT_DTYPES, QUANT_DTYPES, TEST_DTYPES
+from acceptance.numerics.metrics import registry
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
-from acceptance.spec.kinds import KINDS, Ref, RoleValue, WaiverModel, check_callable, declaration
+from acceptance.spec.kinds import KINDS, Ref, RoleValue, WaiverModel, check_callable, declaration, plain_params
 from acceptance.spec.messages import describe, fail, is_number, one_of
 from acceptance.spec.emulation import EmulateModel
 from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, Preset, RandInt, Sparse, Specials, Uniform
-from acceptance.layouts import LAYOUTS
-from acceptance.presets import PRESETS
+from acceptance.formats.layouts import LAYOUTS
+from acceptance.formats.presets import PRESETS
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -132,31 +132,11 @@ def _threshold_value(v: Any) -> Union[float, str]:
     return _non_negative(float(v))
 
 
-def _json_like(v: Any, where: str = "") -> Any:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, list):
-        return [_json_like(x, f"{where}[{i}]") for i, x in enumerate(v)]
-    if isinstance(v, dict):
-        for k in v:
-            if not isinstance(k, str):
-                raise fail(f"{where or 'key'} {k!r}: keys must be strings")
-        return {k: _json_like(x, f"{where}.{k}" if where else k) for k, x in v.items()}
-    at = f"{where}: " if where else ""
-    raise fail(f"{at}{describe(v)} is not a plain value (use numbers, strings, booleans, null, lists, mappings)")
-
-
-def _params(v: Any) -> dict[str, Any]:
-    if not isinstance(v, dict):
-        raise fail(f"expected a mapping of keyword arguments, got {describe(v)}")
-    return _json_like(v)
-
-
 RealBound = Annotated[Any, BeforeValidator(_real_bound)]
 IntBound = Annotated[Any, BeforeValidator(_int_bound)]
 DimValue = Annotated[Any, BeforeValidator(_dim)]
 SpecialValue = Annotated[Any, BeforeValidator(_special_value)]
-Params = Annotated[Any, BeforeValidator(_params)]
+Params = Annotated[Any, BeforeValidator(plain_params)]
 DtypeName = Annotated[str, AfterValidator(_check_dtype)]
 CallableRef = Ref
 Fraction = Annotated[float, Field(ge=0, le=1)]
@@ -355,7 +335,7 @@ def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
     if isinstance(v, dict) and any(k in v for k in KINDS):
         return declaration(v, info)
     if isinstance(v, dict):
-        from acceptance import oracle  # torch and mpmath load only for a spec that names an mpmath oracle
+        from acceptance.numerics import oracle  # torch and mpmath load only for a spec that names an mpmath oracle
 
         unknown = [k for k in v if k not in ("mpmath", "dps")]
         if unknown:

@@ -6,7 +6,7 @@ DOT4 step after another, ``D = RZ_fp32(D + a[k]b[k] + ... + a[k+3]b[k+3])``:
 the accumulator and four exact products summed exactly, one truncation to
 float32 (the DOT4_F32_F16 unit with its accumulator taken in); the float32
 result is rounded to float16 (nearest-even). Computed exactly by
-:func:`acceptance.emulate.matmul`.
+:func:`acceptance.numerics.emulate.matmul`.
 
 ``plain_matmul(a, b)``: the plain CPU baseline, float16 ``torch.matmul``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from acceptance import emulate
+from acceptance.numerics import emulate
 
 #: float16's smallest normal, the flush threshold of MFMA_F16 inputs.
 FP16_TINY = 2.0**-14

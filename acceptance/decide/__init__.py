@@ -1,0 +1,1 @@
+"""Every decision: criteria and verdicts, waivers, comparing runs, proposed thresholds, the assertion."""

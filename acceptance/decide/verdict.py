@@ -1,0 +1,313 @@
+"""The verdict: every pass/fail decision of the package, made once per case.
+
+:func:`decide` takes a measured case (:class:`~acceptance.records.CaseResult`
+without a verdict) and the :class:`~acceptance.spec.defaults.Rules` it is
+judged by, once every statistic the decision needs is known (the run's Holm
+correction of the dual-delta p-values included), and returns it with its
+criteria, verdict and reasons:
+
+1. **Fixed thresholds** (:func:`threshold_criteria`): each output's
+   worst-over-trials metric against each threshold in force, NaN-proof (a
+   NaN never holds), plus NaN/Inf placement (``nan_mismatch == 0``,
+   ``inf_mismatch == 0``).
+2. **diff4** (:func:`diff4_criterion`), as MLU-OPS's evaluator gates it:
+   evaluated only over n >= 100 unequal points (summed over trials), fails
+   only when every unequal point lies on one side, skipped when the
+   baseline's own diff4 against the oracle is one-sided.
+3. **Dual-delta non-inferiority** (:func:`dual_delta_gate`), per record, with
+   ``allowed_i = max(factor * delta_2[i], free)`` and trials within the
+   accuracy floor counted as within allowance. The impl fails when (a) the
+   sign test gives evidence at level ``alpha`` (Holm-adjusted over the run)
+   that delta_1 exceeds its allowance in more than half of the trials; (b)
+   the worst-trial test (:func:`acceptance.numerics.stats.worst_trial_test`, Holm-
+   adjusted) finds its worst trial beyond what n draws of factor x the
+   baseline's error reach; or (c) its error is NaN/inf in a trial where the
+   baseline's is finite.
+
+A case fails when any criterion fails; a waived failure becomes ``skip``; a
+case whose run broke is ``error`` (``skip`` when its waiver covers errors); an
+expired waiver waives nothing and is named among the reasons. Reasons list every failed criterion (in
+the words of :func:`acceptance.wording.criterion_text`), then every failed
+dual-delta gate, then where the damage is: the fraction of elements over
+tolerance (and where they sit) and the worst element.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from acceptance.measure import determinism
+from acceptance.numerics.metrics import diff4_value
+from acceptance.errors import EXIT_FAIL, EXIT_OK
+from acceptance.records import (VERDICT_ORDER, Bias, CaseResult, Comparison, Criterion, Diff4Counts, DualDeltaRecord,
+                                Summary)
+from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
+from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
+
+
+def _holds(value: Any, threshold: Any, comparison: str) -> bool:
+    """NaN-proof comparison: a NaN (or missing) value never holds; pairs hold component by component."""
+    if isinstance(threshold, (list, tuple)):
+        return isinstance(value, (list, tuple)) and all(_holds(v, t, comparison) for v, t in zip(value, threshold))
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return False
+    if comparison == "==":
+        return value == threshold
+    if comparison == ">=":
+        return value >= threshold
+    return value <= threshold
+
+
+def _as_close(impl: Any, base: Any, comparison: str) -> bool:
+    """Whether the impl's value against the oracle is at least as good as the baseline's (NaN never is)."""
+    if isinstance(impl, (list, tuple)):
+        return isinstance(base, (list, tuple)) and all(_as_close(a, b, comparison) for a, b in zip(impl, base))
+    if impl is None or base is None or math.isnan(impl):
+        return False
+    return impl >= base if comparison == ">=" else impl <= base
+
+
+def _criterion(kind: str, metric: str, out: int, threshold: Any, comparison: str, source: str,
+               against_baseline: Any, impl_oracle: Optional[dict], baseline_oracle: Optional[dict],
+               dtype: str) -> Criterion:
+    """One fixed criterion, oracle-aware: it holds on impl vs baseline, or, when the impl is at least as close
+    to the oracle (rounded once to the dtype) as the baseline is, on impl vs that oracle."""
+    value = list(against_baseline) if isinstance(against_baseline, tuple) else against_baseline
+    shown = list(threshold) if isinstance(threshold, tuple) else threshold
+    crit = dict(kind=kind, metric=metric, output=out, threshold=shown, comparison=comparison, source=source)
+    if _holds(value, threshold, comparison):
+        return Criterion(**crit, value=value, passed=True)
+    io = impl_oracle.get(metric) if impl_oracle else None
+    bo = baseline_oracle.get(metric) if baseline_oracle else None
+    io = list(io) if isinstance(io, tuple) else io
+    if io is not None and bo is not None and _as_close(io, bo, comparison) and _holds(io, threshold, comparison):
+        return Criterion(**crit, value=io, passed=True, against="oracle",
+                         note=f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
+                              f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})")
+    note = None
+    if io is not None and bo is not None:
+        note = (f"against the oracle rounded to {dtype}: impl {fmt_value(io)}, baseline {fmt_value(bo)}"
+                + ("" if _as_close(io, bo, comparison) else " (the impl is the further one)"))
+    return Criterion(**crit, value=value, passed=False, note=note)
+
+
+def threshold_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+    """Each output's NaN/Inf placement and fixed thresholds, decided oracle-aware (see :func:`_criterion`)."""
+    criteria: list[Criterion] = []
+    for out, worst in enumerate(case.metrics):
+        io = case.impl_oracle[out] if out < len(case.impl_oracle) else None
+        bo = case.baseline_oracle[out] if out < len(case.baseline_oracle) else None
+        for name in ("nan_mismatch", "inf_mismatch"):
+            criteria.append(_criterion("placement", name, out, 0.0, "==", "NaN/Inf placement must match the baseline",
+                                       float(worst.get(name, 0)), io, bo, rules.dtype))
+        for th in rules.thresholds:
+            criteria.append(_criterion("threshold", th.metric, out, th.value, th.comparison, th.source,
+                                       worst.get(th.metric), io, bo, rules.dtype))
+    return criteria
+
+
+def bits_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+    """Bit-exact categories: every element's bits equal the baseline's or the oracle's rounded once to the dtype
+    (a fused multiply-add is the correctly rounded result, not a bug); the sign of zero counts, NaNs are equal."""
+    return [Criterion(kind="bits", metric="bit_mismatch", output=out, value=float(count), threshold=0.0,
+                      comparison="==", passed=count == 0,
+                      source=f"{rules.category} default (bit exact: the baseline's or the rounded oracle's bits)")
+            for out, count in enumerate(case.bit_mismatches)]
+
+
+def ulp_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+    """ULP error against the oracle (flush to zero forgiven), scaled by the baseline's own, above the floor:
+
+        max:  impl_max  <= max(f_max · baseline_max,   floor_max,  0.5)
+        mean: impl_mean <= max(f_mean · baseline_mean, floor_mean, 0.25)
+
+    with the dual-delta factors of max_ulp and mean_ulp (2 and 1.5); 0.5 and 0.25 ulp are the max and mean
+    error of the correctly rounded result.
+    """
+    criteria = []
+    for out, u in enumerate(case.ulp):
+        for which, impl, base, floor, free in (("max", u.impl_max, u.baseline_max, rules.floor_max, 0.5),
+                                               ("mean", u.impl_mean, u.baseline_mean, rules.floor_mean, 0.25)):
+            factor = default_factor(f"{which}_ulp")
+            allowed = max(factor * base, floor or 0.0, free)
+            why = f"max({fmt(factor)} x baseline's {fmt(base)}, floor {fmt(floor)}, correctly rounded {fmt(free)})"
+            criteria.append(Criterion(kind="ulp", metric=f"{which}_ulp", output=out, value=impl, threshold=allowed,
+                                      comparison="<=", passed=_holds(impl, allowed, "<="), against="oracle",
+                                      source=f"{rules.category} {rules.dtype} ULP rule", note=f"allowed = {why}"))
+    return criteria
+
+
+def diff4_criterion(out: int, counts: Diff4Counts, bias: Optional[Bias], bias_floor: float) -> Criterion:
+    """The diff4 rule as a material-bias test.
+
+    MLU-OPS's counts (p1, p2, n) of impl against baseline are the value; the case fails only when the impl's
+    mean signed error against the oracle (additive or of magnitude, in ulp) exceeds the baseline's by more
+    than ``bias_floor`` ulp. Elements where impl and oracle are both below the smallest normal count as a
+    flush, not a bias.
+    """
+    p1, p2, n = diff4_value(counts.above, counts.below)
+    crit = dict(kind="diff4", metric="diff4", output=out, value=[p1, p2, float(n)], comparison="two-sided",
+                source=f"diff4 material-bias rule (floor {fmt(bias_floor)} ulp)")
+    if bias is None or bias.n < DIFF4_MIN_POINTS:
+        got = 0 if bias is None else bias.n
+        return Criterion(**crit, passed=None, note=f"{got} elements compared with the oracle < {DIFF4_MIN_POINTS}")
+    shifts = {"additive": (bias.impl_value, bias.baseline_value),
+              "magnitude": (bias.impl_magnitude, bias.baseline_magnitude)}
+    material = [k for k, (i, b) in shifts.items() if abs(i) > abs(b) + bias_floor]
+    one_sided = n >= DIFF4_MIN_POINTS and (counts.above == 0 or counts.below == 0)
+    words = [f"mean shift against the oracle: impl {fmt(bias.impl_value)} ulp additive, "
+             f"{fmt(bias.impl_magnitude)} of magnitude; baseline {fmt(bias.baseline_value)}, "
+             f"{fmt(bias.baseline_magnitude)}"]
+    if one_sided:
+        words.append("every unequal point lies on one side of the baseline")
+    if bias.flushed:
+        words.append(f"{bias.flushed} elements below the smallest normal on both sides left out as a flush")
+    if material:
+        words.insert(0, f"material {' and '.join(material)} bias")
+    elif one_sided:
+        words.insert(0, "one-sided but immaterial")
+    return Criterion(**crit, passed=not material, note="; ".join(words))
+
+
+def _errors(x: list[float]) -> np.ndarray:
+    """Errors as float64 with NaN as +inf (a NaN is the worst error)."""
+    a = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(a), np.inf, a)
+
+
+def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
+    """The record with its non-inferiority decision: ``passed`` and the ``reasons`` it fails (empty on a pass).
+
+    Uses the Holm-adjusted p-value when the record has one, else the raw one.
+    """
+    d1, d2 = _errors(rec.delta_impl), _errors(rec.delta_baseline)
+    reasons: list[str] = []
+    broken = np.flatnonzero(~np.isfinite(d1) & np.isfinite(d2))
+    if broken.size:
+        reasons.append(f"impl error is NaN/inf in {broken.size} of {d1.size} trials where the baseline's is finite "
+                       f"(first: trial {int(broken[0])})")
+    worst_adjusted = rec.p_worst_adjusted is not None
+    p_worst = rec.p_worst_adjusted if worst_adjusted else rec.p_worst
+    if p_worst is not None and p_worst < rec.alpha:
+        test = next(t for t in rec.tests if t.name == "worst_trial")
+        which = "Holm-adjusted p" if worst_adjusted else "p"
+        reasons.append(f"worst {test.note} ({which}={p_worst:.2g} < alpha {rec.alpha:g})")
+    adjusted = rec.p_adjusted is not None
+    p = rec.p_adjusted if adjusted else rec.p_value
+    if p is not None and p < rec.alpha:
+        which = "Holm-adjusted p" if adjusted else "p"
+        reasons.append(f"impl error exceeds max({rec.factor:g} x baseline's, free {rec.free:.3g}) in most trials "
+                       f"(sign test {which}={p:.2g} < alpha {rec.alpha:g})")
+    return rec.model_copy(update={"passed": not reasons, "reasons": reasons})
+
+
+def dual_delta_criterion(rec: DualDeltaRecord, source: str) -> Criterion:
+    """A decided gate as a criterion: the median paired ratio delta_1/delta_2 against the factor."""
+    return Criterion(kind="dual_delta", metric=rec.metric, output=rec.output,
+                     value=rec.ratio.median if rec.ratio is not None else None, threshold=rec.factor,
+                     comparison="non-inferior", passed=rec.passed, source=source, note=rec.conclusion)
+
+
+def tolerance_to_pass(criteria: list[Criterion]) -> dict[str, float]:
+    """For each failing ``<=``/``==`` threshold, the smallest threshold that would pass: the worst value itself."""
+    out: dict[str, float] = {}
+    for c in criteria:
+        if c.passed is False and c.comparison in ("<=", "==") and isinstance(c.value, (int, float)):
+            key = c.metric if not c.output else f"{c.metric}[{c.output}]"
+            out[key] = max(out.get(key, 0.0), float(c.value))
+    return out
+
+
+def _where(case: CaseResult) -> list[str]:
+    """Where the damage is: the fraction of elements over tolerance (and where they sit) and the worst element."""
+    lines = []
+    if case.bad_fraction:
+        where = f"; {case.bad_location}" if case.bad_location else ""
+        lines.append(f"{fmt(case.bad_fraction)} of elements over tolerance{where}")
+    if case.worst is not None:
+        lines.append(worst_element_text(case.worst))
+    return lines
+
+
+def perf_criteria(case: CaseResult) -> list[Criterion]:
+    """The speed-up gate of ``acceptance bench``: speedup = baseline median / impl median >= perf.min_speedup
+    (no criterion when the case was not timed or its spec sets no min_speedup)."""
+    perf = case.perf
+    if perf is None or perf.min_speedup is None:
+        return []
+    passed = perf.speedup is not None and perf.speedup >= perf.min_speedup
+    note = (f"median {perf.median_s:.4g} s against {perf.baseline_median_s:.4g} s for {perf.baseline}"
+            if perf.speedup is not None else "the perf baseline was not timed")
+    return [Criterion(kind="perf", metric="speedup", value=perf.speedup, threshold=perf.min_speedup,
+                      comparison=">=", passed=passed, source="spec perf.min_speedup", note=note)]
+
+
+def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResult:
+    """The case with its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
+    (nothing compared, or a constant answer where the oracle varies) fails."""
+    if case.error is not None:
+        if rules.waiver and "error" in rules.waiver_covers:
+            return case.model_copy(update={"verdict": "skip", "reasons": [f"waived: {rules.waiver}", case.error],
+                                           "criteria": []})
+        expired = [rules.expired_waiver] if rules.expired_waiver else []
+        return case.model_copy(update={"verdict": "error", "reasons": [case.error] + expired, "criteria": []})
+    criteria = threshold_criteria(case, rules) + bits_criteria(case, rules) + perf_criteria(case)
+    if rules.ulp_check:
+        criteria += ulp_criteria(case, rules)
+    if rules.diff4:
+        criteria += [diff4_criterion(out, counts, case.bias[out] if out < len(case.bias) else None,
+                                     rules.bias_floor) for out, counts in enumerate(case.diff4_counts)]
+    reasons = [criterion_text(c) for c in criteria if c.passed is False]
+    records = [dual_delta_gate(rec) for rec in case.dual_delta]
+    defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
+    for rec in records:
+        source = f"{rules.category} default" if rec.metric in defaults else "spec override"
+        source = rules.dual_delta.sources.get(rec.metric, source) if rules.dual_delta else source
+        criteria.append(dual_delta_criterion(rec, source))
+        where = f" [output {rec.output}]" if rec.output else ""
+        reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
+    if strict and case.vacuous:
+        reasons.append(f"vacuous (--strict): {case.vacuous}")
+    reasons += determinism.reasons(case)
+    if reasons and case.oracle_range:
+        reasons.insert(0, f"{case.oracle_range}: the test dtype cannot hold the true result there, so mismatches "
+                          "at those elements come from the inputs' range, not from the impl")
+    verdict = "fail" if reasons else "pass"
+    if reasons:
+        reasons += _where(case)
+    if verdict == "fail" and rules.waiver and "fail" in rules.waiver_covers:
+        verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
+    elif verdict == "fail" and rules.expired_waiver:
+        reasons.append(rules.expired_waiver)
+    return case.model_copy(update={"verdict": verdict, "reasons": reasons, "criteria": criteria,
+                                   "dual_delta": records, "tolerance_to_pass": tolerance_to_pass(criteria)})
+
+
+def summarize(cases: list[CaseResult], *, interrupted: Optional[int] = None) -> Summary:
+    """The run's verdict: counts per verdict; the run fails (exit code 1) on any fail or error. A run that did
+    not finish is ``interrupted``, never a pass, with the signal's exit code (130 SIGINT, 143 SIGTERM)."""
+    counts = {v: 0 for v in VERDICT_ORDER}
+    for case in cases:
+        counts[case.verdict] += 1
+    bad = counts["fail"] + counts["error"]
+    verdict = "interrupted" if interrupted else "fail" if bad else "pass"
+    return Summary(
+        total=len(cases),
+        passed=counts["pass"],
+        failed=counts["fail"],
+        errors=counts["error"],
+        skipped=counts["skip"],
+        verdict=verdict,
+        exit_code=interrupted if interrupted else EXIT_FAIL if bad else EXIT_OK,
+    )
+
+
+def gate_comparison(summary: Summary, comparison: Comparison) -> Summary:
+    """The run's outcome with a comparison in the gate: a regression against the base run (a worse verdict, or
+    an error grown past the allowed factor) fails a run that would otherwise pass (exit code 1)."""
+    if comparison.passed or summary.verdict != "pass":
+        return summary
+    return summary.model_copy(update={"verdict": "fail", "exit_code": EXIT_FAIL})

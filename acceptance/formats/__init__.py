@@ -1,0 +1,1 @@
+"""Number formats and input shapes: the dtype table, GGML block formats, input-range presets, memory layouts."""

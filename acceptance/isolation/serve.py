@@ -1,0 +1,486 @@
+"""Inside a worker process: resolving the callables, the serve loop, and one call's answer with the checks
+around it (inputs written in place, child processes left running, files written to the run's output folder).
+
+The runner's side of the protocol is :mod:`acceptance.isolation.worker`; this module
+is what the child process runs (:func:`serve`), and what both sides share
+about a batch's inputs (:func:`call_inputs`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import resource
+import select
+import signal
+import struct
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+import xxhash
+
+from acceptance.formats import dtypes
+from acceptance.isolation.transport import dumps, recv, send
+
+Tensors = tuple[torch.Tensor, ...]
+
+#: Which inputs a :class:`Call` takes: the impl's, the reference's (the baseline's), the reference's in float64.
+IMPL, REFERENCE, FLOAT64 = 0, 1, 2
+
+
+def call_inputs(sets: tuple[Tensors, ...], which: int) -> Tensors:
+    """The inputs a call takes from a batch's ``sets`` ((impl's,) or (impl's, reference)): :data:`IMPL` the
+    impl's, :data:`REFERENCE` the reference's, :data:`FLOAT64` float64 copies of the reference's
+    (:func:`acceptance.numerics.oracle.float64_inputs`)."""
+    if which == FLOAT64:
+        from acceptance.numerics.oracle import float64_inputs
+
+        return float64_inputs(sets[-1])
+    return sets[min(which, len(sets) - 1)]
+
+
+#: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
+#: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts)
+#: | ("timed", Ref, TimerOptions.key()) (the callable in the timing loop of :mod:`acceptance.measure.timing`, timed where it runs)
+#: | ("adapter", declaration JSON, spec_path, role) | ("setup", Ref): the ``setup`` of the adapter the worker
+#: already holds for Ref (see :mod:`acceptance.isolation.adapters`)
+#: | ("fingerprint", Ref): a call giving the hex SHA-256 of Ref's fingerprint.
+Ref = tuple
+
+
+def resolve(ref: Ref) -> Callable:
+    """The callable a :data:`Ref` names (imports the module: run this in a worker)."""
+    from acceptance.numerics import oracle
+    from acceptance.spec.callables import resolve_callable
+
+    kind = ref[0]
+    if kind == "callable":
+        return resolve_callable(ref[1], Path(ref[2]))
+    if kind == "float64":
+        return oracle.float64_oracle(resolve(ref[1]))
+    if kind == "mpmath":
+        return oracle.mpmath_oracle(ref[1], ref[2])
+    if kind == "object":
+        return ref[1]
+    if kind == "emulated":  # ("emulated", Ref, Emulation, role): acceptance.numerics.emulate.roles around the callable
+        from acceptance.numerics.emulate import roles as emulation
+
+        return emulation.wrap(ref[3], resolve(ref[1]), ref[2])
+    if kind == "layout":  # ("layout", Ref, layouts): inputs in the given memory layouts
+        from acceptance.formats.layouts import with_layouts
+
+        return with_layouts(resolve(ref[1]), ref[2])
+    if kind == "timed":
+        from acceptance.measure import timing
+
+        return timing.Timed(resolve(ref[1]), timing.TimerOptions(**dict(ref[2])))
+    if kind == "adapter":
+        from acceptance.isolation.adapters import resolve_adapter
+
+        return resolve_adapter(ref)
+    if kind == "fingerprint":
+        return _fingerprinter(resolve(ref[1]))
+    raise ValueError(f"unknown callable reference {ref!r}")
+
+
+def _fingerprinter(fn: Callable) -> Callable[[], torch.Tensor]:
+    """A call that returns the SHA-256 of ``fn``'s :func:`acceptance.cache.callable_fingerprint` (hex, as a uint8
+    tensor), so that the runner can key cached references without importing the code under test."""
+    def fingerprint() -> torch.Tensor:
+        from acceptance.cache import callable_fingerprint, canonical_json
+
+        hexdigest = hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
+        return torch.frombuffer(bytearray(hexdigest.encode()), dtype=torch.uint8)
+    return fingerprint
+
+
+def _digest(t: torch.Tensor) -> int:
+    """A checksum of a tensor's bytes (XXH3-64 on the host, ~17 GB/s on one core where CRC-32 ran at ~3.9: the
+    worker checks every call's inputs with it; an integer weighted sum on a device)."""
+    if t.numel() == 0:
+        return 0
+    bits = dtypes.bits_view(t.detach().contiguous())
+    if t.device.type == "cpu":
+        return xxhash.xxh3_64_intdigest(bits.numpy().view("u1").data)
+    flat = bits.reshape(-1).to(torch.int64)
+    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.int64)
+    return hash((int(flat.sum()), int((flat * weights).sum())))
+
+
+def _changed(now: torch.Tensor, before: torch.Tensor) -> int:
+    """Elements whose bits differ (every element when the shape changed)."""
+    if now.shape != before.shape or now.dtype != before.dtype:
+        return max(now.numel(), before.numel())
+    if now.is_floating_point():
+        return int((dtypes.bits_view(now.contiguous()) != dtypes.bits_view(before.contiguous())).sum())
+    return int((now != before).sum())
+
+
+def _listed_children() -> Optional[list[str]]:
+    """This process's children from ``/proc/self/task/*/children`` (one small file per thread, ~0.1 ms in all,
+    where scanning all of /proc takes ~20 ms on a busy host); ``None`` where the kernel does not offer it."""
+    me = os.getpid()
+    try:
+        tasks = os.listdir(f"/proc/{me}/task")
+        pids: list[str] = []
+        for task in tasks:
+            try:
+                with open(f"/proc/{me}/task/{task}/children") as fh:
+                    pids += fh.read().split()
+            except FileNotFoundError:
+                if task == str(me):
+                    return None  # no CONFIG_PROC_CHILDREN
+        return pids
+    except OSError:
+        return None
+
+
+def _children() -> list[int]:
+    """Kill the live child processes of this worker (Linux /proc); their pids. One ``waitpid`` when the worker
+    has no child at all, the usual case (children that already exited are reaped on the way)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return []
+        except OSError:
+            break
+        if pid == 0:  # a child is still running
+            break
+    me, found = str(os.getpid()), []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    listed = _listed_children()
+    for entry in (proc / pid for pid in listed) if listed is not None else proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+#: Files of the output folder that the run itself writes while the callables run.
+RUN_FILES = frozenset({"journal.jsonl", ".acceptance.lock"})
+
+
+def snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of the files of the output folder ``folder``, but the run's own journal and lock
+    (``{}`` for ``None``)."""
+    if folder is None:
+        return {}
+    found = {}
+    try:
+        with os.scandir(folder) as entries:
+            for e in entries:
+                if e.name not in RUN_FILES and e.is_file():
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        continue
+                    found[e.name] = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        pass
+    return found
+
+
+def remove_written(folder: Path, before: dict[str, tuple[int, int]]) -> list[str]:
+    """The files of ``folder`` that appeared or changed since its :func:`snapshot` ``before``, removed; sorted."""
+    touched = sorted(name for name, stamp in snapshot(folder).items() if before.get(name) != stamp)
+    for name in touched:
+        (folder / name).unlink(missing_ok=True)
+    return touched
+
+
+class FolderWatch:
+    """Files written to a folder during a call: :meth:`start` before it, :meth:`written` after it.
+
+    On Linux an inotify watch on the folder (one non-blocking read per look, however many files it holds);
+    elsewhere a :func:`snapshot` before and after. Files that appeared or changed and still exist count, but
+    the run's own :data:`RUN_FILES`; :meth:`written` removes them. Subfolders are not watched.
+    """
+
+    #: IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
+    _MASK = 0x2 | 0x4 | 0x8 | 0x80 | 0x100
+    _OVERFLOW = 0x4000  # IN_Q_OVERFLOW: events were lost
+    _EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self._fd = self._inotify(folder)
+        self._before: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def _inotify(cls, folder: str) -> Optional[int]:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return None
+            if libc.inotify_add_watch(fd, os.fsencode(folder), cls._MASK) < 0:
+                os.close(fd)
+                return None
+            return fd
+        except (AttributeError, OSError):  # not Linux
+            return None
+
+    def _events(self) -> tuple[set[str], bool]:
+        """Names in the events queued since the last read, and whether events were lost."""
+        names: set[str] = set()
+        lost = False
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return names, lost
+            at = 0
+            while at + self._EVENT.size <= len(data):
+                _, mask, _, length = self._EVENT.unpack_from(data, at)
+                at += self._EVENT.size
+                lost |= bool(mask & self._OVERFLOW)
+                if length:
+                    names.add(os.fsdecode(data[at:at + length].rstrip(b"\0")))
+                at += length
+
+    def start(self) -> None:
+        if self._fd is None:
+            self._before = snapshot(Path(self.folder))
+        else:
+            self._events()  # what happened before the call: the run's journal, files removed after a call
+
+    def written(self) -> list[str]:
+        """The files the call wrote (removed now), sorted."""
+        if self._fd is None:
+            return remove_written(Path(self.folder), self._before)
+        names, lost = self._events()
+        if lost:
+            touched = list(snapshot(Path(self.folder)))
+        else:
+            touched = [name for name in names - RUN_FILES if os.path.isfile(os.path.join(self.folder, name))]
+        for name in touched:
+            try:
+                os.unlink(os.path.join(self.folder, name))
+            except OSError:
+                pass
+        return sorted(touched)
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+
+
+def _cached(cache: dict, ref: Ref) -> Callable:
+    """The callable of ``ref``, resolved once per worker (a setup reference reaches the cached adapter)."""
+    if ref[0] == "setup":
+        return _cached(cache, ref[1]).setup
+    key = ref if ref[0] != "object" else id(ref[1])
+    return cache.get(key) or cache.setdefault(key, resolve(ref))
+
+
+def die_with(pid: int) -> None:  # pragma: no cover - runs in a worker or a job process
+    """End this process when process ``pid`` (the one that started it) ends, however it ends, ``kill -9``
+    included.
+
+    A worker's or a job's parent is the fork server, not the process it works for, and it holds the fork
+    server's liveness pipe: left alone, a worker of a killed runner would wait for a call forever and keep the
+    fork server alive with it. A thread waits on a pidfd of ``pid`` (Linux 5.3+; elsewhere it looks once a
+    second) and ends this process's group (a worker leads its own)."""
+    def wait() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+        if os.getpgid(0) == os.getpid():  # a worker: its children go too
+            os.killpg(0, signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="acceptance-watchdog", daemon=True).start()
+
+
+def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int],
+          threads: Optional[int] = None, guard: Optional[str] = None,
+          owner: Optional[int] = None) -> None:  # pragma: no cover
+    """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call."""
+    os.setsid()
+    if owner is not None:
+        die_with(owner)
+    if threads:
+        torch.set_num_threads(threads)
+    if hasattr(ctypes, "CDLL"):
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the fork server
+        except (OSError, AttributeError):
+            pass
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    if memory_limit:
+        with open("/proc/self/statm") as fh:
+            mapped = int(fh.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, resource.RLIM_INFINITY))
+    cache: dict[Any, Callable] = {}
+    recipe: Any = None
+    watch = FolderWatch(guard) if guard else None
+    while True:
+        try:
+            sets, calls = recv(conn)
+        except EOFError:  # the runner is done with this worker
+            from acceptance.cache.store import settle_shared
+
+            settle_shared()  # the cache's writes of the inputs made here
+            os._exit(0)
+        if isinstance(sets, Generate):  # the inputs are made here, from the case's recipe
+            recipe = sets.recipe if sets.recipe is not None else recipe
+            try:
+                sets = _input_sets(recipe(sets.trial))
+            except Exception as exc:  # a spec whose inputs cannot be made: the batch ends here
+                send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
+                continue
+        digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
+        last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
+        for role, ref, which, params, device in calls:
+            # float64 copies are the call's own: nothing else reads them, so they need no digest
+            answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit, watch,
+                             digests, check=which != FLOAT64)
+            if answer[0] == "ok":
+                outs = answer[1]
+                if role in last and same_outputs(outs, last[role]):
+                    answer = ("ok", SAME) + answer[2:]  # a repeat's bits: not sent again
+                small = sum(o.numel() * o.element_size() for o in outs) <= SAME_BYTES
+                last = {role: outs} if small else {}  # larger outputs are not held while the next call runs
+                outs = None
+            try:
+                data = dumps(answer + (time.monotonic(),))
+            except Exception as exc:  # an output that cannot be pickled
+                answer = ("bad", f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
+                data = dumps(answer + (time.monotonic(),))
+            stop = answer[0] != "ok" or bool(answer[2])  # the runner stops reading this batch here
+            answer = None  # the outputs live on in the message only
+            send(conn, data)
+            data = None
+            if stop:
+                break
+        sets = calls = None
+        if recipe is not None:
+            try:
+                recipe.flush()  # a case's inputs made here, once complete, queued for the cache's writer thread
+            except Exception:  # the cache is best effort: it never costs the worker, or the call after, its life
+                pass
+
+#: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
+#: repeat on the same inputs): the runner uses the outputs it already received.
+SAME = "same"
+
+#: Largest outputs (bytes) of a call that the worker keeps to compare with the next call of the same role:
+#: larger ones travel in full, so that the worker never holds two calls' large outputs at once.
+SAME_BYTES = 16 << 20
+
+
+def same_outputs(a: Tensors, b: Tensors) -> bool:
+    """Whether two calls' outputs are identical bit for bit: as many, and each of the same dtype, shape and
+    bytes (NaN payloads and signed zeros included); ``False`` for a tensor whose bytes cannot be read as they
+    are (:func:`acceptance.formats.dtypes.byte_view`)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        bx, by = dtypes.byte_view(x), dtypes.byte_view(y)
+        if bx is None or by is None or bx.device != by.device or not torch.equal(bx, by):
+            return False
+    return True
+
+
+class Generate(NamedTuple):
+    """A batch's inputs as the worker makes them: ``recipe(trial)`` (:class:`acceptance.spec.inputs.Recipe`);
+    ``recipe`` is ``None`` when the worker holds it from the previous batch."""
+
+    recipe: Any
+    trial: int
+
+
+def _input_sets(made: Any) -> tuple[Tensors, ...]:
+    """:func:`acceptance.spec.inputs.input_sets` (imported when a worker first makes inputs)."""
+    from acceptance.spec.inputs import input_sets
+
+    return input_sets(made)
+
+
+def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
+            memory_limit: Optional[int], watch: Optional[FolderWatch] = None,
+            digests: Optional[dict[int, int]] = None, check: bool = True) -> tuple:  # pragma: no cover
+    """One call in the worker: ("ok", outputs on the CPU, [(i, input i as it is now)] for the inputs it changed,
+    seconds, notes), ("bad", what went wrong) or ("wrote", the files it wrote to the folder ``watch`` looks at,
+    which are removed; importing the callable's module counts as the call). ``digests``: the inputs' digests
+    known from the batch's previous calls, by ``id`` of the tensor (updated here); ``check=False``: the inputs
+    are not checked for writes (copies made for this call alone)."""
+    if watch is not None:
+        watch.start()
+    try:
+        from acceptance.isolation.adapters import take_notes
+
+        fn = _cached(cache, ref)
+        held = args  # the batch's own tensors, alive as long as its digests are kept
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+        digests = digests if digests is not None else {}
+        before = [digests[id(a)] if id(a) in digests else _digest(a) for a in args] if check else []
+        started = time.perf_counter()
+        value = fn(*args, **params)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - started
+        outs = value if isinstance(value, (tuple, list)) else (value,)
+        if not outs:
+            answer: tuple = ("bad", "returned no output")
+        elif not all(isinstance(o, torch.Tensor) for o in outs):
+            k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
+            answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
+        else:
+            after = [_digest(a) for a in args] if check else []
+            changed = [(i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after)) if e != d]
+            digests.update((id(a), e) for a, h, e in zip(args, held, after) if a is h)  # never a copy's: its id
+            # could name another tensor once it is freed
+            answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, take_notes(fn))
+    except SystemExit as exc:
+        answer = ("bad", f"called sys.exit({exc.code!r})")
+    except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
+        text = f"{type(exc).__name__}: {exc}{_where(exc)}"
+        if memory_limit and (isinstance(exc, MemoryError) or "allocate memory" in str(exc)):
+            answer = ("bad", f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
+        else:
+            answer = ("bad", f"raised {text}")
+    left = _children()
+    if left and answer[0] == "ok":
+        answer = ("bad", f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); "
+                         "they were killed")
+    written = watch.written() if watch is not None else []
+    return ("wrote", ", ".join(written)) if written else answer
+
+

@@ -1,0 +1,361 @@
+"""Worker processes: the code under test runs where nothing it does can take the runner down.
+
+A :class:`Worker` is one child process, started from a fork server that has
+torch imported (a fresh worker costs milliseconds, not a torch import), and
+reused call after call until the code under test breaks it. Per call the
+runner sends the role, a picklable :data:`Ref` to the callable (resolved once
+per worker), the inputs and the keyword parameters; the worker answers with
+the outputs, or with what went wrong. The runner waits with a deadline:
+
+- a callable that raises (``KeyboardInterrupt`` and ``SystemExit`` included)
+  gives "impl raised ValueError: ... (kernels.py:12) in trial 3";
+- a worker that dies gives "impl terminated by SIGSEGV in trial 3" or "impl
+  ended the worker process with exit status 0 in trial 0" (``os._exit``);
+- a call past its deadline gives "impl exceeded the 60 s timeout in trial 7;
+  the worker was killed": the worker's whole process group is killed, native
+  busy loops and code that ignores signals included;
+- an allocation past the worker's memory limit (``RLIMIT_AS`` above what the
+  worker had mapped at start) fails inside the worker and is reported as such;
+- a callable that modifies its input tensors in place gives "impl modified
+  input 1 (`b`) in place (12 elements changed) in trial 0" (a digest of each
+  input is compared before and after the call; the changed input is sent back
+  and compared with the runner's copy only when the digest differs; the
+  oracle's float64 copies are its own, made for that call, and not checked);
+- a callable that writes to the run's output folder gives "impl wrote to the
+  output folder in trial 0 (results.json); the files were removed" (the
+  folder's files are compared before and after each call, so the write is
+  charged to the call that made it even while other cases' trials are in flight).
+
+A fresh worker takes the next call after a crash or a kill. Workers run in
+their own session (a terminal's Ctrl-C reaches the runner only), die with the
+process that started them (:func:`acceptance.isolation.serve.die_with`, ``kill -9`` of it included), and write their stdout and stderr to
+the null device, so nothing the code under test prints reaches a CI log.
+Tensors cross the boundary as described in :mod:`acceptance.isolation.transport` (a
+copy each way, never shared memory the code under test could write back
+through); an impl on CUDA gets its inputs moved to the device inside the
+worker, and its outputs come back on the CPU.
+
+The calls of one trial travel together (:meth:`Worker.submit`): the inputs
+once, the calls in order (impl and its repeats, baseline, oracle on float64
+copies the worker makes), and an answer comes back as each call finishes;
+each call's deadline runs from when the worker could start it. The worker
+stops a batch at the first call that breaks, so the runner reads no answer
+after an error.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from acceptance.errors import CaseError
+from acceptance.isolation.forkserver import signal_name
+from acceptance.isolation.serve import (FLOAT64, IMPL, REFERENCE, RUN_FILES, SAME, Generate, Ref, _changed, _input_sets, call_inputs, remove_written, resolve, serve, snapshot)
+from acceptance.isolation.transport import dumps, recv, send, size
+
+Tensors = tuple[torch.Tensor, ...]
+
+__all__ = ["FLOAT64", "IMPL", "REFERENCE", "RUN_FILES", "Ref", "Batch", "Call", "Worker", "WORKER_THREADS",
+           "call_inputs", "remove_written", "resolve", "snapshot"]
+
+_CONTEXT: Optional[multiprocessing.context.BaseContext] = None
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    global _CONTEXT
+    if _CONTEXT is None:
+        from acceptance.isolation.forkserver import context
+
+        _CONTEXT = context()
+    return _CONTEXT
+
+
+class Worker:
+    """One worker process, started on first use and replaced after a crash, a kill or a timeout.
+
+    ``memory_limit``: bytes the worker may map beyond what it had at start (``None``: no limit).
+    ``threads``: torch's intra-op threads in the worker (``None``: torch's default).
+    ``guard``: the run's output folder: a call during which a file there appears or changes (but the run's own
+    :data:`RUN_FILES`) is an error naming the role, the trial and the files, which are removed.
+    """
+
+    #: the calls run in another process: the engine may send a trial while it measures the previous one
+    concurrent = True
+
+    def __init__(self, memory_limit: Optional[int] = None, threads: Optional[int] = None,
+                 guard: Optional[Path] = None):
+        self.memory_limit, self.threads, self.guard = memory_limit, threads, guard
+        self._proc: Optional[multiprocessing.process.BaseProcess] = None
+        self._pending: deque[Batch] = deque()  # submitted batches not finished, in submission order; those sent
+        # to the current process are a prefix of it
+        self._generation = 0  # bumped when a process starts or is killed: a batch sent to an earlier one is lost
+        self._free_at = 0.0  # CLOCK_MONOTONIC: the worker may have started its next call from then on
+        self._recipe: Any = None  # the input recipe the worker holds
+        #: work for this process while an answer is not ready (one piece per call; whether there was one)
+        self.idle: Optional[Callable[[], bool]] = None
+        self._conn: Optional[multiprocessing.connection.Connection] = None
+        #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
+        self.notes: list[str] = []
+
+    def _start(self) -> None:
+        parent, child = _context().Pipe()
+        proc = _context().Process(target=serve, daemon=True,
+                                  args=(child, self.memory_limit, self.threads,
+                                        str(self.guard) if self.guard is not None else None, os.getpid()))
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        self._recipe = None
+        self._generation += 1
+
+    def close(self) -> None:
+        """Kill the worker and its process group (children it left behind included)."""
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._proc.join(5)
+            self._conn.close()
+        self._proc = self._conn = None
+        self._generation += 1
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """End the worker as done with it: with no batch in flight, its connection is closed and it is given
+        ``timeout`` seconds to write what it keeps for the reference cache and exit; then, or at once
+        otherwise, :meth:`close`."""
+        if self._proc is not None and not self._pending and self._alive():
+            self._conn.close()
+            self._proc.join(timeout)
+        self.close()  # closing the connection again does nothing
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def call(self, role: str, ref: Ref, trial: int, args: Tensors, params: dict, *, device: torch.device,
+             timeout: float = math.inf, limit: Optional[float] = None,
+             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+        """``fn(*args, **params)`` in the worker within ``timeout`` seconds: (outputs, seconds inside the call).
+
+        :class:`CaseError` when it breaks; ``limit`` is the timeout as configured, for the message.
+        """
+        if self._pending:
+            raise RuntimeError(f"{role}: a call while {len(self._pending)} batch(es) are in flight would be "
+                               "answered after them; read or discard them first")
+        batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
+        return batch.next(timeout=timeout, limit=limit, names=names)
+
+    def submit(self, trial: int, sets: Any, calls: list["Call"]) -> "Batch":
+        """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
+
+        ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
+        :data:`IMPL`, :data:`REFERENCE` and :data:`FLOAT64` (the reference inputs in float64, made in the
+        worker). ``sets`` may instead be a picklable recipe (:class:`acceptance.spec.inputs.Recipe`): the worker
+        makes the trial's inputs itself, and the runner never holds them. The worker runs the calls one after
+        the other and stops at the first that breaks or modifies an input.
+
+        Several batches may be in flight: the worker runs them in the order sent, and they are read in that
+        order. A batch read while an earlier one still has unread answers means the earlier one was given up:
+        the worker is replaced, and the batch is sent again to the fresh one (as is any batch sent to a worker
+        that was since killed), so an answer always answers the call it was read for. A message larger than
+        :data:`SMALL_MESSAGE` waits to be sent until the batch is read, when nothing else is in flight (two
+        processes each blocked writing to the other would wait forever).
+        """
+        batch = Batch(self, trial, sets, calls)
+        if not calls:
+            return batch
+        first = not self._pending
+        follows = first or (self._pending[-1]._here() and self._alive())
+        self._pending.append(batch)
+        if follows:  # sent in order: now, or when it is read
+            batch._send(small_only=not first)
+        return batch
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    @property
+    def in_flight(self) -> int:
+        """Batches submitted whose answers are not all read."""
+        return len(self._pending)
+
+
+def _ready(conn: multiprocessing.connection.Connection) -> bool:
+    """Whether ``conn`` has something to read (an answer, or the worker's end), without waiting."""
+    try:
+        return conn.poll()
+    except (OSError, EOFError):
+        return True
+
+
+#: Bytes of a batch message that may be sent while other batches are in flight (a socket buffer holds many).
+SMALL_MESSAGE = 8 * 1024
+
+#: torch's intra-op threads in a worker unless told otherwise: one, so that a CPU callable's result (a
+#: reduction's order can follow the thread count) is the same on every machine and for any ``--jobs``, and N
+#: jobs on N cores do not oversubscribe them.
+WORKER_THREADS = 1
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a batch: ``role`` (for messages), the callable's :data:`Ref`, which inputs
+    (:data:`IMPL` | :data:`REFERENCE` | :data:`FLOAT64`), keyword parameters and the device it runs on."""
+
+    role: str
+    ref: Ref
+    inputs: int
+    params: dict
+    device: torch.device
+
+
+class Batch:
+    """The answers of one :meth:`Worker.submit`, read in call order."""
+
+    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call]):
+        self.worker, self.trial, self.sets, self.calls = worker, trial, sets, calls
+        self._generation = -1  # the worker process it was sent to (-1: not sent)
+        self._sent = 0.0
+        self._started = 0.0  # CLOCK_MONOTONIC: when the call to read next could start
+        self._read = 0
+        self._last: dict[str, Tensors] = {}  # role -> the outputs of this batch's previous answer of that role
+        self.done = not calls
+
+    def _here(self) -> bool:
+        """Whether this batch was sent to the worker process now running."""
+        return self._generation == self.worker._generation
+
+    def _send(self, small_only: bool = False) -> bool:
+        """Send this batch (starting the worker when it is not running); with ``small_only``, only a message of
+        at most :data:`SMALL_MESSAGE` bytes. Whether it was sent."""
+        w = self.worker
+        if not w._alive():
+            w.close()
+            w._start()
+        sets: Any = self.sets
+        if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
+            sets = Generate(sets if w._recipe is not sets else None, self.trial)
+        # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
+        message = dumps((sets, [(c.role, c.ref, c.inputs, c.params, c.device) for c in self.calls]))
+        if small_only and size(message) > SMALL_MESSAGE:
+            return False
+        send(w._conn, message)
+        if not isinstance(self.sets, tuple):
+            w._recipe = self.sets
+        self._generation, self._sent, self._read = w._generation, time.monotonic(), 0
+        return True
+
+    def _finish(self) -> None:
+        self.done = True
+        pending = self.worker._pending
+        if pending and pending[0] is self:
+            pending.popleft()
+
+    def discard(self) -> None:
+        """Give this batch up: its answers will not be read. A batch the worker may still be answering costs
+        the worker (it is killed; the batches after this one are sent again to a fresh one when read)."""
+        if self.done:
+            return
+        w = self.worker
+        self.done = True
+        if self in w._pending:
+            w._pending.remove(self)
+            if self._here() and w._alive():
+                w.close()
+
+    def _first(self) -> None:
+        """Make this batch the first one the worker answers: batches submitted before it were given up by their
+        reader (the worker is replaced when one of them was sent to it); then send it, and the batches after it
+        that are not sent yet, in order."""
+        w = self.worker
+        given_up = []
+        while w._pending and w._pending[0] is not self:
+            given_up.append(w._pending.popleft())
+        for b in given_up:
+            b.done = True
+        if any(b._here() for b in given_up) and w._alive():
+            w.close()  # their answers would come first
+        if not self._here():
+            self._send()
+            for b in list(w._pending)[1:]:
+                if b._here() or not b._send(small_only=True):
+                    break
+
+    def next(self, *, timeout: float = math.inf, limit: Optional[float] = None,
+             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+        """The next call's (outputs, seconds inside it); ``timeout`` seconds from when the worker could start it
+        (the submit, or when the previous answer was read), so a runner busy elsewhere meanwhile never
+        shortens it."""
+        w = self.worker
+        if self.done:
+            raise RuntimeError(f"trial {self.trial}: every answer of this batch was read (or it was discarded)")
+        if not (w._pending and w._pending[0] is self and self._here()):
+            self._first()
+        if self._read == 0:
+            self._started = max(self._sent, w._free_at)
+        call = self.calls[self._read]
+        self._read += 1
+        role, trial = call.role, self.trial
+        while w.idle is not None and not _ready(w._conn) and w.idle():
+            pass
+        wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
+        ready = multiprocessing.connection.wait([w._conn, w._proc.sentinel], wait)
+        if not ready:
+            self._finish()
+            w.close()
+            shown = limit if limit is not None else timeout
+            raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
+        try:
+            answer = recv(w._conn) if w._conn in ready or w._conn.poll() else None
+        except (EOFError, OSError):
+            answer = None
+        if answer is None:
+            self._finish()
+            w._proc.join(5)
+            code = w._proc.exitcode
+            w.close()
+            if code is not None and code < 0:
+                raise CaseError(f"{role} terminated by {signal_name(code)} in trial {trial}")
+            raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
+        # the next call started when this answer was sent, or later if sending it had to wait for this read
+        w._free_at = self._started = max(answer[-1], time.monotonic())
+        if self._read == len(self.calls):
+            self._finish()
+        if answer[0] == "inputs":
+            self._finish()
+            raise CaseError(answer[1])
+        if answer[0] == "bad":
+            self._finish()
+            raise CaseError(f"{role} {answer[1]} in trial {trial}")
+        if answer[0] == "wrote":
+            self._finish()
+            raise CaseError(f"{role} wrote to the output folder in trial {trial} ({answer[1]}); the files were removed")
+        _, outs, changed, seconds, notes, _ = answer
+        if isinstance(outs, str) and outs == SAME:  # a repeat: bit for bit the role's previous answer
+            outs = tuple(o.clone() for o in self._last[role])
+        self._last[role] = outs
+        w.notes += notes
+        for i, now in changed:
+            self._finish()
+            name = f" (`{names[i]}`)" if names and i < len(names) else ""
+            differs = _changed(now, self._args(call)[i])
+            raise CaseError(f"{role} modified input {i}{name} in place ({differs} elements changed) in trial {trial}")
+        return outs, seconds
+
+    def _args(self, call: Call) -> Tensors:
+        """The inputs ``call`` was given, as the runner holds them (made again from a recipe)."""
+        return call_inputs(self.sets if isinstance(self.sets, tuple) else _input_sets(self.sets(self.trial)),
+                           call.inputs)

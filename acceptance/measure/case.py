@@ -1,0 +1,491 @@
+"""Run cases: measure each one through the trial engine, then decide every verdict after the run's statistics.
+
+Per case, :func:`measure` runs the trials (:mod:`acceptance.measure.engine`) and
+keeps, per output, the worst-over-trials metrics of impl against baseline,
+the diff4 counts, the per-element diagnostics (:mod:`acceptance.measure.diagnose`)
+and, where the case has a dual-delta analysis, the per-trial errors of impl
+and baseline against the oracle with their statistics
+(:func:`acceptance.numerics.stats.analyze`). A case whose run breaks (a callable
+raises, returns something unusable or times out) is measured as an error and
+the run goes on.
+
+:func:`run` measures every case, corrects the dual-delta p-values for
+multiplicity over the whole run (Holm), and only then decides each verdict
+(:func:`acceptance.decide.verdict.decide`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import numpy as np
+import torch
+
+from acceptance.formats import dtypes
+from acceptance.measure import engine, roles as faithful, sanitize as sanitizer
+from acceptance.numerics import metrics
+from acceptance.decide import verdict
+from acceptance.measure.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flush_changes_nothing, flushed)
+from acceptance.errors import CaseError
+from acceptance.spec.inputs import Recipe
+from acceptance.measure.memo import memo_for
+from acceptance.numerics.metrics import registry
+from acceptance.measure.peers import Peers
+from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
+from acceptance.measure.references import RunReferences
+from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
+from acceptance.isolation.worker import WORKER_THREADS, Worker, remove_written, snapshot
+
+
+# ----------------------------------------------------------------------------- one output over trials
+
+
+#: Metrics whose worse value is the smaller (scores); every other metric's is the larger.
+_SCORES = frozenset(m.name for m in registry.REGISTRY if m.kind == "score")
+
+
+def _worse(old: float, new: float, score: bool) -> float:
+    """The worse of two values of a metric: NaN wins, else the smaller for a ``score`` and the larger otherwise,
+    ``old`` kept on a tie (as ``min(old, new)`` and ``max(old, new)``)."""
+    if old != old or new != new:
+        return math.nan
+    return new if ((new < old) if score else (new > old)) else old
+
+
+def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
+    """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere)."""
+    for name, value in m.items():
+        if name in ("diff4", "above", "below"):
+            continue
+        old = worst.get(name)
+        score = name in _SCORES
+        if isinstance(value, tuple):
+            value = [float(v) for v in value]
+            worst[name] = value if old is None else [_worse(a, b, score) for a, b in zip(old, value)]
+        else:
+            value = float(value)
+            worst[name] = value if old is None else _worse(old, value, score)
+
+
+@dataclass
+class _Output:
+    """What one output of one case accumulates over trials."""
+
+    dtype: str
+    worst: dict[str, Any] = field(default_factory=dict)
+    impl_oracle: dict[str, Any] = field(default_factory=dict)
+    baseline_oracle: dict[str, Any] = field(default_factory=dict)
+    ulp: UlpStats = field(default_factory=UlpStats)
+    impl_ulp: dict[str, list[float]] = field(default_factory=lambda: {"max": [], "mean": []})
+    diff4: Diff4Counts = field(default_factory=Diff4Counts)
+    bias: BiasSums = field(default_factory=BiasSums)
+    bits: int = 0
+    delta_impl: dict[str, list[float]] = field(default_factory=dict)
+    delta_baseline: dict[str, list[float]] = field(default_factory=dict)
+    free: dict[str, list[float]] = field(default_factory=dict)
+    constant: bool = True
+    oracle_constant: bool = True
+
+    def __post_init__(self) -> None:
+        self.diagnosis = Diagnosis(self.dtype)
+
+    def add(self, t: engine.Trial, out: int, rules: Rules, dd_metrics: tuple[str, ...], peers: Peers) -> None:
+        """Fold in one trial of this output: impl against baseline, and both against the oracle."""
+        e, b, o = t.impl[out], t.baseline[out], t.oracle[out]
+        batch = metrics.Batch()  # each of e, b, o and the rounded oracle is read once for every pair below
+        eb = batch.compute(e, b, dtype=self.dtype)
+        self.diff4.above += eb["above"]
+        self.diff4.below += eb["below"]
+        _fold(self.worst, eb)
+        eo, bo, free, rounded = engine.against_oracle(e, b, o, batch=batch, free=bool(dd_metrics))
+        self.diff4.baseline_above += bo["above"]
+        self.diff4.baseline_below += bo["below"]
+        _fold(self.impl_oracle, batch.compute(e, rounded.to(e.device), dtype=self.dtype))
+        _fold(self.baseline_oracle, batch.compute(b, rounded, dtype=self.dtype))
+        for name in dd_metrics:
+            self.delta_impl.setdefault(name, []).append(float(eo[name]))
+            self.delta_baseline.setdefault(name, []).append(float(bo[name]))
+            self.free.setdefault(name, []).append(float(free[name]))
+        if rules.ulp_check or rules.floor_max is not None or rules.floor_mean is not None:
+            if dtypes.lookup(b.dtype) is dtypes.lookup(self.dtype) and all(
+                    flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)):
+                ue, ub = eo, bo  # the flushed pairs are (e, o) and (b, o) themselves: the kernel's values alike
+            else:
+                fo = flushed(o, self.dtype)
+                ue = batch.compute(flushed(e, self.dtype), fo.to(e.device), dtype=self.dtype,
+                                   names=["max_ulp", "mean_ulp"])
+                ub = batch.compute(flushed(b, self.dtype), fo, dtype=self.dtype, names=["max_ulp", "mean_ulp"])
+            self.impl_ulp["max"].append(ue["max_ulp"])
+            self.impl_ulp["mean"].append(ue["mean_ulp"])
+            self.ulp = UlpStats(impl_max=max(self.ulp.impl_max, ue["max_ulp"]),
+                                impl_mean=max(self.ulp.impl_mean, ue["mean_ulp"]),
+                                baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
+                                baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]))
+        if rules.diff4:
+            self.bias.add(e, b, o, self.dtype, batch.float64)
+        if rules.bit_exact:
+            self.bits += bit_mismatches(e, b, rounded)
+        self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance, batch.float64)
+        peers.add(t.index, out, e, b, eo, bo, batch.float64)
+        self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
+        self.oracle_constant = self.oracle_constant and constant(o)
+
+    def metrics_record(self) -> dict[str, Any]:
+        """The worst metrics, with diff4 from the counts summed over trials."""
+        return {**self.worst, "diff4": list(metrics.diff4_value(self.diff4.above, self.diff4.below))}
+
+
+# ----------------------------------------------------------------------------- one case
+
+
+def _identity(case: Case, trials: int) -> dict[str, Any]:
+    spec = case.spec
+    return dict(
+        id=case.id, operator=spec.name, category=spec.category, spec_file=str(spec.path), dtype=case.dtype,
+        params={**case.symbols, **({"params": case.case_params} if case.case_params else {})},
+        trials=trials, seed=spec.seed, waiver=case.waiver, description=spec.description,
+    )
+
+
+def trials_of(case: Case, rules: Rules, trials: Optional[int] = None) -> int:
+    """Trials of a case: the command line's, else the spec's dual-delta trials, else the spec's trials."""
+    return trials or (rules.dual_delta and rules.dual_delta.trials) or case.spec.trials
+
+
+def _vacuous(outputs: list[_Output]) -> Optional[str]:
+    """Why a case would pass without having shown anything, or ``None``."""
+    compared = sum(int(acc.worst.get("n", 0)) for acc in outputs)
+    if not outputs or compared == 0:
+        return "no finite element was compared (every output empty or non-finite on both sides)"
+    trivial = [k for k, acc in enumerate(outputs) if acc.constant and not acc.oracle_constant]
+    if trivial:
+        return f"output {trivial[0]} of the impl is constant in every trial while the oracle's varies"
+    return None
+
+
+def _floor_of(metric: str, rules: Rules) -> Optional[float]:
+    return rules.floor_max if registry.get(metric).worst_case else rules.floor_mean
+
+
+@dataclass
+class Begun:
+    """A case ready to be measured: its callables resolved, its references found, its trials planned (the
+    first perhaps already sent to the worker, see :func:`begin`)."""
+
+    case: Case
+    identity: dict[str, Any]
+    timing: Timing
+    started: float
+    executor: Any
+    trials: engine.TrialRun
+
+
+def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
+          worker: Optional[Worker] = None, references: Optional[RunReferences] = None,
+          ahead: bool = False) -> Optional[Begun | CaseResult]:
+    """Get ``case`` ready for :func:`measure` (its error, as a result, when its callables cannot be resolved).
+
+    ``ahead``: the worker may be answering another case meanwhile, so nothing may call it now: ``None`` when
+    getting ready needs a call (a callable's fingerprint not known yet, a role set up on trial 0's inputs);
+    else the case's first trial is sent, to run while the other case is still being measured."""
+    n_trials = trials_of(case, rules, trials)
+    identity = _identity(case, n_trials)
+    timing = Timing()
+    started = time.perf_counter()
+    try:
+        roles = roles_of(case, refs=worker is not None)
+    except Exception as exc:
+        return None if ahead else CaseResult(**identity, error=f"cannot resolve callables: {exc}")
+    if ahead and (engine.needs_setup(roles, True) or (references is not None and not references.known(roles, worker))):
+        return None
+    spec = case.spec
+    executor = worker if worker is not None else engine.InProcess()
+    refs = references.for_case(case, roles, worker) if references is not None else None
+    # read from the cache or made where they are used (in the worker: overlapped with measuring the previous trial)
+    make: Callable[[int], Any] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
+    run = engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
+                            oracle=True, repeats=faithful.impl_repeats(case),
+                            baseline_repeats=faithful.BASELINE_RUNS - 1,
+                            timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
+                            oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
+                            names=[inp.name for inp in spec.inputs], role_params=case.role_params)
+    if ahead:
+        run.start()
+    return Begun(case, identity, timing, started, executor, run)
+
+
+def roles_of(case: Case, *, refs: bool) -> engine.Roles:
+    """The callables of ``case`` as it runs them (layouts and emulation applied): worker references
+    (``refs``) or the callables themselves."""
+    return engine.Roles(*faithful.wrap_roles(*(role_refs(case.spec) if refs else resolve_roles(case.spec)),
+                                             case, refs=refs))
+
+
+def known_roles(cases: Iterable[Case]) -> list[engine.Roles]:
+    """The worker references of each case whose callables can be named (the others report it in their turn)."""
+    out = []
+    for case in cases:
+        try:
+            out.append(roles_of(case, refs=True))
+        except Exception:
+            pass
+    return out
+
+
+def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
+            worker: Optional[Worker] = None, references: Optional[RunReferences] = None,
+            begun: Optional[Begun] = None, then: Optional[Callable[[], None]] = None) -> CaseResult:
+    """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
+    for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
+    runner never imports the code under test); without, in this process. ``references``: the run's cache of
+    inputs, baseline and oracle outputs (:mod:`acceptance.measure.references`). ``begun``: the case as
+    :func:`begin` got it ready; ``then`` is called once every trial of the case is sent to the worker (the
+    caller may then send the next case's, see :func:`run`)."""
+    ready = begun if begun is not None else begin(case, device, rules, trials=trials, worker=worker,
+                                                   references=references)
+    if not isinstance(ready, Begun):
+        if then is not None:
+            then()
+        return ready
+    identity, timing, started, executor = ready.identity, ready.timing, ready.started, ready.executor
+    n_trials = ready.trials.trials
+    if then is not None:
+        ready.trials.after_sent(then)
+    noted = len(executor.notes)  # the answers of a case are read after those of the case before it
+    dd = rules.dual_delta
+    dd_metrics = dd.metrics if dd else ()
+    atomic = case.spec.category == "atomic_add"
+    outputs: list[_Output] = []
+    peers = Peers(case.dtype)
+    spread = 0.0 if atomic else None
+    extras = faithful.Extras(case)
+    memo = memo_for(case, rules, ready.trials.references, n_trials, device)
+
+    def fold(t: engine.Trial) -> None:
+        nonlocal outputs, spread
+        if not outputs:
+            outputs = [_Output(case.dtype) for _ in t.impl]
+        extras.add(t)
+        for again in t.repeats if atomic else ():
+            for a, e in zip(again, t.impl):
+                spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
+        for out, acc in enumerate(outputs):
+            acc.add(t, out, rules, dd_metrics, peers)
+
+    try:
+        for t in ready.trials:
+            if memo is not None and memo.hold(t):
+                continue  # measured as the memo recorded, unless a later trial differs
+            for held in memo.release() if memo is not None else ():
+                fold(held)
+            fold(t)
+        if memo is not None:
+            timing.total = time.perf_counter() - started
+            reused = memo.result({**identity, "timing": timing, "warnings": executor.notes[noted:]})
+            if reused is not None:
+                return reused
+            for held in memo.release():  # an entry that does not read back: measured after all
+                fold(held)
+    except CaseError as exc:
+        timing.total = time.perf_counter() - started
+        return CaseResult(**identity, error=str(exc), timing=timing)
+    except Exception as exc:  # input generation or metrics on a malformed output
+        timing.total = time.perf_counter() - started
+        return CaseResult(**identity, error=f"{type(exc).__name__}: {exc}", timing=timing)
+
+    if extras.error():
+        timing.total = time.perf_counter() - started
+        return CaseResult(**identity, error=extras.error(), timing=timing, **extras.fields())
+    records = []
+    if dd_metrics:
+        from acceptance.numerics import stats  # scipy.stats: imported while the worker starts (see run)
+    for out, acc in enumerate(outputs):
+        for name in dd_metrics:
+            floor = _floor_of(name, rules)
+            impl_ulp = acc.impl_ulp["max" if registry.get(name).worst_case else "mean"] if floor is not None else []
+            records.append(stats.analyze(np.asarray(acc.delta_impl[name]), np.asarray(acc.delta_baseline[name]),
+                                         metric=name, output=out, factor=dd.factors[name], alpha=dd.alpha,
+                                         free=np.asarray(acc.free[name]), floor=floor, impl_ulp=impl_ulp))
+    diagnoses = [acc.diagnosis for acc in outputs]
+    worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
+    bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
+    buckets: dict[str, int] = {}
+    for d in diagnoses:
+        for k, v in d.buckets.items():
+            buckets[k] = buckets.get(k, 0) + v
+    timing.total = time.perf_counter() - started
+    result = CaseResult(
+        **identity, metrics=[acc.metrics_record() for acc in outputs], worst=worst.worst if worst else None,
+        impl_oracle=[acc.impl_oracle for acc in outputs], baseline_oracle=[acc.baseline_oracle for acc in outputs],
+        ulp=[acc.ulp for acc in outputs] if rules.ulp_check else [], bias=[acc.bias.record() for acc in outputs],
+        bit_mismatches=[acc.bits for acc in outputs] if rules.bit_exact else [],
+        compared=sum(int(acc.worst.get("n", 0)) for acc in outputs), vacuous=_vacuous(outputs),
+        advisory=peers.advisories(n_trials),
+        bad_fraction=bad.bad_fraction if bad else None, bad_location=bad.bad_where if bad else None,
+        rel_error_buckets=buckets, atomic_spread=spread, diff4_counts=[acc.diff4 for acc in outputs],
+        dual_delta=records, timing=timing, **extras.fields(), warnings=executor.notes[noted:],
+    )
+    if memo is not None:
+        memo.record(result)
+    return result
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False) -> list[CaseResult]:
+    """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.decide.verdict.decide`)."""
+    from acceptance.numerics import stats
+
+    adjusted = iter(stats.apply_holm([rec for case, _ in measured for rec in case.dual_delta]))
+    out = []
+    for case, rules in measured:
+        if case.dual_delta:
+            case = case.model_copy(update={"dual_delta": [next(adjusted) for _ in case.dual_delta]})
+        out.append(verdict.decide(case, rules, strict=strict))
+    return out
+
+
+def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
+        on_case: Optional[Callable[[Case, CaseResult], None]] = None,
+        measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
+        isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False,
+        cache: Any = None, jobs: int = 1, threads: int = WORKER_THREADS) -> list[CaseResult]:
+    """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
+
+    ``measured`` collects (measurement, rules) as they finish, so a caller
+    interrupted mid-run can still decide the finished part with :func:`decide_all`;
+    cases already in it (by id, e.g. from a journal) are not run again.
+    ``isolate``: the callables run in a worker process (see :mod:`acceptance.isolation.worker`). ``guard``: the
+    output folder; a call (with a worker) or a case (without) during which a file appears or changes there
+    (other than the run's own journal and lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
+    compute-sanitizer (:mod:`acceptance.measure.sanitize`); a finding makes the case an error.
+    ``cache``: an :class:`acceptance.cache.ReferenceCache` for
+    inputs, baseline and oracle outputs (``None``: none). ``jobs``: cases measured at once, each job in its
+    own process with its own worker (:mod:`acceptance.session.parallel`); the results are the same for any count.
+    ``threads``: torch's intra-op threads in each worker (the same for any ``jobs``, so that CPU results are).
+    """
+    measured = measured if measured is not None else []
+    if jobs > 1:
+        from acceptance.session import parallel
+
+        loading = _imported_meanwhile("acceptance.numerics.stats")  # for decide_all, while this process waits on the jobs
+        parallel.measure_all(cases, device, jobs=jobs, trials=trials, on_case=on_case, measured=measured,
+                             isolate=isolate, guard=guard, cache=cache, sanitize=sanitize, threads=threads)
+        loading.join()
+        return decide_all(measured, strict=strict)
+    references = RunReferences(cache)
+    done = {m.id for m, _ in measured}
+    worker: Optional[Worker] = None
+    own_threads = torch.get_num_threads()
+    if isolate:  # the callables compute in the worker; here only small element-wise passes, which extra
+        torch.set_num_threads(1)  # intra-op threads slow down on a busy machine (7x on 2 loaded cores)
+    todo = [case for case in cases if case.id not in done]
+    folder = None if isolate else guard  # a worker checks the folder around each call itself
+    ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
+    # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
+    # measured in full (and to decide), so they are imported meanwhile: while the worker starts and fingerprints
+    # the callables, and while this process waits on the worker's answers; an import of one of them here waits
+    # for that one (the module's import lock)
+    loading = _imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
+    references.cache.defer()  # the cache's writes wait for moments spent waiting on the worker
+    try:
+        for i, case in enumerate(todo):
+            rules = rules_for(case)
+            limit = worker_limit(case)
+            if isolate and (worker is None or worker.memory_limit != limit):
+                if worker is not None:
+                    worker.finish()
+                worker = Worker(memory_limit=limit, threads=threads, guard=guard)
+                worker.idle = references.cache.write_next
+                references.prefetch(known_roles(todo[i:]), worker)
+            begun, ahead = ahead, None
+            before = snapshot(folder)
+
+            def then(following: Optional[Case] = todo[i + 1] if i + 1 < len(todo) else None) -> None:
+                """Send the next case's first trial to the worker once every trial of this one is sent."""
+                nonlocal ahead
+                if following is None or worker is None or sanitize or worker.memory_limit != worker_limit(following):
+                    return
+                try:
+                    started = begin(following, device, rules_for(following), trials=trials, worker=worker,
+                                    references=references, ahead=True)
+                except Exception:  # it gets ready in its turn, where its own error is reported
+                    return
+                if isinstance(started, Begun):
+                    ahead = started
+
+            result = measure(case, device, rules, trials=trials, worker=worker, references=references,
+                             begun=begun, then=then)
+            if sanitize:
+                result = sanitizer.check(case.id, case.spec.path, result, str(device))
+            result = guarded(result, folder, before)
+            measured.append((result, rules))
+            if on_case:
+                on_case(case, result)
+        if worker is not None:
+            worker.finish()  # it writes the inputs it made for the cache meanwhile
+    finally:
+        torch.set_num_threads(own_threads)
+        if worker is not None:
+            worker.close()
+        references.cache.defer(False)  # what is still queued is written now
+    return decide_all(measured, strict=strict)
+
+
+def _imported_meanwhile(*names: str) -> threading.Thread:
+    """A thread importing modules ``names`` in turn (an import error surfaces where the module is next imported). An
+    import of the same module elsewhere waits for this one (CPython's per-module import locks); the two threads
+    share one core's worth of the GIL while both run Python."""
+    def load() -> None:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+
+    thread = threading.Thread(target=load, name=f"import {', '.join(names)}", daemon=True)
+    thread.start()
+    return thread
+
+
+def worker_limit(case: Case) -> int:
+    """Bytes the worker measuring ``case`` may map beyond its start (the spec's ``memory_limit_gib``)."""
+    return int(case.spec.memory_limit_gib * 2**30)
+
+
+def guarded(result: CaseResult, guard: Optional[Path], before: dict[str, tuple[int, int]]) -> CaseResult:
+    """``result``, or an error when a file of the output folder ``guard`` appeared or changed since the
+    snapshot ``before`` (the files are removed). For callables run in this process; a worker checks each call
+    itself (:class:`acceptance.isolation.worker.Worker` ``guard``)."""
+    touched = remove_written(guard, before) if guard is not None else []
+    if not touched:
+        return result
+    return result.model_copy(update={
+        "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
+                 "the files were removed"})
+
+
+def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:
+    """Cases whose dual-delta sign test cannot reach significance after Holm over the run.
+
+    The smallest p-value of an exact one-sided sign test on n trials is 2^-n;
+    Holm compares the smallest of m p-values with alpha/m, so a record can fail
+    the sign test only when 2^-n < alpha/m, i.e. n > log2(m/alpha). Returns
+    (case ids, m, the smallest sufficient n); such cases can still fail the
+    deterministic worst-trial check.
+    """
+    records = [rec for r in results for rec in r.dual_delta]
+    if not records:
+        return [], 0, 0
+    m = len(records)
+    alpha = min(rec.alpha for rec in records)
+    needed = math.floor(math.log2(m / alpha)) + 1
+    ids = [r.id for r in results if any(rec.trials < needed for rec in r.dual_delta)]
+    return ids, m, needed

@@ -1,0 +1,69 @@
+"""What both reduction engines read: checked operands, and pieces of bounded size."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from acceptance.formats import dtypes
+
+ArrayLike = Union[np.ndarray, torch.Tensor]
+
+#: Every torch dtype of the dtype table (this torch build's), and its 8-bit float formats.
+TORCH_NUMERIC = frozenset(row.torch for row in dtypes.TABLE.values() if row.torch is not None)
+FP8 = tuple(row.torch for row in dtypes.TABLE.values() if row.is_float and row.bits == 8 and row.torch is not None)
+
+
+def operand(x: Any, role: str) -> ArrayLike:
+    """``x`` as a numpy array or a strided torch tensor of a supported real dtype, else ValueError naming ``role``."""
+    if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided:
+            raise ValueError(f"{role}: {x.layout} tensors are not supported; pass a dense tensor")
+        if x.dtype not in TORCH_NUMERIC:
+            raise ValueError(f"{role}: dtype {x.dtype} is not supported (real floating, integer or bool only)")
+        if x.device.type == "meta":
+            raise ValueError(f"{role}: a meta tensor holds no values")
+        return x.detach()
+    if isinstance(x, np.ma.MaskedArray):
+        raise ValueError(f"{role}: masked arrays are not supported; fill or compress them first")
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{role}: cannot be read as an array: {exc}") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{role}: dtype {arr.dtype} is not supported (real floating, integer or bool only)")
+    return arr
+
+
+def is_device(x: ArrayLike) -> bool:
+    """Whether ``x`` is a tensor on a non-CPU device."""
+    return isinstance(x, torch.Tensor) and x.device.type != "cpu"
+
+
+def blocks(a: ArrayLike, block: int) -> Iterator[ArrayLike]:
+    """Views of ``a`` that cover it in C order, each of at most ``block`` elements.
+
+    A view is a run of whole leading-axis rows (or a 1-D slice), so its C-order
+    flattening is a contiguous range of ``a``'s. The cuts depend on the shape
+    alone: two arrays of one shape are cut alike whatever their strides.
+    """
+    shape = tuple(a.shape)
+    size = math.prod(shape)
+    if size == 0:
+        return
+    if size <= block:
+        yield a
+    elif len(shape) == 1:
+        for i in range(0, size, block):
+            yield a[i:i + block]
+    elif size // shape[0] > block:
+        for i in range(shape[0]):
+            yield from blocks(a[i], block)
+    else:
+        rows = block // (size // shape[0])
+        for i in range(0, shape[0], rows):
+            yield a[i:i + rows]

@@ -1,0 +1,189 @@
+"""Performance mode: time each case's impl (and its perf baseline) on the device, next to its accuracy check.
+
+Statistics (pure functions of the timed call seconds ``t_1 .. t_n``, warm-up
+calls never among them):
+
+- median, min, mean, p10 and p90 (percentiles by linear interpolation between
+  order statistics, numpy's default);
+- GFLOP/s = flops / median / 1e9 and GB/s = bytes / median / 1e9, with
+  ``flops`` and ``bytes`` the spec's ``perf.flops`` / ``perf.bytes`` evaluated
+  with the case symbols (integers per call);
+- copy GB/s = 2 x copied bytes / median copy time / 1e9 (each byte read once
+  and written once), from a device copy timed the same way at the start of the
+  run; bandwidth fraction = GB/s / copy GB/s, the roofline figure;
+- speed-up = baseline median / impl median, the baseline being ``perf.baseline``
+  timed on the same device with the impl's inputs; ``perf.min_speedup`` gates it
+  (:func:`acceptance.decide.verdict.perf_criteria`).
+
+Timing (:mod:`acceptance.measure.timing`) runs where the callable runs: in the worker
+process with isolation (the default), so pickling the inputs and outputs never
+enters a time; the inputs are those of trial 0 of the case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from acceptance.measure import engine, case as runner
+from acceptance.errors import CaseError
+from acceptance.spec.inputs import RoleInputs, generate
+from acceptance.records import CaseResult, PerfRecord
+from acceptance.spec import Case, Rules, rules_for, value_of
+from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
+from acceptance.isolation.worker import Worker, resolve
+
+#: Bytes the copy-bandwidth probe copies: large enough to leave the caches (256 MiB on a GPU, 64 MiB on a CPU).
+COPY_BYTES = {"cuda": 256 * 2**20, "cpu": 64 * 2**20}
+
+
+class SampleStats(NamedTuple):
+    """Statistics of timed call seconds (see the module docstring)."""
+
+    runs: int
+    median: float
+    min: float
+    mean: float
+    p10: float
+    p90: float
+
+
+def sample_stats(seconds: Iterable[float]) -> SampleStats:
+    """Median, min, mean, p10, p90 of per-call seconds (``ValueError`` when there are none)."""
+    t = np.asarray(list(seconds), dtype=np.float64)
+    if t.size == 0:
+        raise ValueError("no timed calls")
+    p10, p50, p90 = np.percentile(t, [10, 50, 90])
+    return SampleStats(int(t.size), float(p50), float(t.min()), float(t.mean()), float(p10), float(p90))
+
+
+def rate(work: Optional[int], seconds: float) -> Optional[float]:
+    """work / seconds / 1e9 (GFLOP/s from flops, GB/s from bytes); ``None`` without work or time."""
+    if work is None or not seconds > 0:
+        return None
+    return work / seconds / 1e9
+
+
+def perf_work(case: Case) -> tuple[Optional[int], Optional[int]]:
+    """(flops, bytes) per call of a case from its spec's ``perf`` section (``None`` where not given)."""
+    section = case.spec.perf or {}
+    return tuple(int(value_of(section[k], case.symbols)) if k in section else None  # type: ignore[return-value]
+                 for k in ("flops", "bytes"))
+
+
+def perf_record(case: Case, device: torch.device, warm: list[float], runs: list[float],
+                baseline_runs: Optional[list[float]] = None, copy_gbps: Optional[float] = None) -> PerfRecord:
+    """The :class:`PerfRecord` of a case from its call seconds (impl, and its perf baseline when timed)."""
+    s = sample_stats(runs)
+    flops, nbytes = perf_work(case)
+    gbps = rate(nbytes, s.median)
+    section = case.spec.perf or {}
+    base = sample_stats(baseline_runs) if baseline_runs else None
+    return PerfRecord(
+        timer=timer_of(device), device=str(device), runs=s.runs, warmup_runs=len(warm),
+        first_call_s=warm[0] if warm else None, median_s=s.median, min_s=s.min, p10_s=s.p10, p90_s=s.p90,
+        mean_s=s.mean, flops=flops, bytes=nbytes, gflops=rate(flops, s.median), gbps=gbps, copy_gbps=copy_gbps,
+        bandwidth_fraction=gbps / copy_gbps if gbps is not None and copy_gbps else None,
+        baseline=section.get("baseline"), baseline_runs=base.runs if base else None,
+        baseline_median_s=base.median if base else None,
+        speedup=base.median / s.median if base and s.median > 0 else None,
+        min_speedup=section.get("min_speedup"),
+    )
+
+
+# ----------------------------------------------------------------------------- timing through an executor
+
+
+@dataclass
+class Bencher:
+    """Times callables on ``device`` through an executor: a :class:`Worker` (``isolate``) or in this process."""
+
+    device: torch.device
+    options: TimerOptions
+    isolate: bool = True
+    memory_limit: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        self.worker: Optional[Worker] = Worker(memory_limit=self.memory_limit) if self.isolate else None
+        self.executor: Any = self.worker if self.isolate else engine.InProcess()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+    def time(self, role: str, ref: tuple, args: tuple, params: dict, *, timeout: float
+             ) -> tuple[list[float], list[float]]:
+        """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see :data:`acceptance.isolation.worker.Ref`)."""
+        if self.isolate:
+            fn: Any = ("timed", ref, self.options.key())
+        else:
+            fn = Timed(resolve(ref), self.options)
+        outs, _ = self.executor.call(role, fn, 0, args, params, device=self.device, timeout=timeout, limit=timeout)
+        if len(outs) < 2:
+            raise CaseError(f"{role} returned no timings")
+        return outs[-2].tolist(), outs[-1].tolist()
+
+    def copy_gbps(self) -> float:
+        """The device's copy bandwidth in GB/s: 2 x bytes / median copy time / 1e9 (see the module docstring)."""
+        n = COPY_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
+        _, runs = self.time("copy probe", ("object", copy_probe), (torch.tensor([n]),), {}, timeout=600.0)
+        return 2 * n / sample_stats(runs).median / 1e9
+
+
+def _budget(case: Case, options: TimerOptions) -> float:
+    """Seconds a timing loop of the case may take before it is killed: the spec's per-call timeout for every
+    call the loop must make, plus the loop's own minimum times."""
+    calls = options.warmup + options.min_runs + 1
+    return case.spec.timeout * calls + options.warmup_time + options.min_time
+
+
+def time_case(case: Case, bencher: Bencher, copy_gbps: Optional[float]) -> PerfRecord:
+    """Time the impl of a case (and its ``perf.baseline``) on the impl's inputs of trial 0."""
+    made = generate(case, 0)
+    args = tuple(made.impl if isinstance(made, RoleInputs) else made)
+    spec = case.spec
+    budget = _budget(case, bencher.options)
+    warm, runs = bencher.time("impl", ("callable", spec.impl, str(spec.path)), args, case.params_for("impl"),
+                              timeout=budget)
+    baseline_runs = None
+    if spec.perf and spec.perf.get("baseline"):
+        _, baseline_runs = bencher.time("perf baseline", ("callable", spec.perf["baseline"], str(spec.path)), args,
+                                        case.params, timeout=budget)
+    return perf_record(case, bencher.device, warm, runs, baseline_runs, copy_gbps)
+
+
+def bench(cases: list[Case], device: torch.device, options: TimerOptions, *, trials: int = 1,
+          isolate: bool = True, on_case: Optional[Callable[[Case, CaseResult], None]] = None,
+          measured: Optional[list[tuple[CaseResult, Rules]]] = None) -> tuple[list[CaseResult], Optional[float]]:
+    """Check and time every case, then decide them all: (decided results, copy GB/s).
+
+    ``trials``: accuracy trials per case before the timing (>= 1; the accuracy gate of ``acceptance run``
+    applies to them); ``measured`` collects (result, rules) as cases finish, as :func:`acceptance.measure.case.run`'s.
+    A case whose accuracy check errors is not timed.
+    """
+    measured = measured if measured is not None else []
+    limit = max((int(c.spec.memory_limit_gib * 2**30) for c in cases), default=None)
+    bencher = Bencher(device, options, isolate=isolate, memory_limit=limit)
+    try:
+        try:
+            copy = bencher.copy_gbps()
+        except CaseError:
+            copy = None
+        for case in cases:
+            rules = rules_for(case)
+            result = runner.measure(case, device, rules, trials=trials, worker=bencher.worker)
+            if result.error is None:
+                try:
+                    result = result.model_copy(update={"perf": time_case(case, bencher, copy)})
+                except CaseError as exc:
+                    result = result.model_copy(update={"error": f"timing: {exc}"})
+            measured.append((result, rules))
+            if on_case:
+                on_case(case, result)
+    finally:
+        bencher.close()
+    return runner.decide_all(measured), copy
+
