@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import re
 import sys
+import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import click
 
-from acceptance.formats import dtypes
 from acceptance import errors
+from acceptance.formats import dtypes
+from acceptance.numerics import factors
 from acceptance.numerics.metrics import registry
 from acceptance.records import CaseResult, Criterion, DualDeltaRecord, Results
 from acceptance.spec import defaults
@@ -40,8 +43,10 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
 
 def metrics_table() -> str:
     """Every metric of the registry: name, kind, formula, units, source."""
-    return _table(["metric", "kind", "formula (e = evaluated, b = baseline)", "units", "source"],
-                  [[f"`{m.name}`", m.kind, m.formula, m.units, m.source] for m in registry.REGISTRY])
+    return _table(
+        ["metric", "kind", "formula (e = evaluated, b = baseline)", "units", "source"],
+        [[f"`{m.name}`", m.kind, m.formula, m.units, m.source] for m in registry.REGISTRY],
+    )
 
 
 def categories_table() -> str:
@@ -51,8 +56,10 @@ def categories_table() -> str:
         row = [f"`{category}`"]
         for dtype in dtypes.TEST_DTYPES:
             ths = defaults.thresholds_for(category, dtype)
-            row.append(", ".join(f"{t.metric} {t.comparison} {fmt(t.value)}" for t in ths)
-                       or "bits of the baseline or of the rounded oracle")
+            row.append(
+                ", ".join(f"{t.metric} {t.comparison} {fmt(t.value)}" for t in ths)
+                or "bits of the baseline or of the rounded oracle"
+            )
         row.append("yes" if category in defaults.DEFAULT_CATEGORIES else "no")
         rows.append(row)
     return _table(["category", *dtypes.TEST_DTYPES, "dual-delta by default"], rows)
@@ -72,28 +79,59 @@ def floors_table() -> str:
 
 def dtypes_table() -> str:
     """The float rows of the dtype table."""
-    rows = [[f"`{d.name}`", str(d.bits), str(d.precision), str(d.emin), fmt(d.unit_roundoff), fmt(d.smallest_normal),
-             fmt(d.max), "inf" if d.has_inf else ("NaN" if d.name.endswith("fnuz") else "saturates"),
-             fmt(d.diff3_threshold), d.mlu_scale_from or "—", "yes" if d.test else "no"]
-            for d in dtypes.TABLE.values() if d.is_float]
-    return _table(["dtype", "bits", "p", "emin", "u = 2^-p", "smallest normal", "largest", "overflow",
-                   "diff3 th", "MLU-OPS scaled from", "test dtype"], rows)
+    rows = [
+        [
+            f"`{d.name}`",
+            str(d.bits),
+            str(d.precision),
+            str(d.emin),
+            fmt(d.unit_roundoff),
+            fmt(d.smallest_normal),
+            fmt(d.max),
+            "inf" if d.has_inf else ("NaN" if d.name.endswith("fnuz") else "saturates"),
+            fmt(d.diff3_threshold),
+            d.mlu_scale_from or "—",
+            "yes" if d.test else "no",
+        ]
+        for d in dtypes.TABLE.values()
+        if d.is_float
+    ]
+    return _table(
+        [
+            "dtype",
+            "bits",
+            "p",
+            "emin",
+            "u = 2^-p",
+            "smallest normal",
+            "largest",
+            "overflow",
+            "diff3 th",
+            "MLU-OPS scaled from",
+            "test dtype",
+        ],
+        rows,
+    )
 
 
 def factors_table() -> str:
     """The default non-inferiority factor per dual-delta metric."""
-    rows = [[f"`{m}`", fmt(f), "yes" if m in defaults.DEFAULT_METRICS else ""] for m, f in defaults.DEFAULT_FACTORS.items()]
-    rows.append(["any other scalar error", fmt(defaults.DEFAULT_FACTOR), ""])
+    rows = [
+        [f"`{m}`", fmt(f), "yes" if m in defaults.DEFAULT_METRICS else ""] for m, f in factors.DEFAULT_FACTORS.items()
+    ]
+    rows.append(["any other scalar error", fmt(factors.DEFAULT_FACTOR), ""])
     return _table(["metric", "factor", "collected by default"], rows)
 
 
 def exit_codes_table() -> str:
     """The exit codes of :mod:`acceptance.errors`."""
-    codes = [(errors.EXIT_OK, "every case passed (skipped and waived cases included)"),
-             (errors.EXIT_FAIL, "a criterion failed or a case errored"),
-             (errors.EXIT_USAGE, "usage, spec, results or output-folder problem; one line per problem, nothing run"),
-             (errors.EXIT_INTERRUPTED, "interrupted (SIGINT, Ctrl-C); the finished cases are on disk"),
-             (errors.EXIT_TERMINATED, "terminated (SIGTERM, as CI sends on cancel); the finished cases are on disk")]
+    codes = [
+        (errors.EXIT_OK, "every case passed (skipped and waived cases included)"),
+        (errors.EXIT_FAIL, "a criterion failed or a case errored"),
+        (errors.EXIT_USAGE, "usage, spec, results or output-folder problem; one line per problem, nothing run"),
+        (errors.EXIT_INTERRUPTED, "interrupted (SIGINT, Ctrl-C); the finished cases are on disk"),
+        (errors.EXIT_TERMINATED, "terminated (SIGTERM, as CI sends on cancel); the finished cases are on disk"),
+    ]
     return _table(["code", "meaning"], [[str(c), m] for c, m in codes])
 
 
@@ -104,7 +142,7 @@ def type_name(annotation: Any) -> str:
         return type_name(args[0])
     if origin is Literal:
         return " | ".join(repr(a) for a in args)
-    if origin is Union:
+    if origin in (Union, types.UnionType):
         named = [type_name(a) for a in args if a is not type(None)]
         return " or ".join(named) + (" or null" if type(None) in args else "")
     if origin in (list, tuple):
@@ -128,17 +166,24 @@ def attribute_docs(model: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for stmt, nxt in zip(body, body[1:]):
-            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+        for stmt, nxt in zip(body, body[1:], strict=False):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
                 docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
     return docs
 
 
 def _fields_table(model) -> str:
     docs = attribute_docs(model)
-    rows = [[f"`{name}`", type_name(info.annotation), info.description or docs.get(name, "")]
-            for name, info in model.model_fields.items()]
+    rows = [
+        [f"`{name}`", type_name(info.annotation), info.description or docs.get(name, "")]
+        for name, info in model.model_fields.items()
+    ]
     return _table(["field", "type", "meaning"], rows)
 
 
@@ -151,8 +196,14 @@ def cli_reference() -> str:
     for name, command in main.commands.items():
         sub = click.Context(command, info_name=name, parent=ctx)
         usage = " ".join(command.collect_usage_pieces(sub))
-        out += [f"### `acceptance {name}`", "", (command.help or "").strip().splitlines()[0], "",
-                f"```\nacceptance {name} {usage}\n```", ""]
+        out += [
+            f"### `acceptance {name}`",
+            "",
+            (command.help or "").strip().splitlines()[0],
+            "",
+            f"```\nacceptance {name} {usage}\n```",
+            "",
+        ]
         rows = []
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:

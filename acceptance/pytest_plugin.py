@@ -28,7 +28,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -41,15 +41,29 @@ class AcceptanceWarning(UserWarning):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("acceptance", "operator accuracy specs")
-    group.addoption("--acceptance-device", default=os.environ.get("ACCEPTANCE_DEVICE") or "auto",
-                    help="Device of the impl: auto | cpu | cuda | cuda:N (default: $ACCEPTANCE_DEVICE, else auto).")
+    group.addoption(
+        "--acceptance-device",
+        default=os.environ.get("ACCEPTANCE_DEVICE") or "auto",
+        help="Device of the impl: auto | cpu | cuda | cuda:N (default: $ACCEPTANCE_DEVICE, else auto).",
+    )
     group.addoption("--acceptance-trials", type=int, default=None, help="Trials per case (overrides the specs).")
-    group.addoption("--acceptance-no-isolation", action="store_true",
-                    help="Call the code under test in the pytest process instead of a worker process.")
-    group.addoption("--acceptance-out", default=None, metavar="DIR",
-                    help="Write results.json, junit.xml and report.html of the spec cases here.")
-    parser.addini("acceptance_specs", type="paths", default=[],
-                  help="Only YAML files under these paths are collected as operator specs.")
+    group.addoption(
+        "--acceptance-no-isolation",
+        action="store_true",
+        help="Call the code under test in the pytest process instead of a worker process.",
+    )
+    group.addoption(
+        "--acceptance-out",
+        default=None,
+        metavar="DIR",
+        help="Write results.json, junit.xml and report.html of the spec cases here.",
+    )
+    parser.addini(
+        "acceptance_specs",
+        type="paths",
+        default=[],
+        help="Only YAML files under these paths are collected as operator specs.",
+    )
 
 
 def _under(path: Path, roots: list[Path]) -> bool:
@@ -71,7 +85,7 @@ def _looks_like_spec(path: Path) -> bool:
     return problem is not None or (isinstance(data, dict) and "category" in data and "impl" in data)
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix not in (".yaml", ".yml") or file_path.name.startswith(("_", ".")):
         return None
     config = parent.config
@@ -157,8 +171,9 @@ class CaseItem(pytest.Item):
         except pytest.UsageError as exc:
             raise CaseFailed(f"error: {exc}") from None
         rules = rules_for(self.case)
-        measured = runner.measure(self.case, device, rules, trials=config.getoption("acceptance_trials"),
-                                  worker=_worker(config))
+        measured = runner.measure(
+            self.case, device, rules, trials=config.getoption("acceptance_trials"), worker=_worker(config)
+        )
         (result,) = runner.decide_all([(measured, rules)])
         self.user_properties.append((_RESULT_KEY, result.model_dump_json()))
         for note in result.warnings:
@@ -166,15 +181,19 @@ class CaseItem(pytest.Item):
         if result.verdict == "skip":
             pytest.skip(result.reasons[0] if result.reasons else "skipped")
         if result.verdict in ("fail", "error"):
-            raise CaseFailed("\n".join([f"{result.verdict}: {r}" if k == 0 else f"  {r}"
-                                        for k, r in enumerate(result.reasons)] + ["", case_details(result)]))
+            raise CaseFailed(
+                "\n".join(
+                    [f"{result.verdict}: {r}" if k == 0 else f"  {r}" for k, r in enumerate(result.reasons)]
+                    + ["", case_details(result)]
+                )
+            )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
         if isinstance(excinfo.value, CaseFailed):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
-    def reportinfo(self) -> tuple[Path, Optional[int], str]:
+    def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"acceptance case {self.case.id}"
 
 
@@ -198,8 +217,9 @@ def _device(config: pytest.Config) -> Any:
         from acceptance.device import resolve_device
 
         try:
-            device = resolve_device(config.getoption("acceptance_device"),
-                                    option="--acceptance-device (or $ACCEPTANCE_DEVICE)")
+            device = resolve_device(
+                config.getoption("acceptance_device"), option="--acceptance-device (or $ACCEPTANCE_DEVICE)"
+            )
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
         config._acceptance_device = device
@@ -227,13 +247,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _write(out: Path, config: pytest.Config) -> None:
-    from acceptance.session import provenance
     from acceptance.cli.run import write_reports
-    from acceptance.records import CaseResult, Results
     from acceptance.decide.verdict import summarize
+    from acceptance.records import CaseResult, Results
+    from acceptance.session import provenance
 
     cases = list({c.id: c for c in (CaseResult.model_validate(json.loads(v)) for v in _RESULTS)}.values())
     now = provenance.now()
-    env = provenance.environment(_device(config),
-                                 command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now)
+    env = provenance.environment(
+        _device(config), command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now
+    )
     write_reports(Results(environment=env, summary=summarize(cases), cases=cases), out)

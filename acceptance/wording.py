@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Optional
 
 from acceptance.records import Criterion, MetricValue, WorstElement
 
@@ -26,7 +25,9 @@ def visible_controls(text: str) -> str:
     Tab, newline and carriage return are kept; callers that need one line use
     :func:`one_line`.
     """
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    return _CONTROL.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
 
 
 #: Bidirectional-text controls: shown escaped, so nothing can reorder what a log line says.
@@ -47,7 +48,7 @@ def safe(text: str, limit: int = LOG_LIMIT) -> str:
     return flat
 
 
-def one_line(text: str, limit: Optional[int] = None) -> str:
+def one_line(text: str, limit: int | None = None) -> str:
     """Collapse all whitespace runs (newlines included) to one space; cut to ``limit`` characters with an ellipsis."""
     flat = " ".join(visible_controls(text).split())
     if limit is not None and len(flat) > limit:
@@ -55,7 +56,7 @@ def one_line(text: str, limit: Optional[int] = None) -> str:
     return flat
 
 
-def fmt(x: Optional[float]) -> str:
+def fmt(x: float | None) -> str:
     """A number for people, the one style of every report and message.
 
     Integers as integers; otherwise 3 significant digits, plain between 1e-2
@@ -139,7 +140,7 @@ def criterion_text(criterion: Criterion) -> str:
     return one_line(text)
 
 
-def full(x: Optional[float]) -> str:
+def full(x: float | None) -> str:
     """A value at full precision (the shortest repr that round-trips)."""
     return "—" if x is None else repr(float(x))
 
@@ -149,7 +150,9 @@ def worst_element_text(w: WorstElement) -> str:
     out = f" of output {w.output}" if w.output else ""
     text = f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, baseline {full(w.baseline)}"
     if w.oracle is not None:
-        text += f", oracle {full(w.oracle)}; |e-o| = {fmt(w.oracle_error)}" + (f" = {fmt(w.ulp)} ulp" if w.ulp is not None else "")
+        text += f", oracle {full(w.oracle)}; |e-o| = {fmt(w.oracle_error)}" + (
+            f" = {fmt(w.ulp)} ulp" if w.ulp is not None else ""
+        )
     else:
         text += f", |e-b| = {fmt(w.abs_error)}"
     return text

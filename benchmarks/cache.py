@@ -73,9 +73,11 @@ def matmul_time(n: int, k: int, repeat: int) -> float:
 
 def generate_time(n: int, repeat: int) -> float:
     """Drawing n uniform values as acceptance.spec.inputs does and rounding them to float32."""
+
     def run():
         bits = np.random.PCG64(np.random.SeedSequence(1234, spawn_key=(0,)))
         to_tensor(-1.0 + 2.0 * unit_uniform(bits, n), "float32")
+
     return best(run, repeat)
 
 
@@ -98,13 +100,16 @@ def main() -> None:
     recompute = {}
     for n in sizes:
         m = round(math.sqrt(n))
-        recompute[n] = (matmul_time(n, 128, args.repeat), matmul_time(n, m, args.repeat),
-                        generate_time(n, args.repeat))
-        print(f"n={n:.0e}: matmul fp64 {m}x128x{m} {ms(recompute[n][0]).strip()}, "
-              f"{m}x{m}x{m} {ms(recompute[n][1]).strip()}; input generation {ms(recompute[n][2]).strip()}")
+        recompute[n] = (matmul_time(n, 128, args.repeat), matmul_time(n, m, args.repeat), generate_time(n, args.repeat))
+        print(
+            f"n={n:.0e}: matmul fp64 {m}x128x{m} {ms(recompute[n][0]).strip()}, "
+            f"{m}x{m}x{m} {ms(recompute[n][1]).strip()}; input generation {ms(recompute[n][2]).strip()}"
+        )
     print()
-    header = (f"{'dtype':8s} {'n':>6s} {'MB':>7s} {'put':>10s} {'get':>10s} {'get cold':>10s} {'sha':>10s} "
-              f"{'mm128/get':>10s} {'mmKxK/get':>10s} {'gen/get':>8s} {'put/mm128':>10s}")
+    header = (
+        f"{'dtype':8s} {'n':>6s} {'MB':>7s} {'put':>10s} {'get':>10s} {'get cold':>10s} {'sha':>10s} "
+        f"{'mm128/get':>10s} {'mmKxK/get':>10s} {'gen/get':>8s} {'put/mm128':>10s}"
+    )
     print(header)
     with tempfile.TemporaryDirectory(prefix="acceptance-cache-bench-") as root:
         cache = ReferenceCache(root)
@@ -128,9 +133,11 @@ def main() -> None:
                 cold = min(cold_times) if cold_times else float("nan")
                 sha = best(lambda: hashlib.sha256(data).digest(), args.repeat)
                 mm128, mm_square, gen = recompute[n]
-                print(f"{str(dtype).removeprefix('torch.'):8s} {n:6.0e} {t.nbytes / 1e6:7.3f} {ms(put)} {ms(get)} "
-                      f"{ms(cold)} {ms(sha)} {mm128 / get:10.2f} {mm_square / get:10.1f} {gen / get:8.2f} "
-                      f"{put / mm128:10.2f}")
+                print(
+                    f"{str(dtype).removeprefix('torch.'):8s} {n:6.0e} {t.nbytes / 1e6:7.3f} {ms(put)} {ms(get)} "
+                    f"{ms(cold)} {ms(sha)} {mm128 / get:10.2f} {mm_square / get:10.1f} {gen / get:8.2f} "
+                    f"{put / mm128:10.2f}"
+                )
                 cache.clear()
     info = cache.info()
     assert info.corrupt == 0 and info.write_errors == 0, info

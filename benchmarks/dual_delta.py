@@ -37,12 +37,24 @@ CASES = [
     ("exp float16, 1e3 elements", torch.exp, lambda g: torch.randn(1_000, generator=g), torch.float16),
     ("exp float16, 1e5 elements", torch.exp, lambda g: torch.randn(100_000, generator=g), torch.float16),
     ("exp float32, 1e6 elements", torch.exp, lambda g: torch.randn(1_000_000, generator=g), torch.float32),
-    ("matmul float16, 64^3", torch.matmul,
-     lambda g: (torch.randn(64, 64, generator=g), torch.randn(64, 64, generator=g)), torch.float16),
-    ("matmul float16, 256^3", torch.matmul,
-     lambda g: (torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)), torch.float16),
-    ("matmul float32, 512^3", torch.matmul,
-     lambda g: (torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)), torch.float32),
+    (
+        "matmul float16, 64^3",
+        torch.matmul,
+        lambda g: (torch.randn(64, 64, generator=g), torch.randn(64, 64, generator=g)),
+        torch.float16,
+    ),
+    (
+        "matmul float16, 256^3",
+        torch.matmul,
+        lambda g: (torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)),
+        torch.float16,
+    ),
+    (
+        "matmul float32, 512^3",
+        torch.matmul,
+        lambda g: (torch.randn(512, 512, generator=g), torch.randn(512, 512, generator=g)),
+        torch.float32,
+    ),
 ]
 
 
@@ -60,8 +72,10 @@ def main() -> None:
         t = res.timing
         calls = t.impl + t.baseline + t.oracle
         overhead = t.total - calls - spent[0]
-        print(f"{name:28s} {1e3 * calls / args.trials:19.3f} {1e3 * overhead / args.trials:18.3f} "
-              f"{overhead / calls:19.2f}")
+        print(
+            f"{name:28s} {1e3 * calls / args.trials:19.3f} {1e3 * overhead / args.trials:18.3f} "
+            f"{overhead / calls:19.2f}"
+        )
 
 
 if __name__ == "__main__":

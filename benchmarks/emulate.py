@@ -92,17 +92,23 @@ def main() -> None:
         kind, size, scheme = args.child
         print(json.dumps(child(kind, int(size), scheme, args.repeat)))
         return
-    print(f"{'inputs':<8} {'size':>5}  {'scheme':<28} {'emulate s':>10} {'/ fp32 mm':>10} {'/ fp64 mm':>10} {'peak MiB':>9}")
+    print(
+        f"{'inputs':<8} {'size':>5}  {'scheme':<28} {'emulate s':>10} {'/ fp32 mm':>10} {'/ fp64 mm':>10} {'peak MiB':>9}"
+    )
     for size in map(int, args.sizes.split(",")):
         for kind in ("float16", "float32"):
             for scheme in SCHEMES:
                 out = subprocess.run(
                     [sys.executable, __file__, "--repeat", str(args.repeat), "--child", kind, str(size), scheme],
-                    capture_output=True, text=True, check=True,
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 r = json.loads(out.stdout)
-                print(f"{kind:<8} {size:>5}  {scheme:<28} {r['emulate']:>10.3f} {r['emulate'] / r['fp32']:>10.0f}"
-                      f" {r['emulate'] / r['fp64']:>10.0f} {r['peak_mib']:>9.0f}")
+                print(
+                    f"{kind:<8} {size:>5}  {scheme:<28} {r['emulate']:>10.3f} {r['emulate'] / r['fp32']:>10.0f}"
+                    f" {r['emulate'] / r['fp64']:>10.0f} {r['peak_mib']:>9.0f}"
+                )
 
 
 if __name__ == "__main__":

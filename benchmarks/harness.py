@@ -61,8 +61,10 @@ def machine() -> str:
     import numpy
     import torch
 
-    return (f"{cpu}, {len(os.sched_getaffinity(0))} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, torch {torch.__version__}, numpy {numpy.__version__}")
+    return (
+        f"{cpu}, {len(os.sched_getaffinity(0))} cores, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}, numpy {numpy.__version__}"
+    )
 
 
 def load() -> str:
@@ -84,8 +86,13 @@ def acceptance(*args: str, env: dict | None = None) -> float:
     """Wall seconds of ``python -m acceptance ARGS`` (output discarded; a failure to run raises)."""
     started = time.perf_counter()
     merged = {**os.environ, **(env or {})}
-    out = subprocess.run([sys.executable, "-m", "acceptance", *args], cwd=ROOT, capture_output=True, text=True,
-                         env={k: v for k, v in merged.items() if v is not None})
+    out = subprocess.run(
+        [sys.executable, "-m", "acceptance", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in merged.items() if v is not None},
+    )
     seconds = time.perf_counter() - started
     if out.returncode not in (0, 1):
         raise SystemExit(f"acceptance {' '.join(args)} failed ({out.returncode}):\n{out.stderr[-2000:]}")
@@ -95,8 +102,11 @@ def acceptance(*args: str, env: dict | None = None) -> float:
 def summary(values: list[float], unit: str = "") -> str:
     """``median [lowest, highest]`` of ``values``, two decimals, each followed by ``unit``."""
     ordered = sorted(values)
-    return (f"{statistics.median(ordered):.2f}{unit} [{ordered[0]:.2f}{unit}, {ordered[-1]:.2f}{unit}]"
-            if len(ordered) > 1 else f"{ordered[0]:.2f}{unit}")
+    return (
+        f"{statistics.median(ordered):.2f}{unit} [{ordered[0]:.2f}{unit}, {ordered[-1]:.2f}{unit}]"
+        if len(ordered) > 1
+        else f"{ordered[0]:.2f}{unit}"
+    )
 
 
 def inside(results: Path) -> float:
@@ -158,9 +168,13 @@ cases:
 trials: 1
 memory_limit_gib: 16
 """)
-    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp / "big"),
-                             "--no-cache", "--jobs", "1"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp / "big"), "--no-cache", "--jobs", "1"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     runner_peak, child_peak = 0, 0
     while proc.poll() is None:
         runner_peak = max(runner_peak, _rss(proc.pid))
@@ -179,8 +193,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the four timed runs (default 3)")
     ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--warm-up", metavar="GLOB", help="cases of the untimed warm-up run, one trial each "
-                                                       "(default: every case, so that every kernel is compiled)")
+    ap.add_argument(
+        "--warm-up",
+        metavar="GLOB",
+        help="cases of the untimed warm-up run, one trial each (default: every case, so that every kernel is compiled)",
+    )
     args = ap.parse_args()
 
     print(f"machine: {machine()}")
@@ -193,12 +210,26 @@ def main() -> None:
         # the cold one, would pay for compiling them in a fresh checkout)
         compiled = {"PYTHONDONTWRITEBYTECODE": None, "PYTHONPYCACHEPREFIX": str(tmp / "pyc")}
         select = [args.specs] + (["--only", args.only] if args.only else [])
-        warm_up = acceptance("run", args.specs, *(["--only", args.warm_up] if args.warm_up else []), "--out",
-                             str(tmp / "warm-up"), "--no-cache", "--jobs", "1", "--trials", "1", env=compiled)
+        warm_up = acceptance(
+            "run",
+            args.specs,
+            *(["--only", args.warm_up] if args.warm_up else []),
+            "--out",
+            str(tmp / "warm-up"),
+            "--no-cache",
+            "--jobs",
+            "1",
+            "--trials",
+            "1",
+            env=compiled,
+        )
         print(f"warm-up (bytecode and JIT kernels compiled, not counted): {warm_up:.1f} s")
-        runs = [("jobs 1, cold cache", ["--jobs", "1"]), ("jobs 1, warm cache", ["--jobs", "1"]),
-                ("jobs 1, no cache", ["--jobs", "1", "--no-cache"]),
-                (f"jobs {args.jobs}, no cache", ["--jobs", str(args.jobs), "--no-cache"])]
+        runs = [
+            ("jobs 1, cold cache", ["--jobs", "1"]),
+            ("jobs 1, warm cache", ["--jobs", "1"]),
+            ("jobs 1, no cache", ["--jobs", "1", "--no-cache"]),
+            (f"jobs {args.jobs}, no cache", ["--jobs", str(args.jobs), "--no-cache"]),
+        ]
         walls: list[list[float]] = []  # per round, the four runs' wall seconds
         ins: list[list[float]] = []  # per round, the four runs' seconds inside the callables
         files: list[Path] = []
@@ -213,18 +244,29 @@ def main() -> None:
                 files.append(out / "results.json")
                 walls[r].append(wall)
                 ins[r].append(inside(files[-1]))
-                print(f"  {label:<22} wall {wall:7.1f} s   inside callables {ins[r][-1]:6.1f} s   "
-                      f"outside/inside {(wall - ins[r][-1]) / ins[r][-1]:5.2f}")
+                print(
+                    f"  {label:<22} wall {wall:7.1f} s   inside callables {ins[r][-1]:6.1f} s   "
+                    f"outside/inside {(wall - ins[r][-1]) / ins[r][-1]:5.2f}"
+                )
             shutil.rmtree(tmp / f"cache{r}", ignore_errors=True)  # ~0.9 GB for the built-in library
         first = stripped(files[0])  # each results.json read once (4 MB for the built-in library)
         others = [(f, stripped(f)) for f in files[1:]]
         same = all(b == first for _, b in others)
         for f, b in others:
             a = first
-            diff = sorted({(ca["id"], k) for ca, cb in zip(a["cases"], b["cases"]) for k in ca if ca[k] != cb.get(k)})
+            diff = sorted(
+                {
+                    (ca["id"], k)
+                    for ca, cb in zip(a["cases"], b["cases"], strict=False)
+                    for k in ca
+                    if ca[k] != cb.get(k)
+                }
+            )
             if a["summary"] != b["summary"] or diff:
-                print(f"  {f.parent.name} differs from the first cold run: summary {a['summary'] != b['summary']}, "
-                      f"{len(diff)} case fields, e.g. {diff[:3]}")
+                print(
+                    f"  {f.parent.name} differs from the first cold run: summary {a['summary'] != b['summary']}, "
+                    f"{len(diff)} case fields, e.g. {diff[:3]}"
+                )
 
         def started(*cmd: str) -> float:
             acceptance(*cmd, env=compiled)
@@ -238,21 +280,30 @@ def main() -> None:
         cases = len(json.loads(files[0].read_text())["cases"])
         print(f"cases: {cases}; median over {args.rounds} round(s) [lowest, highest]:")
         for k, (label, _) in enumerate(runs):
-            print(f"  {label:<22} wall {summary([w[k] for w in walls], ' s')}   outside/inside "
-                  f"{summary([(w[k] - i[k]) / i[k] for w, i in zip(walls, ins)])}")
+            print(
+                f"  {label:<22} wall {summary([w[k] for w in walls], ' s')}   outside/inside "
+                f"{summary([(w[k] - i[k]) / i[k] for w, i in zip(walls, ins, strict=False)])}"
+            )
         print(f"cold / warm cache:       {summary([w[0] / w[1] for w in walls], 'x')}")
         print(f"jobs 1 / jobs {args.jobs} (no cache): {summary([w[2] / w[3] for w in walls], 'x')}")
-        print(f"results.json identical across the {len(files)} runs (timestamps, command line, seconds removed): "
-              f"{same}")
-        print(f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5, "
-              f"bytecode compiled)")
-        print(f"startup: acceptance list {list_s:.2f} s, validate {validate_s:.2f} s (both import the specs' "
-              f"callables), compare {compare_s:.2f} s (best of 5)")
+        print(
+            f"results.json identical across the {len(files)} runs (timestamps, command line, seconds removed): {same}"
+        )
+        print(
+            f"startup: acceptance --help {help_s:.2f} s, acceptance report {report_s:.2f} s (best of 5, "
+            f"bytecode compiled)"
+        )
+        print(
+            f"startup: acceptance list {list_s:.2f} s, validate {validate_s:.2f} s (both import the specs' "
+            f"callables), compare {compare_s:.2f} s (best of 5)"
+        )
         if not args.no_memory:
             runner_peak, worker_peak, own = memory(tmp)
-            print(f"memory, 5e7-element float32 add: the case's own tensors {own / 2**20:.0f} MiB; peak RSS of the "
-                  f"runner {runner_peak / 2**20:.0f} MiB ({runner_peak / own:.2f}x), of the worker "
-                  f"{worker_peak / 2**20:.0f} MiB ({worker_peak / own:.2f}x)")
+            print(
+                f"memory, 5e7-element float32 add: the case's own tensors {own / 2**20:.0f} MiB; peak RSS of the "
+                f"runner {runner_peak / 2**20:.0f} MiB ({runner_peak / own:.2f}x), of the worker "
+                f"{worker_peak / 2**20:.0f} MiB ({worker_peak / own:.2f}x)"
+            )
     print(f"load average at end: {load()}; a 3e7-addition Python loop: {speed():.2f} s")
 
 

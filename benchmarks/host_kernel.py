@@ -39,8 +39,7 @@ def _other(folder: Path):
 
 def _reduce(kernel, e, b, codes, fmt):
     sums, maxs, counts = np.zeros(6), np.zeros(9), np.zeros(6, dtype=np.int64)
-    kernel(e, b, codes[0], codes[1], fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, sums, maxs,
-           counts)
+    kernel(e, b, codes[0], codes[1], fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, sums, maxs, counts)
     return np.concatenate([sums.view(np.int64), maxs.view(np.int64), counts])
 
 
@@ -79,7 +78,9 @@ def main() -> None:
         results = [_reduce(k, *call) for _, k in kernels]  # compiles each
         same &= all(np.array_equal(results[0], r) for r in results[1:])
         best = [min(_ns(k, call, args.repeat, args.n) for _ in range(3)) for _, k in kernels]
-        line = f"{name:9} " + "  ".join(f"{label}: {ns:6.2f} ns/element" for (label, _), ns in zip(kernels, best))
+        line = f"{name:9} " + "  ".join(
+            f"{label}: {ns:6.2f} ns/element" for (label, _), ns in zip(kernels, best, strict=False)
+        )
         print(line + (f"  ratio {best[1] / best[0]:.2f}x" if len(best) > 1 else ""))
     for dt, it in ((np.float32, np.uint32), (np.float64, np.uint64)):
         fmt = dtypes.lookup(np.dtype(dt).name)

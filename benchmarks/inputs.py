@@ -86,8 +86,12 @@ print(json.dumps({"trials": len(pairs), "oracles": sum(t for _, _, t in oracles)
 
 
 def measure(tree: Path, specs: Path, only: str, repeat: int, slow: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(specs), only or "", str(repeat), "1" if slow else "0"],
-                         capture_output=True, text=True, cwd=tree)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tree), str(specs), only or "", str(repeat), "1" if slow else "0"],
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    )
     if out.returncode != 0:
         raise SystemExit(f"timing {tree} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

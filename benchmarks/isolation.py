@@ -19,8 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(specs: Path, *extra: str) -> float:
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "acceptance", "run", str(specs), "--out", out, *extra],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "acceptance", "run", str(specs), "--out", out, *extra],
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - started
     if proc.returncode not in (0, 1):
         raise SystemExit(proc.stderr[-2000:])
@@ -34,8 +37,10 @@ def main() -> None:
     args = parser.parse_args()
     isolated = min(run(Path(args.specs)) for _ in range(args.repeat))
     in_process = min(run(Path(args.specs), "--no-isolation") for _ in range(args.repeat))
-    print(f"{args.specs}: isolated {isolated:.1f} s, in-process {in_process:.1f} s, "
-          f"ratio {isolated / in_process:.2f} (best of {args.repeat})")
+    print(
+        f"{args.specs}: isolated {isolated:.1f} s, in-process {in_process:.1f} s, "
+        f"ratio {isolated / in_process:.2f} (best of {args.repeat})"
+    )
 
 
 if __name__ == "__main__":

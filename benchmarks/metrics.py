@@ -68,24 +68,28 @@ def numpy_metrics(e: np.ndarray, b: np.ndarray, th: float = 1e-6, p: int = 24, e
     n = e.size
     with np.errstate(divide="ignore", invalid="ignore"):
         out["diff1"] = np.sum(np.abs(e - b)) / np.sum(np.abs(b))
-        out["diff2"] = np.sqrt(np.sum((e - b) ** 2) / np.sum(b ** 2))
+        out["diff2"] = np.sqrt(np.sum((e - b) ** 2) / np.sum(b**2))
         out["diff3_1"] = np.max(np.where(e == b, 0.0, np.abs(e - b) / np.abs(b)))
         out["diff3_2"] = np.max(np.abs(e - b))
-        out["diff3"] = (np.max(np.where(np.abs(b) > th, np.abs(e - b) / np.abs(b), 0.0)),
-                        np.max(np.where(np.abs(b) <= th, np.abs(e - b), 0.0)))
+        out["diff3"] = (
+            np.max(np.where(np.abs(b) > th, np.abs(e - b) / np.abs(b), 0.0)),
+            np.max(np.where(np.abs(b) <= th, np.abs(e - b), 0.0)),
+        )
         out["diff4"] = (np.sum(e > b) / np.sum(e != b), np.sum(e < b) / np.sum(e != b), int(np.sum(e != b)))
         out["mse"] = np.mean((e - b) ** 2)
-        out["nmse"] = np.sum((e - b) ** 2) / np.sum(b ** 2)
+        out["nmse"] = np.sum((e - b) ** 2) / np.sum(b**2)
         out["rms"] = np.sqrt(np.sum((e - b) ** 2)) / (np.sqrt(n) * max(np.max(np.abs(e)), np.max(np.abs(b))))
         out["max_abs"] = np.max(np.abs(e - b))
         out["mean_abs"] = np.mean(np.abs(e - b))
         out["max_rel"] = np.max(np.where(e == b, 0.0, np.abs(e - b) / np.abs(b)))
         out["max_rel_floor"] = np.max(np.where(np.abs(b) > 1e-3, np.abs(e - b) / np.abs(b), 0.0))
         m = np.minimum(np.abs(e), np.abs(b))  # spacing(m) = 2^(max(floor(log2 m), emin) - (p-1)), m = 0 -> emin
-        out["max_ulp"] = np.max(np.abs(e - b) / np.ldexp(1.0, np.maximum(np.where(m > 0, np.frexp(m)[1] - 1, emin),
-                                                                        emin) - (p - 1)))
-        out["mean_ulp"] = np.mean(np.abs(e - b) / np.ldexp(1.0, np.maximum(np.where(m > 0, np.frexp(m)[1] - 1, emin),
-                                                                          emin) - (p - 1)))
+        out["max_ulp"] = np.max(
+            np.abs(e - b) / np.ldexp(1.0, np.maximum(np.where(m > 0, np.frexp(m)[1] - 1, emin), emin) - (p - 1))
+        )
+        out["mean_ulp"] = np.mean(
+            np.abs(e - b) / np.ldexp(1.0, np.maximum(np.where(m > 0, np.frexp(m)[1] - 1, emin), emin) - (p - 1))
+        )
         out["max_hyb"] = np.max(np.abs(e - b) / (1 + np.abs(b)))
         out["mean_hyb"] = np.mean(np.abs(e - b) / (1 + np.abs(b)))
         out["normwise_rel"] = np.linalg.norm(e - b) / np.linalg.norm(b)
@@ -115,11 +119,14 @@ def measure(method: str, n: int, kind: str, repeat: int) -> dict:
         def run():
             return compute(e, b)
     elif method == "numpy":
+
         def run():
             return numpy_metrics(e, b)
     else:
+
         def run():
             return e.sum(dtype=np.float64) + b.sum(dtype=np.float64)
+
     before = _status()["VmRSS"]
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # reset VmHWM to the current RSS
@@ -135,16 +142,22 @@ def measure(method: str, n: int, kind: str, repeat: int) -> dict:
 
 def first_call(cache_dir: str) -> float:
     """Seconds of the first compute() call in a fresh process using numba cache folder ``cache_dir``."""
-    code = ("import time, numpy as np; from acceptance.numerics.metrics import compute; e = np.ones(4, np.float32);"
-            "t = time.perf_counter(); compute(e, e); print(time.perf_counter() - t)")
+    code = (
+        "import time, numpy as np; from acceptance.numerics.metrics import compute; e = np.ones(4, np.float32);"
+        "t = time.perf_counter(); compute(e, e); print(time.perf_counter() - t)"
+    )
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
     return float(out.stdout)
 
 
 def _child(method: str, n: int, kind: str, repeat: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", method, str(n), kind, str(repeat)],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", method, str(n), kind, str(repeat)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -161,33 +174,41 @@ def main() -> None:
 
     import numba
 
-    print(f"worker threads (NUMBA_NUM_THREADS): {numba.config.NUMBA_NUM_THREADS}, cpus {os.cpu_count()}; "
-          f"times are the best of {args.repeat}")
+    print(
+        f"worker threads (NUMBA_NUM_THREADS): {numba.config.NUMBA_NUM_THREADS}, cpus {os.cpu_count()}; "
+        f"times are the best of {args.repeat}"
+    )
     with tempfile.TemporaryDirectory() as cache:
         cold, warm = first_call(cache), first_call(cache)
     print(f"first call, float32 kernel: {cold:.2f} s with an empty numba cache, {warm:.2f} s with it filled\n")
 
     mib = 1 << 20
-    print(f"{'elements':>9} {'compute':>9} {'numpy':>9} {'floor':>9} {'numpy/compute':>14} {'compute/floor':>14}"
-          f"   peak extra MiB: compute / numpy / floor (inputs {'':>1}MiB)")
+    print(
+        f"{'elements':>9} {'compute':>9} {'numpy':>9} {'floor':>9} {'numpy/compute':>14} {'compute/floor':>14}"
+        f"   peak extra MiB: compute / numpy / floor (inputs {'':>1}MiB)"
+    )
     for n in (int(float(s)) for s in args.sizes.split(",")):
         r = {m: _child(m, n, "float32", args.repeat) for m in ("compute", "numpy", "floor")}
         for key, value in r["compute"]["check"].items():
             want = r["numpy"]["check"][key]
             assert abs(value - want) <= 1e-9 * abs(want), (key, value, want)
         t = {m: r[m]["seconds"] for m in r}
-        print(f"{n:>9.0e} {t['compute']:>8.4f}s {t['numpy']:>8.3f}s {t['floor']:>8.4f}s "
-              f"{t['numpy'] / t['compute']:>13.1f}x {t['compute'] / t['floor']:>13.2f}x   "
-              f"{r['compute']['peak_extra'] / mib:8.1f} / {r['numpy']['peak_extra'] / mib:7.1f} / "
-              f"{r['floor']['peak_extra'] / mib:5.1f}   ({2 * 4 * n / mib:.0f})")
+        print(
+            f"{n:>9.0e} {t['compute']:>8.4f}s {t['numpy']:>8.3f}s {t['floor']:>8.4f}s "
+            f"{t['numpy'] / t['compute']:>13.1f}x {t['compute'] / t['floor']:>13.2f}x   "
+            f"{r['compute']['peak_extra'] / mib:8.1f} / {r['numpy']['peak_extra'] / mib:7.1f} / "
+            f"{r['floor']['peak_extra'] / mib:5.1f}   ({2 * 4 * n / mib:.0f})"
+        )
 
-    n = 10 ** 7
+    n = 10**7
     floor = _child("floor", n, "float32", args.repeat)["seconds"]
     print(f"\nother inputs, {n:.0e} elements (compute / float32 floor):")
     for kind in ("float16", "bfloat16", "float32-vs-float64", "float32-strided"):
         r = _child("compute", n, kind, args.repeat)
-        print(f"  {kind:<20} {r['seconds']:.4f}s  {r['seconds'] / floor:5.2f}x   "
-              f"peak extra {r['peak_extra'] / mib:.1f} MiB")
+        print(
+            f"  {kind:<20} {r['seconds']:.4f}s  {r['seconds'] / floor:5.2f}x   "
+            f"peak extra {r['peak_extra'] / mib:.1f} MiB"
+        )
 
 
 if __name__ == "__main__":

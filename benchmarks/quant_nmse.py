@@ -24,7 +24,7 @@ def nmse(x: np.ndarray, fmt: str) -> float:
     """sum((deq - x)^2) / sum(x^2) in float64."""
     y = quant.dequantize(quant.quantize(x, fmt), fmt).astype(np.float64)
     x64 = x.astype(np.float64)
-    return float(np.sum((y - x64) ** 2) / np.sum(x64 ** 2))
+    return float(np.sum((y - x64) ** 2) / np.sum(x64**2))
 
 
 def main() -> None:
@@ -39,13 +39,17 @@ def main() -> None:
         "U[-1,1]": rng.uniform(-1.0, 1.0, (rows, 4000)).astype(np.float32),
     }
     print(f"{rows * 4000} values per distribution, seed {args.seed}")
-    print(f"{'format':7s} {'bpw':>5s} {'NMSE N(0,1) %':>14s} {'NMSE U[-1,1] %':>15s} "
-          f"{'threshold %':>12s} {'margin N':>9s} {'margin U':>9s}")
+    print(
+        f"{'format':7s} {'bpw':>5s} {'NMSE N(0,1) %':>14s} {'NMSE U[-1,1] %':>15s} "
+        f"{'threshold %':>12s} {'margin N':>9s} {'margin U':>9s}"
+    )
     for fmt, f in quant.FORMATS.items():
         g, u = nmse(data["N(0,1)"], fmt), nmse(data["U[-1,1]"], fmt)
         t = THRESHOLD_PCT[fmt]
-        print(f"{fmt:7s} {f.bits_per_weight:5.2f} {100 * g:14.4f} {100 * u:15.4f} {t:12.2f} "
-              f"{t / (100 * g):8.1f}x {t / (100 * u):8.1f}x")
+        print(
+            f"{fmt:7s} {f.bits_per_weight:5.2f} {100 * g:14.4f} {100 * u:15.4f} {t:12.2f} "
+            f"{t / (100 * g):8.1f}x {t / (100 * u):8.1f}x"
+        )
 
 
 if __name__ == "__main__":

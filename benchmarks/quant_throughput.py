@@ -42,8 +42,10 @@ def main() -> None:
     x = np.random.default_rng(0).standard_normal((args.rows, args.k)).astype(np.float32)
     n = x.size / 1e6
     print(f"({args.rows}, {args.k}) float32, best of {args.repeat}; rates in Melem/s")
-    print(f"{'format':7s} {'quantize ours':>14s} {'gguf':>8s} {'ratio':>7s}   "
-          f"{'dequantize ours':>16s} {'gguf':>8s} {'ratio':>7s}")
+    print(
+        f"{'format':7s} {'quantize ours':>14s} {'gguf':>8s} {'ratio':>7s}   "
+        f"{'dequantize ours':>16s} {'gguf':>8s} {'ratio':>7s}"
+    )
     for fmt in quant.FORMATS:
         packed = quant.quantize(x, fmt)
         q_ours = n / best_time(lambda: quant.quantize(x, fmt), args.repeat)
@@ -52,8 +54,10 @@ def main() -> None:
         if gt is not None and fmt != "q8_1":
             q_g = n / best_time(lambda: gguf.quants.quantize(x, gt), args.repeat)
             d_g = n / best_time(lambda: gguf.quants.dequantize(packed, gt), args.repeat)
-            print(f"{fmt:7s} {q_ours:14.1f} {q_g:8.1f} {q_ours / q_g:6.2f}x   "
-                  f"{d_ours:16.1f} {d_g:8.1f} {d_ours / d_g:6.2f}x")
+            print(
+                f"{fmt:7s} {q_ours:14.1f} {q_g:8.1f} {q_ours / q_g:6.2f}x   "
+                f"{d_ours:16.1f} {d_g:8.1f} {d_ours / d_g:6.2f}x"
+            )
         else:
             print(f"{fmt:7s} {q_ours:14.1f} {'-':>8s} {'-':>7s}   {d_ours:16.1f} {'-':>8s} {'-':>7s}")
 

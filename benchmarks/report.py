@@ -17,23 +17,39 @@ from pathlib import Path
 import numpy as np
 
 from acceptance import records as rs
-from acceptance.session import results as results_io
+from acceptance.decide.verdict import summarize
 from acceptance.report.github import annotations, render_summary
 from acceptance.report.html import MAX_PLOTTED_CASES, render_html
 from acceptance.report.junit import render_junit
 from acceptance.report.signoff import render_signoff
-from acceptance.decide.verdict import summarize
+from acceptance.session import results as results_io
 
 BUCKETS = ["=0", "<1e-6", "1e-6..1e-5", "1e-5..1e-4", "1e-4..1e-3", "1e-3..1e-2", "1e-2..1e-1", "1e-1..1", ">1"]
-OPERATORS = [("matmul", "composite"), ("conv2d", "convolution"), ("softmax", "activation"), ("sum", "reduction"),
-             ("add", "arithmetic"), ("layer_norm", "composite"), ("gelu", "activation"), ("bmm", "composite")]
+OPERATORS = [
+    ("matmul", "composite"),
+    ("conv2d", "convolution"),
+    ("softmax", "activation"),
+    ("sum", "reduction"),
+    ("add", "arithmetic"),
+    ("layer_norm", "composite"),
+    ("gelu", "activation"),
+    ("bmm", "composite"),
+]
 DTYPES = ["float32", "float16", "bfloat16"]
 
 
 def _describe(v: np.ndarray) -> rs.Describe:
-    return rs.Describe(n=v.size, mean=v.mean(), median=float(np.median(v)), std=v.std(ddof=1),
-                       p50=float(np.percentile(v, 50)), p90=float(np.percentile(v, 90)),
-                       p99=float(np.percentile(v, 99)), max=v.max(), min=v.min())
+    return rs.Describe(
+        n=v.size,
+        mean=v.mean(),
+        median=float(np.median(v)),
+        std=v.std(ddof=1),
+        p50=float(np.percentile(v, 50)),
+        p90=float(np.percentile(v, 90)),
+        p99=float(np.percentile(v, 99)),
+        max=v.max(),
+        min=v.min(),
+    )
 
 
 def synthetic_results(n: int, trials: int, seed: int = 0) -> rs.Results:
@@ -46,35 +62,77 @@ def synthetic_results(n: int, trials: int, seed: int = 0) -> rs.Results:
         verdict = rng.choice(["pass", "fail", "error", "skip"], p=[0.75, 0.15, 0.05, 0.05])
         value = float(rng.uniform(1e-4, 2e-3) if verdict != "fail" else rng.uniform(3.1e-3, 9e-3))
         criteria = [
-            rs.Criterion(metric="diff1", value=value, threshold=3e-3, passed=verdict != "fail",
-                         source=f"{dtype} {category} default"),
-            rs.Criterion(metric="diff2", value=value * 0.7, threshold=3e-3, passed=True, source=f"{dtype} {category} default"),
+            rs.Criterion(
+                metric="diff1",
+                value=value,
+                threshold=3e-3,
+                passed=verdict != "fail",
+                source=f"{dtype} {category} default",
+            ),
+            rs.Criterion(
+                metric="diff2", value=value * 0.7, threshold=3e-3, passed=True, source=f"{dtype} {category} default"
+            ),
         ]
         dual = []
         if i % 5 < 2:
             base = rng.gamma(2.0, 1e-3, trials)
             impl = base * (3.0 if verdict == "fail" else 1.1)
-            dual = [rs.DualDeltaRecord(
-                metric="max_abs", trials=trials, delta_impl=impl.tolist(), delta_baseline=base.tolist(),
-                impl=_describe(impl), baseline=_describe(base), ratio=_describe(impl / base),
-                tests=[rs.StatTest(name="ks", statistic=0.3, p_value=1e-3),
-                       rs.StatTest(name="wilcoxon", statistic=900.0, p_value=1e-4, alternative="greater")],
-                conclusion="impl is inferior" if verdict == "fail" else "impl is non-inferior",
-                factor=2.0, alpha=0.05, p_value=1e-4, p_adjusted=1e-3, passed=verdict != "fail")]
-        cases.append(rs.CaseResult(
-            id=f"{op}[{dtype}-M={i}-N=128-K={64 + i % 4096}]", operator=op, category=category,
-            spec_file=f"operator_specs/{op}.yaml", dtype=dtype, params={"M": i, "N": 128, "K": 64 + i % 4096},
-            trials=trials, seed=i, verdict=str(verdict),
-            reasons=[] if verdict == "pass" else [f"diff1 {value:.3g} > 3e-3 ({dtype} {category} default)"],
-            criteria=criteria, dual_delta=dual,
-            rel_error_buckets=dict(zip(BUCKETS, rng.integers(0, 10_000, len(BUCKETS)).tolist())),
-            worst=rs.WorstElement(trial=0, index=[i % 128, 3], evaluated=1.0, baseline=0.99, abs_error=0.01, rel_error=0.0101),
-            error="RuntimeError: kernel launch failed" if verdict == "error" else None,
-            waiver="accepted for this release" if verdict == "skip" else None,
-            timing=rs.Timing(total=0.05, impl=0.01, baseline=0.03, oracle=0.01),
-        ))
-    env = rs.Environment(acceptance="0.1.0", python="3.11", torch="2.13.0", numpy="2.4", platform="linux", host="bench",
-                         device="cpu", device_name="cpu", start_time="2026-01-01T00:00:00Z", end_time="2026-01-01T01:00:00Z")
+            dual = [
+                rs.DualDeltaRecord(
+                    metric="max_abs",
+                    trials=trials,
+                    delta_impl=impl.tolist(),
+                    delta_baseline=base.tolist(),
+                    impl=_describe(impl),
+                    baseline=_describe(base),
+                    ratio=_describe(impl / base),
+                    tests=[
+                        rs.StatTest(name="ks", statistic=0.3, p_value=1e-3),
+                        rs.StatTest(name="wilcoxon", statistic=900.0, p_value=1e-4, alternative="greater"),
+                    ],
+                    conclusion="impl is inferior" if verdict == "fail" else "impl is non-inferior",
+                    factor=2.0,
+                    alpha=0.05,
+                    p_value=1e-4,
+                    p_adjusted=1e-3,
+                    passed=verdict != "fail",
+                )
+            ]
+        cases.append(
+            rs.CaseResult(
+                id=f"{op}[{dtype}-M={i}-N=128-K={64 + i % 4096}]",
+                operator=op,
+                category=category,
+                spec_file=f"operator_specs/{op}.yaml",
+                dtype=dtype,
+                params={"M": i, "N": 128, "K": 64 + i % 4096},
+                trials=trials,
+                seed=i,
+                verdict=str(verdict),
+                reasons=[] if verdict == "pass" else [f"diff1 {value:.3g} > 3e-3 ({dtype} {category} default)"],
+                criteria=criteria,
+                dual_delta=dual,
+                rel_error_buckets=dict(zip(BUCKETS, rng.integers(0, 10_000, len(BUCKETS)).tolist(), strict=False)),
+                worst=rs.WorstElement(
+                    trial=0, index=[i % 128, 3], evaluated=1.0, baseline=0.99, abs_error=0.01, rel_error=0.0101
+                ),
+                error="RuntimeError: kernel launch failed" if verdict == "error" else None,
+                waiver="accepted for this release" if verdict == "skip" else None,
+                timing=rs.Timing(total=0.05, impl=0.01, baseline=0.03, oracle=0.01),
+            )
+        )
+    env = rs.Environment(
+        acceptance="0.1.0",
+        python="3.11",
+        torch="2.13.0",
+        numpy="2.4",
+        platform="linux",
+        host="bench",
+        device="cpu",
+        device_name="cpu",
+        start_time="2026-01-01T00:00:00Z",
+        end_time="2026-01-01T01:00:00Z",
+    )
     return rs.Results(environment=env, summary=summarize(cases), cases=cases)
 
 
@@ -93,16 +151,25 @@ def browser_load(path: Path, chromium: str) -> None:
     if not Path(chromium).exists():
         print(f"browser: skipped (no Chromium at {chromium})")
         return
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync"]
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+    ]
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         start = time.perf_counter()
         page.goto(path.as_uri(), wait_until="load", timeout=120_000)
         wall = time.perf_counter() - start
-        nav = page.evaluate("() => { const e = performance.getEntriesByType('navigation')[0];"
-                            " return [e.domContentLoadedEventEnd, e.loadEventEnd]; }")
+        nav = page.evaluate(
+            "() => { const e = performance.getEntriesByType('navigation')[0];"
+            " return [e.domContentLoadedEventEnd, e.loadEventEnd]; }"
+        )
         filter_ms = page.evaluate("""() => { const f = document.getElementById('filter'); const t = performance.now();
             f.value = 'softmax float16'; f.dispatchEvent(new Event('input')); document.body.offsetHeight;
             return performance.now() - t; }""")
@@ -111,9 +178,13 @@ def browser_load(path: Path, chromium: str) -> None:
             return performance.now() - t; }""")
         sort_ms = page.evaluate("""() => { const th = document.querySelectorAll('#cases-table th')[8];
             const t = performance.now(); th.click(); document.body.offsetHeight; return performance.now() - t; }""")
-        print(f"browser: goto->load {wall:.2f} s; DOMContentLoaded {nav[0] / 1e3:.2f} s, load event {nav[1] / 1e3:.2f} s")
-        print(f"browser: filter keystroke {filter_ms:.0f} ms, clearing the filter {clear_ms:.0f} ms,"
-              f" sort by time {sort_ms:.0f} ms (script + layout)")
+        print(
+            f"browser: goto->load {wall:.2f} s; DOMContentLoaded {nav[0] / 1e3:.2f} s, load event {nav[1] / 1e3:.2f} s"
+        )
+        print(
+            f"browser: filter keystroke {filter_ms:.0f} ms, clearing the filter {clear_ms:.0f} ms,"
+            f" sort by time {sort_ms:.0f} ms (script + layout)"
+        )
         browser.close()
 
 
@@ -125,8 +196,10 @@ def main() -> None:
     args = parser.parse_args()
 
     results, t = timed(synthetic_results, args.cases, args.trials)
-    print(f"cases: {args.cases} ({results.summary.failed} fail, {results.summary.errors} error), "
-          f"{sum(bool(c.dual_delta) for c in results.cases)} with {args.trials}-trial dual-delta; built in {t:.2f} s")
+    print(
+        f"cases: {args.cases} ({results.summary.failed} fail, {results.summary.errors} error), "
+        f"{sum(bool(c.dual_delta) for c in results.cases)} with {args.trials}-trial dual-delta; built in {t:.2f} s"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         path, t = timed(results_io.write, results, folder / "results.json")

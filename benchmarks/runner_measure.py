@@ -41,9 +41,9 @@ def record(specs: str, only: str | None, path: Path) -> None:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from acceptance.measure import case as runner
     from acceptance import spec
     from acceptance.cli.run import _load
+    from acceptance.measure import case as runner
 
     loaded = _load([Path(specs)])
     cases = [c for glob in (only.split(",") if only else [None]) for c in spec.expand(loaded, only=glob)]
@@ -97,11 +97,31 @@ def replay(root: str, path: Path, repeat: int) -> dict:
             total += seconds
             times[c["operator"]] = times.get(c["operator"], 0.0) + seconds
             calls[c["operator"]] = len(c["trials"]) * len(outputs)
-            state.append([c["id"], [[acc.metrics_record(), acc.impl_oracle, acc.baseline_oracle, repr(acc.ulp),
-                                     acc.impl_ulp, repr(acc.diff4), repr(acc.bias.record()), acc.bits,
-                                     acc.delta_impl, acc.delta_baseline, acc.free, acc.constant,
-                                     acc.oracle_constant, repr(acc.diagnosis)] for acc in outputs],
-                          [repr(a) for a in peers.advisories(len(c["trials"]))]])
+            state.append(
+                [
+                    c["id"],
+                    [
+                        [
+                            acc.metrics_record(),
+                            acc.impl_oracle,
+                            acc.baseline_oracle,
+                            repr(acc.ulp),
+                            acc.impl_ulp,
+                            repr(acc.diff4),
+                            repr(acc.bias.record()),
+                            acc.bits,
+                            acc.delta_impl,
+                            acc.delta_baseline,
+                            acc.free,
+                            acc.constant,
+                            acc.oracle_constant,
+                            repr(acc.diagnosis),
+                        ]
+                        for acc in outputs
+                    ],
+                    [repr(a) for a in peers.advisories(len(c["trials"]))],
+                ]
+            )
         digest = hashlib.sha256(json.dumps(state, default=repr).encode()).hexdigest()[:16]
         if total < best:
             best, per_op = total, times
@@ -109,8 +129,14 @@ def replay(root: str, path: Path, repeat: int) -> dict:
     counts = {}
     for c in cases:
         counts[c["operator"]] = counts.get(c["operator"], 0) + len(c["trials"]) * len(c["trials"][0].impl)
-    return {"seconds": best, "per_add": best / n, "adds": n, "digest": digest, "counts": counts,
-            "per_op": {op: per_op[op] / counts[op] for op in per_op}}
+    return {
+        "seconds": best,
+        "per_add": best / n,
+        "adds": n,
+        "digest": digest,
+        "counts": counts,
+        "per_op": {op: per_op[op] / counts[op] for op in per_op},
+    }
 
 
 def main() -> None:
@@ -134,8 +160,12 @@ def main() -> None:
         found: dict[str, dict] = {}
         for _ in range(args.repeat):  # the trees take turns, so a change in the machine's load hits both alike
             for root in roots:
-                out = subprocess.run([sys.executable, __file__, "--replay", root, str(path), "--repeat", "1"],
-                                     cwd=tmp, capture_output=True, text=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--replay", root, str(path), "--repeat", "1"],
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                )
                 if out.returncode:
                     raise SystemExit(f"replay under {root} failed:\n{out.stderr[-3000:]}")
                 r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -146,13 +176,17 @@ def main() -> None:
                 r["per_add"] = sum(r["per_op"][op] * r["counts"][op] for op in r["per_op"]) / r["adds"]
         for root in roots:
             r = found[root]
-            print(f"{root}: {r['adds']} (trial, output) pairs, {r['per_add'] * 1e3:.3f} ms each "
-                  f"(each operator's best of {args.repeat}; best whole replay {r['seconds']:.2f} s), "
-                  f"digest {r['digest']}")
+            print(
+                f"{root}: {r['adds']} (trial, output) pairs, {r['per_add'] * 1e3:.3f} ms each "
+                f"(each operator's best of {args.repeat}; best whole replay {r['seconds']:.2f} s), "
+                f"digest {r['digest']}"
+            )
         if args.against:
             mine, other = found[roots[0]], found[roots[1]]
-            print(f"per-trial cost, {roots[1]} / this tree: {other['per_add'] / mine['per_add']:.2f}x; "
-                  f"digests {'identical' if mine['digest'] == other['digest'] else 'DIFFER'}")
+            print(
+                f"per-trial cost, {roots[1]} / this tree: {other['per_add'] / mine['per_add']:.2f}x; "
+                f"digests {'identical' if mine['digest'] == other['digest'] else 'DIFFER'}"
+            )
             print("per operator (ms per trial-output, this tree vs the other, ratio):")
             for op in sorted(mine["per_op"]):
                 a, b = mine["per_op"][op], other["per_op"][op]

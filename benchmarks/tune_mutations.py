@@ -24,10 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from acceptance.measure import case as runner
 from acceptance import spec  # noqa: E402
-from acceptance.device import resolve_device  # noqa: E402
 from acceptance.decide.proposal import observations, proposals  # noqa: E402
+from acceptance.device import resolve_device  # noqa: E402
+from acceptance.measure import case as runner
 
 SPECS = ROOT / "tests" / "mutation_specs"
 #: baseline -> a legitimate technique for the same function (tests/mutants.py, tests/mutant_kernels.py)
@@ -49,7 +49,8 @@ def run(s, seed: int, trials: int):
 
 def caught(results, kinds) -> bool:
     return any(c.passed is False and c.kind in kinds for r in results for c in r.criteria) or any(
-        r.verdict == "error" for r in results)
+        r.verdict == "error" for r in results
+    )
 
 
 def main() -> None:
@@ -64,8 +65,9 @@ def main() -> None:
         bug, problems = spec.load_spec(path)
         assert not problems, problems
         twin = dataclasses.replace(bug, impl=LEGIT.get(bug.baseline, bug.baseline), name=f"{bug.name}_twin")
-        tuned_cases = [c for k in range(args.seeds) for c in run(dataclasses.replace(twin, thresholds={}), k,
-                                                                 args.trials)]
+        tuned_cases = [
+            c for k in range(args.seeds) for c in run(dataclasses.replace(twin, thresholds={}), k, args.trials)
+        ]
         tuned: dict[str, dict] = {}
         for p in proposals(observations(tuned_cases)):
             tuned.setdefault(p.dtype, {})[p.metric] = p.proposed
@@ -73,20 +75,34 @@ def main() -> None:
         with_tuned = run(dataclasses.replace(bug, thresholds=tuned), 1000, args.trials)
         twin_fresh = run(dataclasses.replace(twin, thresholds=tuned), 1000, args.trials)
         th, fx = ("threshold",), ("threshold", "placement", "bits", "ulp", "diff4")
-        row = (path.stem, twin.impl.split(":")[1], caught(default, th), caught(default, fx), caught(with_tuned, th),
-               caught(with_tuned, fx), any(r.verdict != "pass" for r in twin_fresh),
-               "; ".join(f"{d}: " + ", ".join(f"{m} <= {v}" for m, v in t.items()) for d, t in tuned.items()))
+        row = (
+            path.stem,
+            twin.impl.split(":")[1],
+            caught(default, th),
+            caught(default, fx),
+            caught(with_tuned, th),
+            caught(with_tuned, fx),
+            any(r.verdict != "pass" for r in twin_fresh),
+            "; ".join(f"{d}: " + ", ".join(f"{m} <= {v}" for m, v in t.items()) for d, t in tuned.items()),
+        )
         rows.append(row)
-        for key, hit in zip(totals, row[2:7]):
+        for key, hit in zip(totals, row[2:7], strict=False):
             totals[key] += hit
-        print(f"{row[0]:<28} twin {row[1]:<22} default thr/fixed {row[2]!s:<5}/{row[3]!s:<5} "
-              f"tuned thr/fixed {row[4]!s:<5}/{row[5]!s:<5} twin false alarm {row[6]!s:<5} {row[7]}", flush=True)
+        print(
+            f"{row[0]:<28} twin {row[1]:<22} default thr/fixed {row[2]!s:<5}/{row[3]!s:<5} "
+            f"tuned thr/fixed {row[4]!s:<5}/{row[5]!s:<5} twin false alarm {row[6]!s:<5} {row[7]}",
+            flush=True,
+        )
     n = len(bugs)
     print(f"\nbugs caught, dual-delta off, of {n}:")
-    print(f"  MLU-OPS defaults: {totals['default_threshold']} by diff1/diff2, {totals['default_fixed']} by every "
-          "fixed criterion")
-    print(f"  tuned ({args.seeds} seeds, margin 2): {totals['tuned_threshold']} by diff1/diff2, "
-          f"{totals['tuned_fixed']} by every fixed criterion")
+    print(
+        f"  MLU-OPS defaults: {totals['default_threshold']} by diff1/diff2, {totals['default_fixed']} by every "
+        "fixed criterion"
+    )
+    print(
+        f"  tuned ({args.seeds} seeds, margin 2): {totals['tuned_threshold']} by diff1/diff2, "
+        f"{totals['tuned_fixed']} by every fixed criterion"
+    )
     print(f"  legitimate twins failing with the tuned thresholds on a fresh seed: {totals['twin_false']} of {n}")
 
 

@@ -49,9 +49,9 @@ import argparse
 import importlib.util
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import mpmath
 import numpy as np
@@ -94,28 +94,72 @@ class Function:
 
 
 FUNCTIONS = [
-    Function("exp", "exp", {"numpy": V.np_exp, "torch": torch.exp},
-             {"float32": ((-80, 80), (80, 88.7)), "float16": ((-10, 10), (-16, -10))}),
-    Function("log", "log", {"numpy": V.np_log, "torch": torch.log},
-             {"float32": ((0, 1e4), (0.5, 2)), "float16": ((0, 1e4), (0.5, 2))}),
-    Function("tanh", "tanh", {"numpy": V.np_tanh, "torch": torch.tanh},
-             {"float32": ((-10, 10), (-1, 1)), "float16": ((-10, 10), (-1, 1))}),
-    Function("sin", "sin", {"numpy": V.np_sin, "torch": torch.sin},
-             {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))}),
-    Function("cos", "cos", {"numpy": V.np_cos, "torch": torch.cos},
-             {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))}),
-    Function("expm1", "expm1", {"numpy": V.np_expm1, "torch": torch.expm1},
-             {"float32": ((-10, 10), (-1e-3, 1e-3)), "float16": ((-10, 10), (-1e-2, 1e-2))}),
-    Function("log1p", "log1p", {"numpy": V.np_log1p, "torch": torch.log1p},
-             {"float32": ((-0.999, 1e4), (-1e-3, 1e-3)), "float16": ((-0.999, 1e4), (-1e-2, 1e-2))}),
-    Function("sqrt", "sqrt", {"numpy": V.np_sqrt, "torch": torch.sqrt},
-             {"float32": ((0, 1e4), (0, 1e-30)), "float16": ((0, 1e4), (0, 1e-3))}),
-    Function("atan", "atan", {"numpy": V.np_arctan, "torch": torch.atan},
-             {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))}),
-    Function("erf", "erf", {"scipy": V.scipy_erf, "torch": torch.erf},
-             {"float32": ((-10, 10), (-1, 1)), "float16": ((-10, 10), (-1, 1))}),
-    Function("sigmoid", "sigmoid", {"scipy": V.scipy_expit, "torch": torch.sigmoid},
-             {"float32": ((-10, 10), (-80, -10)), "float16": ((-10, 10), (-17, -10))}),
+    Function(
+        "exp",
+        "exp",
+        {"numpy": V.np_exp, "torch": torch.exp},
+        {"float32": ((-80, 80), (80, 88.7)), "float16": ((-10, 10), (-16, -10))},
+    ),
+    Function(
+        "log",
+        "log",
+        {"numpy": V.np_log, "torch": torch.log},
+        {"float32": ((0, 1e4), (0.5, 2)), "float16": ((0, 1e4), (0.5, 2))},
+    ),
+    Function(
+        "tanh",
+        "tanh",
+        {"numpy": V.np_tanh, "torch": torch.tanh},
+        {"float32": ((-10, 10), (-1, 1)), "float16": ((-10, 10), (-1, 1))},
+    ),
+    Function(
+        "sin",
+        "sin",
+        {"numpy": V.np_sin, "torch": torch.sin},
+        {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))},
+    ),
+    Function(
+        "cos",
+        "cos",
+        {"numpy": V.np_cos, "torch": torch.cos},
+        {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))},
+    ),
+    Function(
+        "expm1",
+        "expm1",
+        {"numpy": V.np_expm1, "torch": torch.expm1},
+        {"float32": ((-10, 10), (-1e-3, 1e-3)), "float16": ((-10, 10), (-1e-2, 1e-2))},
+    ),
+    Function(
+        "log1p",
+        "log1p",
+        {"numpy": V.np_log1p, "torch": torch.log1p},
+        {"float32": ((-0.999, 1e4), (-1e-3, 1e-3)), "float16": ((-0.999, 1e4), (-1e-2, 1e-2))},
+    ),
+    Function(
+        "sqrt",
+        "sqrt",
+        {"numpy": V.np_sqrt, "torch": torch.sqrt},
+        {"float32": ((0, 1e4), (0, 1e-30)), "float16": ((0, 1e4), (0, 1e-3))},
+    ),
+    Function(
+        "atan",
+        "atan",
+        {"numpy": V.np_arctan, "torch": torch.atan},
+        {"float32": ((-10, 10), (-1e4, 1e4)), "float16": ((-10, 10), (-1e4, 1e4))},
+    ),
+    Function(
+        "erf",
+        "erf",
+        {"scipy": V.scipy_erf, "torch": torch.erf},
+        {"float32": ((-10, 10), (-1, 1)), "float16": ((-10, 10), (-1, 1))},
+    ),
+    Function(
+        "sigmoid",
+        "sigmoid",
+        {"scipy": V.scipy_expit, "torch": torch.sigmoid},
+        {"float32": ((-10, 10), (-80, -10)), "float16": ((-10, 10), (-17, -10))},
+    ),
 ]
 
 
@@ -180,8 +224,10 @@ def draw_inputs(dtype: str, lo: float, hi: float, n: int) -> np.ndarray:
 
 def library_table(n: int, only: set[str]) -> None:
     """Part 1: print one row per (function, range, dtype, library); numpy and scipy have no bfloat16."""
-    header = f"{'function':8} {'dtype':8} {'range':>18} {'lib':6} {'max_ulp':>9} {'mean_ulp':>9} " \
-             f"{'max_hyb':>9} {'mean_hyb':>9} {'worst x':>12}"
+    header = (
+        f"{'function':8} {'dtype':8} {'range':>18} {'lib':6} {'max_ulp':>9} {'mean_ulp':>9} "
+        f"{'max_hyb':>9} {'mean_hyb':>9} {'worst x':>12}"
+    )
     print(header)
     print("-" * len(header))
     spent, evaluated = 0.0, 0
@@ -199,11 +245,15 @@ def library_table(n: int, only: set[str]) -> None:
                 for lib, e in rows:
                     r = errors(e, o, dtype, x)
                     span = f"[{lo:g}, {hi:g}]"
-                    print(f"{fn.name:8} {dtype:8} {span:>18} {lib:6} {fmt(r['max_ulp']):>9} {fmt(r['mean_ulp']):>9} "
-                          f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9} {r['worst_x']:>12.6g}")
+                    print(
+                        f"{fn.name:8} {dtype:8} {span:>18} {lib:6} {fmt(r['max_ulp']):>9} {fmt(r['mean_ulp']):>9} "
+                        f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9} {r['worst_x']:>12.6g}"
+                    )
     if evaluated:
-        print(f"\noracle: {evaluated} elements in {spent:.1f} s = {1e6 * spent / evaluated:.1f} us per element "
-              f"(mpmath {mpmath.__version__}, backend {mpmath.libmp.BACKEND}, dps {DPS})")
+        print(
+            f"\noracle: {evaluated} elements in {spent:.1f} s = {1e6 * spent / evaluated:.1f} us per element "
+            f"(mpmath {mpmath.__version__}, backend {mpmath.libmp.BACKEND}, dps {DPS})"
+        )
 
 
 def float16_paths() -> None:
@@ -214,8 +264,10 @@ def float16_paths() -> None:
         same = np.mean(fn(xx).view(np.uint16) == fn(xx.astype(np.float32)).astype(np.float16).view(np.uint16))
         print(f"numpy float16 {name}: equal to float32 loop + one rounding on {100 * same:.2f} % of {xx.size} inputs")
     for name, fn in [("erf", scipy.special.erf), ("expit", scipy.special.expit)]:
-        print(f"scipy.special.{name}: float16 input -> {fn(x[:1]).dtype} result; float32 input -> "
-              f"{fn(x[:1].astype(np.float32)).dtype} result")
+        print(
+            f"scipy.special.{name}: float16 input -> {fn(x[:1]).dtype} result; float32 input -> "
+            f"{fn(x[:1].astype(np.float32)).dtype} result"
+        )
 
 
 # ----------------------------------------------------------------------------- part 2: bugs
@@ -262,29 +314,45 @@ BUGS: list[tuple[str, str, str, tuple[float, float], Callable[[torch.Tensor], to
     ("exp: result stored in float16", "bug", "exp", (-10, 10), via(torch.float16, torch.exp)),
     ("exp: result stored in bfloat16", "bug", "exp", (-10, 10), via(torch.bfloat16, torch.exp)),
     ("torch gelu (erf form)", "legit", "gelu", (-5, 5), F.gelu),
-    ("gelu: x/2*erfc(-x/sqrt2) in float32", "legit", "gelu",
-     (-5, 5), lambda x: x / 2 * torch.special.erfc(-x * torch.tensor(math.sqrt(0.5), dtype=torch.float32))),
+    (
+        "gelu: x/2*erfc(-x/sqrt2) in float32",
+        "legit",
+        "gelu",
+        (-5, 5),
+        lambda x: x / 2 * torch.special.erfc(-x * torch.tensor(math.sqrt(0.5), dtype=torch.float32)),
+    ),
     ("gelu: tanh form used for erf form", "bug", "gelu", (-5, 5), lambda x: F.gelu(x, approximate="tanh")),
     ("gelu: x*sigmoid(1.702x) for erf form", "bug", "gelu", (-5, 5), lambda x: x * torch.sigmoid(1.702 * x)),
     ("torch silu", "legit", "silu", (-10, 10), F.silu),
     ("silu: x / (1 + exp(-x)) in float32", "legit", "silu", (-10, 10), lambda x: x / (1 + torch.exp(-x))),
-    ("silu: sigmoid stored in bfloat16", "bug", "silu",
-     (-10, 10), lambda x: x * _f32(torch.sigmoid(x).to(torch.bfloat16))),
-    ("silu: sigmoid stored in float16", "bug", "silu",
-     (-10, 10), lambda x: x * _f32(torch.sigmoid(x).to(torch.float16))),
+    (
+        "silu: sigmoid stored in bfloat16",
+        "bug",
+        "silu",
+        (-10, 10),
+        lambda x: x * _f32(torch.sigmoid(x).to(torch.bfloat16)),
+    ),
+    (
+        "silu: sigmoid stored in float16",
+        "bug",
+        "silu",
+        (-10, 10),
+        lambda x: x * _f32(torch.sigmoid(x).to(torch.float16)),
+    ),
     ("torch tanh (SLEEF u10)", "legit", "tanh", (-10, 10), torch.tanh),
     ("tanh: 2*sigmoid(2x) - 1 (cancels near 0)", "bug", "tanh", (-10, 10), lambda x: 2 * torch.sigmoid(2 * x) - 1),
     ("torch sigmoid", "legit", "sigmoid", (-10, 10), torch.sigmoid),
     ("sigmoid: 1 / (1 + exp(-x)) in float32", "legit", "sigmoid", (-10, 10), lambda x: 1 / (1 + torch.exp(-x))),
-    ("sigmoid: (1 + tanh(x/2)) / 2 (cancels x<<0)", "bug", "sigmoid",
-     (-10, 10), lambda x: (1 + torch.tanh(x / 2)) / 2),
+    ("sigmoid: (1 + tanh(x/2)) / 2 (cancels x<<0)", "bug", "sigmoid", (-10, 10), lambda x: (1 + torch.tanh(x / 2)) / 2),
 ]
 
 
 def bug_table(n: int) -> None:
     """Part 2: float32 implementations, legit and buggy, against the oracle of the function they claim."""
-    header = f"{'float32 implementation':44} {'kind':5} {'range':>9} {'max_ulp':>9} {'mean_ulp':>9} " \
-             f"{'max_hyb':>9} {'mean_hyb':>9}"
+    header = (
+        f"{'float32 implementation':44} {'kind':5} {'range':>9} {'max_ulp':>9} {'mean_ulp':>9} "
+        f"{'max_hyb':>9} {'mean_hyb':>9}"
+    )
     print(header)
     print("-" * len(header))
     cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -297,8 +365,10 @@ def bug_table(n: int) -> None:
         e = impl(torch.from_numpy(x)).numpy()
         r = metrics.compute(e, o, dtype="float32", names=NAMES)
         span = f"[{lo:g},{hi:g}]"
-        print(f"{label:44} {kind:5} {span:>9} {fmt(r['max_ulp']):>9} {fmt(r['mean_ulp']):>9} "
-              f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9}")
+        print(
+            f"{label:44} {kind:5} {span:>9} {fmt(r['max_ulp']):>9} {fmt(r['mean_ulp']):>9} "
+            f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9}"
+        )
 
 
 def _truncate_to_float16(r: np.ndarray) -> np.ndarray:
@@ -312,8 +382,11 @@ def _truncate_to_float16(r: np.ndarray) -> np.ndarray:
 FLOAT16_BUGS: list[tuple[str, str, Callable[[np.ndarray], np.ndarray]]] = [
     ("exp in float32, rounded to nearest (torch)", "legit", lambda x: torch.exp(torch.from_numpy(x)).numpy()),
     ("exp in float32, rounded toward zero", "bug", lambda x: _truncate_to_float16(np.exp(x.astype(np.float32)))),
-    ("exp2(x * log2 e) with the product in float16", "bug",
-     lambda x: np.exp2((x * np.float16(math.log2(math.e))).astype(np.float32)).astype(np.float16)),
+    (
+        "exp2(x * log2 e) with the product in float16",
+        "bug",
+        lambda x: np.exp2((x * np.float16(math.log2(math.e))).astype(np.float32)).astype(np.float16),
+    ),
 ]
 
 
@@ -326,8 +399,10 @@ def float16_bug_table() -> None:
     print("-" * len(header))
     for label, kind, impl in FLOAT16_BUGS:
         r = metrics.compute(impl(x), o, dtype="float16", names=NAMES)
-        print(f"{label:44} {kind:5} {fmt(r['max_ulp']):>9} {fmt(r['mean_ulp']):>9} "
-              f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9}")
+        print(
+            f"{label:44} {kind:5} {fmt(r['max_ulp']):>9} {fmt(r['mean_ulp']):>9} "
+            f"{fmt(r['max_hyb']):>9} {fmt(r['mean_hyb']):>9}"
+        )
 
 
 def main() -> None:
@@ -337,8 +412,10 @@ def main() -> None:
     parser.add_argument("--no-bugs", action="store_true", help="skip part 2")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"numpy {np.__version__}, scipy {scipy.__version__}, torch {torch.__version__} "
-          f"(CPU capability {torch.backends.cpu.get_cpu_capability()})\n")
+    print(
+        f"numpy {np.__version__}, scipy {scipy.__version__}, torch {torch.__version__} "
+        f"(CPU capability {torch.backends.cpu.get_cpu_capability()})\n"
+    )
     started = time.perf_counter()
     float16_paths()
     print()

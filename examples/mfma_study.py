@@ -68,9 +68,9 @@ import time
 import numpy as np
 import torch
 
+from acceptance.formats.presets import preset
 from acceptance.numerics import emulate
 from acceptance.spec.inputs import to_dtype, unit_uniform
-from acceptance.formats.presets import preset
 
 RANGES = ("r0", "r1", "r4", "r5")
 BOUNDARIES = np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0])
@@ -87,13 +87,21 @@ def draw(lo: float, hi: float, shape: tuple[int, int], seed: int, stream: int) -
 
 def impl(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The MFMA-like device: flushed inputs, fused DOT4 steps truncated to float32, float16 out."""
-    return emulate.matmul(emulate.flush_to_zero(a), emulate.flush_to_zero(b), acc_dtype="float32", chunk=4,
-                          rounding="truncate", fused=True, out_dtype="float16")
+    return emulate.matmul(
+        emulate.flush_to_zero(a),
+        emulate.flush_to_zero(b),
+        acc_dtype="float32",
+        chunk=4,
+        rounding="truncate",
+        fused=True,
+        out_dtype="float16",
+    )
 
 
 def flushed_acc4(a: torch.Tensor, b: torch.Tensor, fused: bool, rounding: str = "truncate") -> torch.Tensor:
-    return emulate.matmul(emulate.flush_to_zero(a), emulate.flush_to_zero(b), acc_dtype="float32", chunk=4,
-                          rounding=rounding, fused=fused)
+    return emulate.matmul(
+        emulate.flush_to_zero(a), emulate.flush_to_zero(b), acc_dtype="float32", chunk=4, rounding=rounding, fused=fused
+    )
 
 
 BASELINES = {
@@ -135,9 +143,11 @@ def explain(a: torch.Tensor, b: torch.Tensor, got: torch.Tensor, base: torch.Ten
     touched = flushed_rows[:, None] | flushed_cols[None, :]
     subnormal = v.abs() < 2.0**-14
     n = int(bad.sum())
-    return (f"relDiff > 1e-3 at {n}: {int((bad & touched).sum())} in a row or column with a flushed input, "
-            f"{int((bad & subnormal).sum())} with a float16-subnormal baseline, "
-            f"{int((bad & ~touched & ~subnormal).sum())} other; median |baseline| there {float(v.abs()[bad].median()):.3g}")
+    return (
+        f"relDiff > 1e-3 at {n}: {int((bad & touched).sum())} in a row or column with a flushed input, "
+        f"{int((bad & subnormal).sum())} with a float16-subnormal baseline, "
+        f"{int((bad & ~touched & ~subnormal).sum())} other; median |baseline| there {float(v.abs()[bad].median()):.3g}"
+    )
 
 
 def main() -> None:
@@ -156,10 +166,14 @@ def main() -> None:
         lo, hi = preset(name, "float16")["uniform"]
         a = draw(lo, hi, (m, k), args.seed, 2 * r)
         b = draw(lo, hi, (k, n), args.seed, 2 * r + 1)
-        subnormal_inputs = int(((a.double().abs() < 2.0**-14) & (a != 0)).sum() + ((b.double().abs() < 2.0**-14) & (b != 0)).sum())
+        subnormal_inputs = int(
+            ((a.double().abs() < 2.0**-14) & (a != 0)).sum() + ((b.double().abs() < 2.0**-14) & (b != 0)).sum()
+        )
         device = impl(a, b)
-        print(f"\n{name} uniform [{lo:g}, {hi:g}]  M={m} N={n} K={k}  float16 subnormal inputs: {subnormal_inputs}  "
-              f"median |output|: {float(device.double().abs().median()):.3g}")
+        print(
+            f"\n{name} uniform [{lo:g}, {hi:g}]  M={m} N={n} K={k}  float16 subnormal inputs: {subnormal_inputs}  "
+            f"median |output|: {float(device.double().abs().median()):.3g}"
+        )
         print(" " * width + "".join(f"{label:>9}" for label in LABELS) + f"{'>1e-3':>9}")
         for base_name, fn in BASELINES.items():
             base = fn(a, b)

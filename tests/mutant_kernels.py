@@ -153,7 +153,7 @@ def row_sum_tree(x: torch.Tensor) -> torch.Tensor:
 def matmul_split_k3(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Legitimate: split-K with 3 slices of K (uneven when 3 does not divide K): three float32 partial
     products, added in a float32 workspace, rounded to the dtype once."""
-    parts = [x.float() @ y.float() for x, y in zip(a.chunk(3, dim=1), b.chunk(3, dim=0))]
+    parts = [x.float() @ y.float() for x, y in zip(a.chunk(3, dim=1), b.chunk(3, dim=0), strict=False)]
     return (parts[0] + parts[1] + parts[2]).to(a.dtype)
 
 

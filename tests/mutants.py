@@ -12,8 +12,8 @@ to zero, and bugs at the edge of the rules).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +60,7 @@ def matmul_fp16_accumulate(a: torch.Tensor, b: torch.Tensor, *, chunk: int = 16)
     lives in a float16 register (rounded after every chunk): error ~ sqrt(K/16)·u."""
     acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float16)
     for k in range(0, a.shape[1], chunk):
-        acc = (acc.float() + a[:, k:k + chunk].float() @ b[k:k + chunk].float()).to(torch.float16)
+        acc = (acc.float() + a[:, k : k + chunk].float() @ b[k : k + chunk].float()).to(torch.float16)
     return acc
 
 
@@ -98,7 +98,7 @@ def index_add_lost_updates(index: torch.Tensor, src: torch.Tensor, *, bins: int 
     where two threads of a wave hit the same bin, only the last write survives."""
     out = torch.zeros(bins, dtype=src.dtype)
     for s in range(0, index.numel(), wave):
-        i, v = index[s:s + wave], src[s:s + wave]
+        i, v = index[s : s + wave], src[s : s + wave]
         out.index_put_((i,), out[i] + v, accumulate=False)
     return out
 
@@ -129,7 +129,7 @@ def layer_norm_one_pass(x: torch.Tensor) -> torch.Tensor:
 
 def matmul_split_k(a: torch.Tensor, b: torch.Tensor, *, splits: int = 4) -> torch.Tensor:
     """Split-K: float32 partial products over K/splits slices, combined in float32, rounded once."""
-    parts = [x.float() @ y.float() for x, y in zip(a.chunk(splits, dim=1), b.chunk(splits, dim=0))]
+    parts = [x.float() @ y.float() for x, y in zip(a.chunk(splits, dim=1), b.chunk(splits, dim=0), strict=False)]
     return torch.stack(parts).sum(dim=0).to(a.dtype)
 
 
@@ -241,43 +241,195 @@ class Case:
 
 CASES: tuple[Case, ...] = (
     # bugs: must fail
-    Case("fp16 accumulation, K=4096", "bug", matmul_fp16_accumulate, matmul, matmul_inputs(8, 4096, 8),
-         torch.float16, 50, "running sum over K kept in float16"),
-    Case("dropped K tail, K=67", "bug", matmul_dropped_tail, matmul, matmul_inputs(16, 67, 16),
-         torch.float16, 50, "last K % 8 = 3 products ignored"),
-    Case("one wrong row", "bug", matmul_wrong_row, matmul, matmul_inputs(64, 64, 64),
-         torch.float16, 50, "row M-1 reads row M-2 of a"),
-    Case("0.1% scale bias", "bug", matmul_scale_bias, matmul, matmul_inputs(64, 64, 64),
-         torch.float16, 50, "result x 1.001 (~2 float16 ulps)"),
-    Case("tanh GELU in float32", "bug", gelu_tanh, gelu, uniform_inputs((4096,), -5, 5),
-         torch.float32, 50, "approximation error 4.7e-4 >> float32 rounding"),
-    Case("sigmoid GELU in float16", "bug", gelu_sigmoid, gelu, uniform_inputs((4096,), -5, 5),
-         torch.float16, 50, "crude x*sigmoid(1.702x), error ~2e-2"),
-    Case("lost atomic updates", "bug", index_add_lost_updates, index_add, index_add_inputs,
-         torch.float32, 50, "colliding updates in a wave of 32 overwrite each other"),
-    Case("softmax without max-subtraction", "bug", softmax_no_max, softmax, uniform_inputs((16, 256), 5, 10),
-         torch.float16, 50, "float16 row sum of exp(x) overflows to inf"),
-    Case("layer norm eps outside sqrt", "bug", layer_norm_eps_outside, layer_norm,
-         uniform_inputs((32, 256), -2, 2), torch.float32, 50, "/(sqrt(var)+eps) instead of /sqrt(var+eps)"),
-    Case("layer norm one-pass variance", "bug", layer_norm_one_pass, layer_norm,
-         uniform_inputs((32, 256), 100, 110), torch.float32, 50, "E[x^2]-E[x]^2 cancels for inputs near 100"),
+    Case(
+        "fp16 accumulation, K=4096",
+        "bug",
+        matmul_fp16_accumulate,
+        matmul,
+        matmul_inputs(8, 4096, 8),
+        torch.float16,
+        50,
+        "running sum over K kept in float16",
+    ),
+    Case(
+        "dropped K tail, K=67",
+        "bug",
+        matmul_dropped_tail,
+        matmul,
+        matmul_inputs(16, 67, 16),
+        torch.float16,
+        50,
+        "last K % 8 = 3 products ignored",
+    ),
+    Case(
+        "one wrong row",
+        "bug",
+        matmul_wrong_row,
+        matmul,
+        matmul_inputs(64, 64, 64),
+        torch.float16,
+        50,
+        "row M-1 reads row M-2 of a",
+    ),
+    Case(
+        "0.1% scale bias",
+        "bug",
+        matmul_scale_bias,
+        matmul,
+        matmul_inputs(64, 64, 64),
+        torch.float16,
+        50,
+        "result x 1.001 (~2 float16 ulps)",
+    ),
+    Case(
+        "tanh GELU in float32",
+        "bug",
+        gelu_tanh,
+        gelu,
+        uniform_inputs((4096,), -5, 5),
+        torch.float32,
+        50,
+        "approximation error 4.7e-4 >> float32 rounding",
+    ),
+    Case(
+        "sigmoid GELU in float16",
+        "bug",
+        gelu_sigmoid,
+        gelu,
+        uniform_inputs((4096,), -5, 5),
+        torch.float16,
+        50,
+        "crude x*sigmoid(1.702x), error ~2e-2",
+    ),
+    Case(
+        "lost atomic updates",
+        "bug",
+        index_add_lost_updates,
+        index_add,
+        index_add_inputs,
+        torch.float32,
+        50,
+        "colliding updates in a wave of 32 overwrite each other",
+    ),
+    Case(
+        "softmax without max-subtraction",
+        "bug",
+        softmax_no_max,
+        softmax,
+        uniform_inputs((16, 256), 5, 10),
+        torch.float16,
+        50,
+        "float16 row sum of exp(x) overflows to inf",
+    ),
+    Case(
+        "layer norm eps outside sqrt",
+        "bug",
+        layer_norm_eps_outside,
+        layer_norm,
+        uniform_inputs((32, 256), -2, 2),
+        torch.float32,
+        50,
+        "/(sqrt(var)+eps) instead of /sqrt(var+eps)",
+    ),
+    Case(
+        "layer norm one-pass variance",
+        "bug",
+        layer_norm_one_pass,
+        layer_norm,
+        uniform_inputs((32, 256), 100, 110),
+        torch.float32,
+        50,
+        "E[x^2]-E[x]^2 cancels for inputs near 100",
+    ),
     # legitimate variants: must pass
-    Case("split-K (4 float32 partials)", "legit", matmul_split_k, matmul, matmul_inputs(32, 1024, 32),
-         torch.float16, 50, "partial sums combined in float32"),
-    Case("flush-to-zero of subnormal products", "legit", matmul_flush_subnormal_products, matmul,
-         small_matmul_inputs, torch.float16, 50, "~10% of products below 6.1e-5 dropped"),
-    Case("reversed K order, float32", "legit", matmul_reversed_k, matmul, matmul_inputs(16, 1024, 16),
-         torch.float32, 50, "same sums, reverse order"),
-    Case("pairwise K order, float32", "legit", matmul_pairwise_k, matmul, matmul_inputs(16, 1024, 16),
-         torch.float32, 50, "tree summation over K"),
-    Case("shuffled atomic order", "legit", index_add_shuffled, index_add, index_add_inputs,
-         torch.float32, 50, "the same updates in another order"),
-    Case("tanh GELU in bfloat16", "legit", gelu_tanh, gelu, uniform_inputs((4096,), -5, 5),
-         torch.bfloat16, 50, "approximation error below bfloat16 rounding"),
-    Case("softmax via logsumexp", "legit", softmax_logsumexp, softmax, uniform_inputs((16, 256), 5, 10),
-         torch.float16, 50, "exp(x - logsumexp x) in float32"),
-    Case("Kahan row sum, float32", "legit", row_sum_kahan, row_sum, uniform_inputs((32, 1024), -1, 1),
-         torch.float32, 50, "compensated summation (more accurate)"),
-    Case("reversed row sum, float32", "legit", row_sum_reversed, row_sum, uniform_inputs((32, 1024), -1, 1),
-         torch.float32, 50, "same sum, reverse order"),
+    Case(
+        "split-K (4 float32 partials)",
+        "legit",
+        matmul_split_k,
+        matmul,
+        matmul_inputs(32, 1024, 32),
+        torch.float16,
+        50,
+        "partial sums combined in float32",
+    ),
+    Case(
+        "flush-to-zero of subnormal products",
+        "legit",
+        matmul_flush_subnormal_products,
+        matmul,
+        small_matmul_inputs,
+        torch.float16,
+        50,
+        "~10% of products below 6.1e-5 dropped",
+    ),
+    Case(
+        "reversed K order, float32",
+        "legit",
+        matmul_reversed_k,
+        matmul,
+        matmul_inputs(16, 1024, 16),
+        torch.float32,
+        50,
+        "same sums, reverse order",
+    ),
+    Case(
+        "pairwise K order, float32",
+        "legit",
+        matmul_pairwise_k,
+        matmul,
+        matmul_inputs(16, 1024, 16),
+        torch.float32,
+        50,
+        "tree summation over K",
+    ),
+    Case(
+        "shuffled atomic order",
+        "legit",
+        index_add_shuffled,
+        index_add,
+        index_add_inputs,
+        torch.float32,
+        50,
+        "the same updates in another order",
+    ),
+    Case(
+        "tanh GELU in bfloat16",
+        "legit",
+        gelu_tanh,
+        gelu,
+        uniform_inputs((4096,), -5, 5),
+        torch.bfloat16,
+        50,
+        "approximation error below bfloat16 rounding",
+    ),
+    Case(
+        "softmax via logsumexp",
+        "legit",
+        softmax_logsumexp,
+        softmax,
+        uniform_inputs((16, 256), 5, 10),
+        torch.float16,
+        50,
+        "exp(x - logsumexp x) in float32",
+    ),
+    Case(
+        "Kahan row sum, float32",
+        "legit",
+        row_sum_kahan,
+        row_sum,
+        uniform_inputs((32, 1024), -1, 1),
+        torch.float32,
+        50,
+        "compensated summation (more accurate)",
+    ),
+    Case(
+        "reversed row sum, float32",
+        "legit",
+        row_sum_reversed,
+        row_sum,
+        uniform_inputs((32, 1024), -1, 1),
+        torch.float32,
+        50,
+        "same sum, reverse order",
+    ),
 )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 from click.testing import CliRunner
+from test_report_workflows import check_jsonschema
 
 from acceptance.cli import main
-from test_report_workflows import check_jsonschema
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,13 +20,21 @@ def action() -> dict:
 
 def test_the_action_validates_against_the_github_action_schema(tmp_path):
     exe = Path(sys.executable).with_name("check-jsonschema")
-    done = subprocess.run([str(exe), "--builtin-schema", "vendor.github-actions", str(ROOT / "action.yml")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(exe), "--builtin-schema", "vendor.github-actions", str(ROOT / "action.yml")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     broken = tmp_path / "action.yml"  # the check can fail: a composite step without `shell`
     broken.write_text("name: x\ndescription: y\nruns:\n  using: composite\n  steps:\n    - run: echo\n")
-    again = subprocess.run([str(exe), "--builtin-schema", "vendor.github-actions", str(broken)],
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [str(exe), "--builtin-schema", "vendor.github-actions", str(broken)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode != 0
 
 
@@ -68,5 +76,7 @@ def test_the_pre_commit_hook_validates_changed_specs(tmp_path):
     assert re.search(hook["exclude"], "operator_specs/_ops.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ncategory: nope\n")
-    result = CliRunner().invoke(main, [*hook["entry"].split()[1:], str(ROOT / "operator_specs" / "gelu.yaml"), str(bad)])
+    result = CliRunner().invoke(
+        main, [*hook["entry"].split()[1:], str(ROOT / "operator_specs" / "gelu.yaml"), str(bad)]
+    )
     assert result.exit_code == 2 and "bad.yaml: category" in result.output

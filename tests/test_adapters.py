@@ -8,20 +8,27 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance.measure import case as runner
 from acceptance.isolation.adapters import Adapter
-from acceptance.spec import expand, load_spec, rules_for
+from acceptance.measure import case as runner
+from acceptance.spec import expand, load_spec
 
 HERE = Path(__file__).parent / "ecosystem_specs"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ecosystem"
 
 
-def spec_file(tmp_path: Path, body: str, inputs: str = "  - {name: x, shape: [N], dist: {uniform: [-2, 2]}}\n",
-              cases: str = "[{N: 16}]", extra: str = "") -> Path:
+def spec_file(
+    tmp_path: Path,
+    body: str,
+    inputs: str = "  - {name: x, shape: [N], dist: {uniform: [-2, 2]}}\n",
+    cases: str = "[{N: 16}]",
+    extra: str = "",
+) -> Path:
     shutil.copy(HERE / "kernels.py", tmp_path / "kernels.py")
     path = tmp_path / "op.yaml"
-    path.write_text(f"name: op\ncategory: composite\n{body}\ndtypes: [float32]\ninputs:\n{inputs}"
-                    f"cases: {cases}\ntrials: 3\nseed: 0\n{extra}")
+    path.write_text(
+        f"name: op\ncategory: composite\n{body}\ndtypes: [float32]\ninputs:\n{inputs}"
+        f"cases: {cases}\ntrials: 3\nseed: 0\n{extra}"
+    )
     return path
 
 
@@ -59,8 +66,12 @@ def test_module_weights_from_a_state_dict_file(tmp_path):
 
 @pytest.mark.parametrize("isolate", [False, True])
 def test_a_module_spec_passes_in_process_and_in_a_worker(tmp_path, isolate):
-    path = spec_file(tmp_path, "impl: {module: kernels.py:Affine, args: [4]}",
-                     inputs="  - {name: x, shape: [N, 4], dist: {uniform: [-1, 1]}}\n", cases="[{N: 3}]")
+    path = spec_file(
+        tmp_path,
+        "impl: {module: kernels.py:Affine, args: [4]}",
+        inputs="  - {name: x, shape: [N, 4], dist: {uniform: [-1, 1]}}\n",
+        cases="[{N: 3}]",
+    )
     (case,) = run_spec(path, isolate=isolate)
     assert case.verdict == "pass", case.reasons
     assert case.timing.setup > 0
@@ -68,8 +79,11 @@ def test_a_module_spec_passes_in_process_and_in_a_worker(tmp_path, isolate):
 
 def test_compile_hitting_the_recompile_limit_is_an_error_naming_it(tmp_path):
     torch._dynamo.reset()
-    path = spec_file(tmp_path, "impl: {fn: kernels.py:square, compile: {backend: eager, recompile_limit: 2, "
-                               "dynamic: false}}", cases="[{N: 3}, {N: 4}, {N: 5}, {N: 6}]")
+    path = spec_file(
+        tmp_path,
+        "impl: {fn: kernels.py:square, compile: {backend: eager, recompile_limit: 2, dynamic: false}}",
+        cases="[{N: 3}, {N: 4}, {N: 5}, {N: 6}]",
+    )
     results = run_spec(path)
     verdicts = [c.verdict for c in results]
     # shapes 3 and 4 fill the two cache entries; shape 5 hits the limit and Dynamo runs it eagerly, as 6 after it
@@ -80,8 +94,12 @@ def test_compile_hitting_the_recompile_limit_is_an_error_naming_it(tmp_path):
 
 def test_an_allowed_eager_fallback_is_a_warning(tmp_path):
     torch._dynamo.reset()
-    path = spec_file(tmp_path, "impl: {fn: kernels.py:square, allow_eager: true, compile: {backend: eager, "
-                               "recompile_limit: 1, dynamic: false}}", cases="[{N: 3}, {N: 5}]")
+    path = spec_file(
+        tmp_path,
+        "impl: {fn: kernels.py:square, allow_eager: true, compile: {backend: eager, "
+        "recompile_limit: 1, dynamic: false}}",
+        cases="[{N: 3}, {N: 5}]",
+    )
     first, second = run_spec(path)
     assert first.verdict == second.verdict == "pass"
     assert first.warnings == []
@@ -97,7 +115,9 @@ def test_graph_breaks_are_warnings(tmp_path):
 
 
 def test_setup_runs_once_outside_the_impl_time(tmp_path):
-    path = spec_file(tmp_path, "impl: {fn: kernels.py:square, setup: kernels.py:slow_setup}\nbaseline: kernels.py:square")
+    path = spec_file(
+        tmp_path, "impl: {fn: kernels.py:square, setup: kernels.py:slow_setup}\nbaseline: kernels.py:square"
+    )
     (case,) = run_spec(path, isolate=True)
     assert case.verdict == "pass"
     assert 0.4 <= case.timing.setup < 1.0  # one setup (impl's only: the baseline is a plain function)
@@ -112,16 +132,22 @@ def test_setup_has_its_own_timeout(tmp_path):
 
 
 def test_per_role_params_reach_only_their_role(tmp_path):
-    path = spec_file(tmp_path, "impl: kernels.py:impl_only\nbaseline: kernels.py:scaled\nparams: {}\n"
-                               "impl_params: {block: 8}\nbaseline_params: {scale: 1.0}")
+    path = spec_file(
+        tmp_path,
+        "impl: kernels.py:impl_only\nbaseline: kernels.py:scaled\nparams: {}\n"
+        "impl_params: {block: 8}\nbaseline_params: {scale: 1.0}",
+    )
     (case,) = run_spec(path)
     assert case.verdict == "pass", case.reasons
 
 
 def test_per_case_role_params_override_and_enter_the_case_id(tmp_path):
-    path = spec_file(tmp_path, "impl: kernels.py:scaled\nbaseline: kernels.py:scaled\nbaseline_params: {scale: 2.0}"
-                               "\nimpl_params: {scale: 2.0}",
-                     cases="[{N: 4}, {N: 4, impl_params: {scale: 3.0}}]")
+    path = spec_file(
+        tmp_path,
+        "impl: kernels.py:scaled\nbaseline: kernels.py:scaled\nbaseline_params: {scale: 2.0}"
+        "\nimpl_params: {scale: 2.0}",
+        cases="[{N: 4}, {N: 4, impl_params: {scale: 3.0}}]",
+    )
     spec, _ = load_spec(path)
     ids = [c.id for c in expand([spec])]
     assert ids == ["op[float32-N=4]", "op[float32-N=4-impl.scale=3.0]"]
@@ -130,15 +156,21 @@ def test_per_case_role_params_override_and_enter_the_case_id(tmp_path):
     assert scaled.metrics[0]["max_rel"] == pytest.approx(0.5)  # |3x - 2x| / |2x|
 
 
-@pytest.mark.parametrize("body, message", [
-    ("impl: {fn: kernels.py:square, module: kernels.py:Affine}", "impl: give exactly one of fn, module, onnx"),
-    ("impl: {fn: kernels.py:square, providers: [CPUExecutionProvider]}", "impl: providers applies to a"),
-    ("impl: {fn: kernels.py:square, allow_eager: true}", "impl: allow_eager applies only with compile"),
-    ("impl: {onnx: missing.onnx}", "impl: onnx: no such file 'missing.onnx'"),
-    ("impl: {fn: kernels.py:nope}", "impl: fn: 'kernels.py:nope': "),
-    ("impl: {fn: kernels.py:square, compile: {mode: max-autotune, options: {}}}", "impl: compile: give mode or options"),
-    ("impl: {fn: kernels.py:square, warm: true}", "impl: unknown field 'warm'"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("impl: {fn: kernels.py:square, module: kernels.py:Affine}", "impl: give exactly one of fn, module, onnx"),
+        ("impl: {fn: kernels.py:square, providers: [CPUExecutionProvider]}", "impl: providers applies to a"),
+        ("impl: {fn: kernels.py:square, allow_eager: true}", "impl: allow_eager applies only with compile"),
+        ("impl: {onnx: missing.onnx}", "impl: onnx: no such file 'missing.onnx'"),
+        ("impl: {fn: kernels.py:nope}", "impl: fn: 'kernels.py:nope': "),
+        (
+            "impl: {fn: kernels.py:square, compile: {mode: max-autotune, options: {}}}",
+            "impl: compile: give mode or options",
+        ),
+        ("impl: {fn: kernels.py:square, warm: true}", "impl: unknown field 'warm'"),
+    ],
+)
 def test_declaration_problems_name_the_field(tmp_path, body, message):
     _, problems = load_spec(spec_file(tmp_path, body))
     assert any(str(p).split(": ", 1)[1].startswith(message) for p in problems), problems
@@ -158,8 +190,9 @@ def test_onnx_model_runs_in_onnx_runtime(tmp_path):
     adapter = Adapter({"onnx": "square.onnx"}, tmp_path / "op.yaml", "impl")
     values = np.array([0.5, -3.0, 1e-3], dtype=np.float32)
     assert adapter(torch.from_numpy(values)).numpy().tolist() == (values * values).tolist()
-    path = spec_file(tmp_path, "impl: {onnx: square.onnx, providers: [CPUExecutionProvider]}\n"
-                               "baseline: kernels.py:square")
+    path = spec_file(
+        tmp_path, "impl: {onnx: square.onnx, providers: [CPUExecutionProvider]}\nbaseline: kernels.py:square"
+    )
     (case,) = run_spec(path, isolate=True)
     assert case.verdict == "pass", case.reasons
 
@@ -168,8 +201,8 @@ def test_the_example_repository_passes_through_the_command_line(tmp_path):
     pytest.importorskip("onnxruntime")
     from click.testing import CliRunner
 
-    from acceptance.session import results
     from acceptance.cli import main
+    from acceptance.session import results
 
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["run", str(EXAMPLE / "specs"), "--out", str(out)], catch_exceptions=False)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance.session import bench
-from acceptance.measure import timing
 from acceptance.cli import main
+from acceptance.measure import timing
+from acceptance.session import bench
 from acceptance.spec import load_specs
 
 SPECS = Path(__file__).parent / "bench_specs"
@@ -35,11 +35,17 @@ def test_loop_runs_until_both_minimums_and_stops_at_max_runs():
     calls = []
     fn = lambda x: calls.append(1) or x  # noqa: E731
     x = torch.zeros(1)
-    _, warm, runs = timing.time_calls(fn, (x,), {}, torch.device("cpu"), timing.TimerOptions(
-        warmup=3, warmup_time=0.0, min_time=0.0, min_runs=7))
+    _, warm, runs = timing.time_calls(
+        fn, (x,), {}, torch.device("cpu"), timing.TimerOptions(warmup=3, warmup_time=0.0, min_time=0.0, min_runs=7)
+    )
     assert (len(warm), len(runs), len(calls)) == (3, 7, 10)
-    _, _, runs = timing.time_calls(fn, (x,), {}, torch.device("cpu"), timing.TimerOptions(
-        warmup=0, warmup_time=0.0, min_time=3600.0, min_runs=1, max_runs=12))
+    _, _, runs = timing.time_calls(
+        fn,
+        (x,),
+        {},
+        torch.device("cpu"),
+        timing.TimerOptions(warmup=0, warmup_time=0.0, min_time=3600.0, min_runs=1, max_runs=12),
+    )
     assert len(runs) == 12
     with pytest.raises(ValueError):
         timing.TimerOptions(min_runs=5, max_runs=4)
@@ -94,8 +100,12 @@ def test_slowed_impl_fails_min_speedup_and_a_faster_one_passes(tmp_path):
 
 def test_perf_section_errors_name_the_field(tmp_path):
     spec = tmp_path / "bad.yaml"
-    text = (SPECS / "slowed.yaml").read_text().replace("flops: 2*M*N*K", "flops: 2*M*Q").replace(
-        "  baseline: ../bench_kernels.py:matmul\n  min_speedup", "  min_speedup")
+    text = (
+        (SPECS / "slowed.yaml")
+        .read_text()
+        .replace("flops: 2*M*N*K", "flops: 2*M*Q")
+        .replace("  baseline: ../bench_kernels.py:matmul\n  min_speedup", "  min_speedup")
+    )
     spec.write_text(text.replace("../bench_kernels.py", str(Path(__file__).parent / "bench_kernels.py")))
     _, problems = load_specs([spec])
     fields = {p.field for p in problems}
@@ -112,7 +122,9 @@ def test_large_tier_runs_only_when_asked(tmp_path):
     assert skipped.exit_code == 2 and "no case matches" in skipped.output
     ran = runner.invoke(main, ["run", *args, "--tier", "large"])
     assert ran.exit_code == 0, ran.output
-    assert [c["operator"] for c in json.loads((tmp_path / "results.json").read_text())["cases"]] == ["large_tier_matmul"]
+    assert [c["operator"] for c in json.loads((tmp_path / "results.json").read_text())["cases"]] == [
+        "large_tier_matmul"
+    ]
 
 
 @pytest.mark.cuda

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance.session import results as results_mod
 from acceptance.cli import main
+from acceptance.session import results as results_mod
 from acceptance.spec import CATEGORIES
 
 LIBRARY = Path(__file__).resolve().parent.parent / "operator_specs"
@@ -15,8 +15,9 @@ LIBRARY = Path(__file__).resolve().parent.parent / "operator_specs"
 @pytest.fixture(scope="module")
 def library_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("library")
-    result = CliRunner().invoke(main, ["run", str(LIBRARY), "--out", str(out), "--device", "cpu"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["run", str(LIBRARY), "--out", str(out), "--device", "cpu"], catch_exceptions=False
+    )
     return result, out
 
 

@@ -98,7 +98,7 @@ def test_round_trip_is_bit_exact_for_every_dtype_and_layout(tmp_path, name):
     assert c.put(k, tuple(tensors))
     got = c.get(k)
     assert got is not None and len(got) == len(expected)
-    for g, (shape, data) in zip(got, expected):
+    for g, (shape, data) in zip(got, expected, strict=False):
         assert g.dtype == dtype and tuple(g.shape) == shape and g.is_contiguous() and g.device.type == "cpu"
         assert raw(g) == data
     layout = [(name, list(shape), dtype.itemsize) for shape, _ in expected]
@@ -115,8 +115,14 @@ def test_an_entry_is_the_documented_bytes_ending_with_their_xxh3_128(tmp_path):
     assert c.put(k, (a, b))
     data = c.path(k).read_bytes()
     header = json.dumps({"key": k, "tensors": [["float32", [2]], ["int16", [1, 1]]]}, separators=(",", ":")).encode()
-    body = (b"ACCREF\r\n" + (2).to_bytes(4, "little") + len(header).to_bytes(4, "little") + header
-            + np.array([1.5, -2.0], dtype="<f4").tobytes() + np.array([7], dtype="<i2").tobytes())
+    body = (
+        b"ACCREF\r\n"
+        + (2).to_bytes(4, "little")
+        + len(header).to_bytes(4, "little")
+        + header
+        + np.array([1.5, -2.0], dtype="<f4").tobytes()
+        + np.array([7], dtype="<i2").tobytes()
+    )
     assert data == body + xxhash.xxh3_128(body).digest()
     assert len(xxhash.xxh3_128(body).digest()) == DIGEST
 
@@ -150,8 +156,18 @@ def test_info_counts_hits_misses_entries_and_bytes(tmp_path):
     c.put(k2, (torch.zeros(3, dtype=torch.int8), torch.zeros((), dtype=torch.bool)))
     assert c.get(k1) is not None and c.get(k2) is not None and c.get(key(i=3)) is None
     expected = entry_size(k1, [("float64", [10], 8)]) + entry_size(k2, [("int8", [3], 1), ("bool", [], 1)])
-    assert c.info() == CacheInfo(root=tmp_path, enabled=True, max_bytes=10**6, entries=2, bytes=expected,
-                                 stale_bytes=0, hits=2, misses=2, corrupt=0, write_errors=0)
+    assert c.info() == CacheInfo(
+        root=tmp_path,
+        enabled=True,
+        max_bytes=10**6,
+        entries=2,
+        bytes=expected,
+        stale_bytes=0,
+        hits=2,
+        misses=2,
+        corrupt=0,
+        write_errors=0,
+    )
 
 
 # --------------------------------------------------------------------------- put arguments
@@ -323,9 +339,15 @@ def test_temporary_files_of_crashed_writers_are_removed_after_an_hour(tmp_path):
 def _corrupt(path: Path, how: str) -> None:
     data = bytearray(path.read_bytes())
     header_len = int.from_bytes(data[12:16], "little")
-    positions = {"magic": 0, "version": 8, "header length": 12, "header": PREFIX + 9,
-                 "first payload byte": PREFIX + header_len, "last payload byte": len(data) - DIGEST - 1,
-                 "digest": len(data) - 1}
+    positions = {
+        "magic": 0,
+        "version": 8,
+        "header length": 12,
+        "header": PREFIX + 9,
+        "first payload byte": PREFIX + header_len,
+        "last payload byte": len(data) - DIGEST - 1,
+        "digest": len(data) - 1,
+    }
     if how in positions:
         data[positions[how]] ^= 0x01
     elif how == "truncated by one byte":
@@ -341,10 +363,23 @@ def _corrupt(path: Path, how: str) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("how", [
-    "magic", "version", "header length", "header", "first payload byte", "last payload byte", "digest",
-    "truncated by one byte", "truncated to half", "prefix only", "empty", "one byte appended",
-])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "magic",
+        "version",
+        "header length",
+        "header",
+        "first payload byte",
+        "last payload byte",
+        "digest",
+        "truncated by one byte",
+        "truncated to half",
+        "prefix only",
+        "empty",
+        "one byte appended",
+    ],
+)
 def test_a_corrupt_entry_is_a_miss_deleted_and_counted(tmp_path, caplog, how):
     c = ReferenceCache(tmp_path)
     k = key(role="corrupt")
@@ -415,8 +450,12 @@ def test_eviction_order_survives_a_new_process_view(tmp_path):
 
 def test_key_is_sha256_of_the_documented_canonical_json():
     parts = {"role": "oracle", "spec": {"b": [1, 2.5], "a": None}, "trial": 3, "dtype": "bfloat16"}
-    text = json.dumps({"scheme": KEY_SCHEME, "environment": environment(), "parts": parts},
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(
+        {"scheme": KEY_SCHEME, "environment": environment(), "parts": parts},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     assert key(**parts) == hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -493,9 +532,12 @@ def test_a_file_module_function_is_identified_by_the_file_bytes(tmp_path):
 def test_an_edited_helper_module_changes_the_fingerprint(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     helper = _write(tmp_path / "cache_helper_mod.py", "SCALE = 2\ndef scale(x):\n    return x * SCALE\n")
-    _write(tmp_path / "kern.py", "import cache_helper_mod\nfrom cache_helper_mod import scale\n\n"
-           "def via_module(x):\n    return cache_helper_mod.scale(x)\n\n"
-           "def via_name(x):\n    return scale(x)\n")
+    _write(
+        tmp_path / "kern.py",
+        "import cache_helper_mod\nfrom cache_helper_mod import scale\n\n"
+        "def via_module(x):\n    return cache_helper_mod.scale(x)\n\n"
+        "def via_name(x):\n    return scale(x)\n",
+    )
     try:
         spec = tmp_path / "op.yaml"
         a, b = resolve_callable("kern.py:via_module", spec), resolve_callable("kern.py:via_name", spec)
@@ -513,6 +555,7 @@ def test_an_edited_helper_module_changes_the_fingerprint(tmp_path, monkeypatch):
 def _make_scaled(k):
     def scaled(x):
         return x * k
+
     return scaled
 
 
@@ -590,11 +633,11 @@ def _hammer(root: str, worker: int, rounds: int, max_bytes: int) -> tuple[int, i
             c.put(k, _expected(j))
         else:
             hits += 1
-            wrong += any(raw(g) != raw(e) for g, e in zip(got, _expected(j)))
+            wrong += any(raw(g) != raw(e) for g, e in zip(got, _expected(j), strict=False))
         c.put(shared, _expected(99))  # every worker rewrites one key while the others read it
         got = c.get(shared)
         if got is not None:
-            wrong += any(raw(g) != raw(e) for g, e in zip(got, _expected(99)))
+            wrong += any(raw(g) != raw(e) for g, e in zip(got, _expected(99), strict=False))
     info = c.info()
     return wrong, hits, info.corrupt, info.write_errors
 

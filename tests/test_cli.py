@@ -11,9 +11,9 @@ import torch
 from click.testing import CliRunner
 
 import acceptance
-from acceptance.session import results as results_mod
 from acceptance.cli import main
 from acceptance.decide.verdict import summarize
+from acceptance.session import results as results_mod
 
 
 def invoke(*args):
@@ -37,8 +37,7 @@ def test_python_dash_m():
 @pytest.mark.parametrize("module", ["acceptance.cli.tune", "acceptance.cli.bench", "acceptance.cli.cache"])
 def test_each_command_module_imports_first_and_registers_its_commands(module):
     """A command module imported before :mod:`acceptance.cli.run` (by a tool, a test) registers on the one group."""
-    code = (f"import {module}\nfrom acceptance.cli.run import main\n"
-            "print(' '.join(sorted(main.commands)))")
+    code = f"import {module}\nfrom acceptance.cli.run import main\nprint(' '.join(sorted(main.commands)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["bench", "cache", "compare", "list", "metrics", "report", "run", "tune", "validate"]
@@ -78,9 +77,21 @@ def test_report_rerenders_and_merges_shards(tmp_path):
     for i, cases in enumerate((res.cases[:half], res.cases[half:])):
         part = res.model_copy(update={"cases": cases, "summary": summarize(cases)})
         results_mod.write(part, tmp_path / f"shard{i}.json")
-    r = invoke("report", tmp_path / "shard0.json", tmp_path / "shard1.json", "--merged", tmp_path / "all.json",
-               "--html", tmp_path / "r.html", "--junit", tmp_path / "j.xml", "--signoff", tmp_path / "s.html",
-               "--summary", tmp_path / "summary.md")
+    r = invoke(
+        "report",
+        tmp_path / "shard0.json",
+        tmp_path / "shard1.json",
+        "--merged",
+        tmp_path / "all.json",
+        "--html",
+        tmp_path / "r.html",
+        "--junit",
+        tmp_path / "j.xml",
+        "--signoff",
+        tmp_path / "s.html",
+        "--summary",
+        tmp_path / "summary.md",
+    )
     assert r.exit_code == 0, r.output
     merged = results_mod.load(tmp_path / "all.json")
     assert sorted(c.id for c in merged.cases) == sorted(c.id for c in res.cases)
@@ -181,23 +192,36 @@ def test_the_command_exits_quickly_with_its_status_output_and_clean_up(tmp_path)
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="acc-"))  # short: the fork server's socket path goes in it
     env = {**os.environ, "TMPDIR": str(tmp), "ACCEPTANCE_CACHE_DIR": str(tmp_path / "cache")}
     spec = Path(__file__).parent / "runner_specs" / "scaled_matmul.yaml"
-    out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp_path / "out"),
-                          "--trials", "3"], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp_path / "out"), "--trials", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert (tmp_path / "out" / "results.json").exists(), out.stdout + out.stderr
     res = results_mod.load(tmp_path / "out" / "results.json")
     counts = {v: sum(c.verdict == v for c in res.cases) for v in ("pass", "fail", "error")}
     assert counts["fail"] == 1
     lines = out.stdout.rstrip().splitlines()
-    assert f"FAIL: {len(res.cases)} cases, {counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors" \
+    assert (
+        f"FAIL: {len(res.cases)} cases, {counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors"
         in out.stdout
-    assert lines[-1] == "wrote " + ", ".join(str(tmp_path / "out" / f) for f in ("results.json", "junit.xml",
-                                                                                 "report.html"))
+    )
+    assert lines[-1] == "wrote " + ", ".join(
+        str(tmp_path / "out" / f) for f in ("results.json", "junit.xml", "report.html")
+    )
     left = [p.name for p in tmp.iterdir() if p.name.startswith("pymp-")]
     shutil.rmtree(tmp)
     assert not left
-    out = subprocess.run([sys.executable, "-m", "acceptance", "report", str(tmp_path / "nope.json")],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "acceptance", "report", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 2 and "nope.json: no such file or directory" in out.stderr
 
 
@@ -209,8 +233,13 @@ def test_a_temporary_folder_too_long_for_a_socket_is_a_usage_error(tmp_path):
     long_tmp = tmp_path / ("t" * 120)
     long_tmp.mkdir()
     spec = Path(__file__).parent / "runner_specs" / "scaled_matmul.yaml"
-    out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, env={**os.environ, "TMPDIR": str(long_tmp)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "acceptance", "run", str(spec), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TMPDIR": str(long_tmp)},
+        timeout=120,
+    )
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr
     assert f"its socket goes in {long_tmp}: set TMPDIR to a shorter folder" in out.stderr
@@ -228,12 +257,26 @@ def test_the_command_exits_after_a_run_that_used_the_metrics_thread_pool(tmp_pat
     (tmp_path / "s" / "add.yaml").write_text(
         "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
         "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
-        f"cases: [{{N: {n}}}]\ntrials: 2\nseed: 0\n")
+        f"cases: [{{N: {n}}}]\ntrials: 2\nseed: 0\n"
+    )
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="acc-"))
     try:
-        out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "s"), "--out",
-                              str(tmp_path / "out"), "--no-cache"], capture_output=True, text=True, timeout=180,
-                             env={**os.environ, "TMPDIR": str(tmp)})
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "acceptance",
+                "run",
+                str(tmp_path / "s"),
+                "--out",
+                str(tmp_path / "out"),
+                "--no-cache",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "TMPDIR": str(tmp)},
+        )
     finally:
         shutil.rmtree(tmp)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance.decide import regression as compare_mod
-from acceptance.session import provenance
-from acceptance.measure import case as runner
 from acceptance import spec
-from acceptance.decide import verdict
 from acceptance.cli import main
+from acceptance.decide import regression as compare_mod
+from acceptance.decide import verdict
 from acceptance.device import resolve_device
+from acceptance.measure import case as runner
 from acceptance.records import Results
+from acceptance.session import provenance
 
 MUTANTS = Path(__file__).resolve().parent / "mutants.py"
 
@@ -87,8 +87,9 @@ def specs(tmp_path_factory):
 
 
 def run(specs_, seed: int, k: int = 8) -> Results:
-    seeded = [dataclasses.replace(s, seed=seed, params={**s.params, "k": k} if "k" in s.params else s.params)
-              for s in specs_]
+    seeded = [
+        dataclasses.replace(s, seed=seed, params={**s.params, "k": k} if "k" in s.params else s.params) for s in specs_
+    ]
     dev = resolve_device("cpu")
     start = provenance.now()
     cases = runner.run(spec.expand(seeded), dev, isolate=False)
@@ -105,7 +106,7 @@ def test_no_regression_between_seeds_of_the_same_code(seeds):
     assert all(c.verdict == "pass" and c.impl_oracle for r in seeds for c in r.cases)
     flagged = []
     for i, base in enumerate(seeds):
-        for new in seeds[i + 1:]:
+        for new in seeds[i + 1 :]:
             cmp = compare_mod.compare_results(base, new)
             assert all(c.change == "same" for c in cmp.cases)
             flagged += cmp.regressions
@@ -122,17 +123,18 @@ def test_an_error_grown_4x_under_the_threshold_is_flagged(specs, seeds):
     r = next(r for r in big.ratios if r.metric == "max_hyb")
     # max |e-o|/(1+|o|) at k: ~ k u |o| / (1 + |o|) + rounding; 32 u vs 8 u gives a ratio near 4
     assert 3.0 < r.ratio < 4.5 and r.grew
-    assert any(line.startswith("exp_perturbed[float32-N=4096]: ") and "allowed 2x" in line
-               for line in cmp.regressions)
+    assert any(line.startswith("exp_perturbed[float32-N=4096]: ") and "allowed 2x" in line for line in cmp.regressions)
     assert not any(c.grew for c in cmp.cases if c.operator == "split_k")
 
 
 def test_verdict_changes_and_waivers_that_can_go(seeds):
     base, new = seeds[0], seeds[1]
     first, second, third = new.cases[0], new.cases[1], new.cases[2]
-    cases = [first.model_copy(update={"verdict": "fail", "reasons": ["x"]}),
-             second.model_copy(update={"waiver": "known issue"}),
-             third.model_copy(update={"id": "exp_perturbed[float32-N=5]"})] + new.cases[3:]
+    cases = [
+        first.model_copy(update={"verdict": "fail", "reasons": ["x"]}),
+        second.model_copy(update={"waiver": "known issue"}),
+        third.model_copy(update={"id": "exp_perturbed[float32-N=5]"}),
+    ] + new.cases[3:]
     cmp = compare_mod.compare_results(base, new.model_copy(update={"cases": cases}))
     change = {c.id: c.change for c in cmp.cases}
     assert change[first.id] == "regressed" and change[third.id] == "removed"
@@ -147,31 +149,57 @@ def test_verdict_changes_and_waivers_that_can_go(seeds):
 def test_cli_compare_and_run_compare_to_gate_and_report(specs, tmp_path):
     folder = specs[0]
     cli = CliRunner()
-    base = cli.invoke(main, ["run", str(folder / "exp.yaml"), "--out", str(tmp_path / "base"), "--device", "cpu",
-                             "--no-isolation"])
+    base = cli.invoke(
+        main, ["run", str(folder / "exp.yaml"), "--out", str(tmp_path / "base"), "--device", "cpu", "--no-isolation"]
+    )
     assert base.exit_code == 0, base.output
     text = (folder / "exp.yaml").read_text(encoding="utf-8")
     worse = tmp_path / "worse"
     worse.mkdir()
     (worse / "kernel.py").write_text(KERNEL, encoding="utf-8")
     (worse / "exp.yaml").write_text(text.replace("params: {k: 8}", "params: {k: 32}"), encoding="utf-8")
-    new = cli.invoke(main, ["run", str(worse / "exp.yaml"), "--out", str(tmp_path / "new"), "--device", "cpu",
-                            "--seed", "7", "--no-isolation", "--compare-to", str(tmp_path / "base")])
+    new = cli.invoke(
+        main,
+        [
+            "run",
+            str(worse / "exp.yaml"),
+            "--out",
+            str(tmp_path / "new"),
+            "--device",
+            "cpu",
+            "--seed",
+            "7",
+            "--no-isolation",
+            "--compare-to",
+            str(tmp_path / "base"),
+        ],
+    )
     assert new.exit_code == 1, new.output
     data = json.loads((tmp_path / "new" / "results.json").read_text(encoding="utf-8"))
     assert data["summary"]["failed"] == 0 and data["summary"]["verdict"] == "fail"
     assert data["comparison"]["passed"] is False and data["comparison"]["base"] == str(tmp_path / "base")
     html = (tmp_path / "new" / "report.html").read_text(encoding="utf-8")
     assert "Compared with" in html and "exp_perturbed[float32-N=4096]" in html
-    out = cli.invoke(main, ["compare", str(tmp_path / "base" / "results.json"), str(tmp_path / "new"),
-                            "--markdown", str(tmp_path / "cmp.md")])
+    out = cli.invoke(
+        main,
+        [
+            "compare",
+            str(tmp_path / "base" / "results.json"),
+            str(tmp_path / "new"),
+            "--markdown",
+            str(tmp_path / "cmp.md"),
+        ],
+    )
     assert out.exit_code == 1
     assert "exp_perturbed[float32-N=4096]" in (tmp_path / "cmp.md").read_text(encoding="utf-8")
     import acceptance
 
     lib = acceptance.compare(tmp_path / "base", tmp_path / "new")
-    assert not lib.passed and lib.regressions == json.loads(
-        (tmp_path / "new" / "results.json").read_text(encoding="utf-8"))["comparison"]["regressions"]
+    assert (
+        not lib.passed
+        and lib.regressions
+        == json.loads((tmp_path / "new" / "results.json").read_text(encoding="utf-8"))["comparison"]["regressions"]
+    )
     tuned = acceptance.tune(results=[tmp_path / "base" / "results.json"])
     assert {(p.operator, p.metric) for p in tuned.proposals} == {("exp_perturbed", "diff1"), ("exp_perturbed", "diff2")}
     same = cli.invoke(main, ["compare", str(tmp_path / "base"), str(tmp_path / "base"), "--max-ratio", "1"])

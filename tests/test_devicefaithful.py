@@ -14,12 +14,12 @@ import torch
 
 from acceptance.measure import case as runner
 from acceptance.measure.determinism import compare
-from acceptance.numerics.emulate.roles import emulated_baseline
-from acceptance.spec.inputs import generate
-from acceptance.report.buckets import bucket_table
 from acceptance.measure.sanitize import findings
+from acceptance.numerics.emulate.roles import emulated_baseline
+from acceptance.report.buckets import bucket_table
 from acceptance.spec import expand, load_spec, load_specs
 from acceptance.spec.axes import with_seeds
+from acceptance.spec.inputs import generate
 
 HERE = Path(__file__).parent
 STUDY = HERE.parent / "examples" / "mfma_specs"
@@ -54,30 +54,53 @@ def problems(tmp_path, body) -> list[str]:
 
 
 def test_emulate_resolves_per_dtype_with_overrides(tmp_path):
-    spec, found = load_spec(write(tmp_path, "op", MATMUL + """emulate:
+    spec, found = load_spec(
+        write(
+            tmp_path,
+            "op",
+            MATMUL
+            + """emulate:
   contraction: matmul
   ftz: true
   tf32: true
   accumulate: {dtype: float32, chunk: 4, rounding: truncate, fused: true}
   dtypes:
     float32: {ftz: false, accumulate: false}
-"""))
+""",
+        )
+    )
     assert found == []
     h, f = spec.emulate["float16"], spec.emulate["float32"]
     assert h.ftz_inputs == 2.0**-14 and h.tf32 is None  # float16's smallest normal; TF32 is for float32 only
-    assert (h.accumulate.dtype, h.accumulate.chunk, h.accumulate.rounding, h.accumulate.fused) == ("float32", 4, "truncate", True)
+    assert (h.accumulate.dtype, h.accumulate.chunk, h.accumulate.rounding, h.accumulate.fused) == (
+        "float32",
+        4,
+        "truncate",
+        True,
+    )
     assert f.ftz_inputs is None and f.accumulate is None and f.tf32 == "nearest_away"
-    assert h.describe() == ("flush inputs |x| < 6.1035e-05 to ±0; emulated matmul: float32 accumulator, groups of 4 "
-                            "exact products (fused with the accumulator, truncated)")
+    assert h.describe() == (
+        "flush inputs |x| < 6.1035e-05 to ±0; emulated matmul: float32 accumulator, groups of 4 "
+        "exact products (fused with the accumulator, truncated)"
+    )
 
 
-@pytest.mark.parametrize("emulate, expected", [
-    ("{accumulate: {dtype: float32, chunk: 4}}", "emulate: accumulate needs `contraction: matmul | bmm | linear | conv2d`"),
-    ("{contraction: softmax, accumulate: {dtype: float32}}", "emulate: contraction: 'softmax' is not one of matmul, bmm, linear, conv2d"),
-    ("{contraction: matmul, accumulate: {dtype: float64}}", "emulate.accumulate"),
-    ("{ftz: -1.0}", "emulate.ftz"),
-    ("{dtypes: {bfloat16: {ftz: true}}}", "emulate.dtypes.bfloat16: 'bfloat16' is not one of the spec's dtypes"),
-])
+@pytest.mark.parametrize(
+    "emulate, expected",
+    [
+        (
+            "{accumulate: {dtype: float32, chunk: 4}}",
+            "emulate: accumulate needs `contraction: matmul | bmm | linear | conv2d`",
+        ),
+        (
+            "{contraction: softmax, accumulate: {dtype: float32}}",
+            "emulate: contraction: 'softmax' is not one of matmul, bmm, linear, conv2d",
+        ),
+        ("{contraction: matmul, accumulate: {dtype: float64}}", "emulate.accumulate"),
+        ("{ftz: -1.0}", "emulate.ftz"),
+        ("{dtypes: {bfloat16: {ftz: true}}}", "emulate.dtypes.bfloat16: 'bfloat16' is not one of the spec's dtypes"),
+    ],
+)
 def test_emulate_spec_errors_name_the_field(tmp_path, emulate, expected):
     found = problems(tmp_path, MATMUL + f"emulate: {emulate}\n")
     assert any(line.startswith(expected) for line in found), found
@@ -114,16 +137,39 @@ def test_spec_emulated_baseline_is_flush_then_fused_dot4_truncation_then_float16
     """The baseline a spec gets from `emulate:` against an independent Fraction computation: inputs below
     2**-14 set to 0, D = RZ_fp32(D + four exact products) along K, then float16 round-to-nearest-even.
     Rows hold a subnormal input, a float16 tie and a float16 overflow."""
-    spec, _ = load_spec(write(tmp_path, "op", MATMUL.replace("[float16, float32]", "[float16]") + """emulate:
+    spec, _ = load_spec(
+        write(
+            tmp_path,
+            "op",
+            MATMUL.replace("[float16, float32]", "[float16]")
+            + """emulate:
   contraction: matmul
   ftz: true
   accumulate: {dtype: float32, chunk: 4, rounding: truncate, fused: true}
-"""))
-    a = torch.tensor([[2.0**-15, 1.0, 2.0**-14, -(2.0**-20), 0.5, 0.25, 3.0, 1.0],  # subnormals flushed
-                      [1024.0, 1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0],                  # 1025.5: a float16 tie
-                      [255.875, 16.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]], dtype=torch.float16)  # 65504 + 16 + ...
-    b = torch.tensor([[1.0, 1.0, 2.0**-15], [1.0, 1.0, 1.0], [4.0, 1.0, 1.0], [1.0, 1.0, 1.0],
-                      [1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], dtype=torch.float16)
+""",
+        )
+    )
+    a = torch.tensor(
+        [
+            [2.0**-15, 1.0, 2.0**-14, -(2.0**-20), 0.5, 0.25, 3.0, 1.0],  # subnormals flushed
+            [1024.0, 1.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0],  # 1025.5: a float16 tie
+            [255.875, 16.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        ],
+        dtype=torch.float16,
+    )  # 65504 + 16 + ...
+    b = torch.tensor(
+        [
+            [1.0, 1.0, 2.0**-15],
+            [1.0, 1.0, 1.0],
+            [4.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+            [1.0, 1.0, 1.0],
+        ],
+        dtype=torch.float16,
+    )
     b[0, 0] = 256.0
     got = emulated_baseline(None, spec.emulate["float16"])(a, b)
     for i in range(3):
@@ -166,25 +212,38 @@ def test_study_flush_acc4_empties_the_1e3_bucket_and_the_plain_baseline_shows_it
         assert _ge_1e3(got) == int((rel >= 1e-3).sum()) > 0, case.id
         assert got.emulation is None
     table = bucket_table(list(results.values()))  # the HTML section: one group per shared case label
-    assert [label for label, _ in table["groups"]] == ["float16-M=64-N=64-K=512-preset=r0", "float16-M=64-N=64-K=512-preset=r1"]
+    assert [label for label, _ in table["groups"]] == [
+        "float16-M=64-N=64-K=512-preset=r0",
+        "float16-M=64-N=64-K=512-preset=r1",
+    ]
     for label, rows in table["groups"]:
         by_op = {r["operator"]: r for r in rows}
-        assert by_op["mfma_flush_acc4"]["bad"] == 0 and by_op["mfma_plain"]["bad"] == _ge_1e3(results[f"mfma_plain[{label}]"])
+        assert by_op["mfma_flush_acc4"]["bad"] == 0 and by_op["mfma_plain"]["bad"] == _ge_1e3(
+            results[f"mfma_plain[{label}]"]
+        )
 
 
 # --------------------------------------------------------------------------- presets and the oracle's range
 
 
 def test_preset_case_axis_draws_each_range_and_names_the_case(tmp_path):
-    spec, found = load_spec(write(tmp_path, "op", """category: activation
+    spec, found = load_spec(
+        write(
+            tmp_path,
+            "op",
+            """category: activation
 impl: torch:exp
 dtypes: [float32]
 inputs: [{name: x, shape: [N], dist: {preset: r0}}]
 cases: [{N: 4000, preset: [r0, r1, r4, r5]}, {N: 1000}]
-"""))
+""",
+        )
+    )
     assert found == []
     cases = expand([spec])
-    assert [c.id for c in cases] == [f"op[float32-N=4000-preset={p}]" for p in ("r0", "r1", "r4", "r5")] + ["op[float32-N=1000]"]
+    assert [c.id for c in cases] == [f"op[float32-N=4000-preset={p}]" for p in ("r0", "r1", "r4", "r5")] + [
+        "op[float32-N=1000]"
+    ]
     bounds = {"r0": (-1, 1), "r1": (-10, 10), "r4": (1, 5), "r5": (5, 10)}
     for c in cases[:4]:
         x = generate(c, 0)[0]
@@ -194,31 +253,50 @@ cases: [{N: 4000, preset: [r0, r1, r4, r5]}, {N: 1000}]
 
 
 def test_specials_preset_draws_the_dtypes_special_values(tmp_path):
-    spec, _ = load_spec(write(tmp_path, "op", """category: activation
+    spec, _ = load_spec(
+        write(
+            tmp_path,
+            "op",
+            """category: activation
 impl: torch:exp
 dtypes: [float16]
 inputs: [{name: x, shape: [N], dist: {preset: specials}}]
 cases: [{N: 20000}]
-"""))
+""",
+        )
+    )
     x = generate(expand([spec])[0], 0)[0].double()
     assert bool(torch.isnan(x).any()) and bool((x == math.inf).any()) and bool((x == -math.inf).any())
     assert bool((x.abs() == 65504).any()) and bool((x.abs() == 2.0**-24).any())
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("inputs: [{name: x, shape: [N], dist: {preset: r9}}]\ncases: [{N: 4}]", "inputs[0].dist.preset: 'r9' is not one of"),
-    ("inputs: [{name: x, shape: [N], dist: {uniform: [0, 1]}}]\ncases: [{N: 4, preset: r4}]",
-     "cases[0].preset: no input has `dist: {preset: ...}`"),
-    ("inputs: [{name: x, shape: [N], dist: {uniform: [0, 1]}, layout: diagonal}]\ncases: [{N: 4}]",
-     "inputs[0].layout: 'diagonal' is not one of contiguous, transposed"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (
+            "inputs: [{name: x, shape: [N], dist: {preset: r9}}]\ncases: [{N: 4}]",
+            "inputs[0].dist.preset: 'r9' is not one of",
+        ),
+        (
+            "inputs: [{name: x, shape: [N], dist: {uniform: [0, 1]}}]\ncases: [{N: 4, preset: r4}]",
+            "cases[0].preset: no input has `dist: {preset: ...}`",
+        ),
+        (
+            "inputs: [{name: x, shape: [N], dist: {uniform: [0, 1]}, layout: diagonal}]\ncases: [{N: 4}]",
+            "inputs[0].layout: 'diagonal' is not one of contiguous, transposed",
+        ),
+    ],
+)
 def test_preset_and_layout_spec_errors(tmp_path, body, expected):
     found = problems(tmp_path, f"category: activation\nimpl: torch:exp\ndtypes: [float32]\n{body}\n")
     assert any(line.startswith(expected) for line in found), found
 
 
 def test_oracle_overflow_is_reported_with_its_count(tmp_path):
-    path = write(tmp_path, "op", """category: convolution
+    path = write(
+        tmp_path,
+        "op",
+        """category: convolution
 impl: faithful_kernels.py:mul
 dtypes: [float16]
 inputs:
@@ -227,7 +305,8 @@ inputs:
 cases: [{N: 2000}]
 trials: 1
 dual_delta: {enabled: false}
-""")
+""",
+    )
     spec, _ = load_spec(path)
     case = expand([spec])[0]
     a, b = generate(case, 0)
@@ -265,17 +344,24 @@ def test_a_kernel_assuming_contiguous_inputs_passes_contiguous_and_fails_transpo
 
 
 def test_edge_sweep_adds_the_edge_sizes_of_each_symbol(tmp_path):
-    spec, found = load_spec(write(tmp_path, "op", """category: activation
+    spec, found = load_spec(
+        write(
+            tmp_path,
+            "op",
+            """category: activation
 impl: torch:exp
 dtypes: [float32]
 inputs: [{name: x, shape: [M, N], dist: {uniform: [-1, 1]}}]
 cases: [{M: 24, N: 2, edges: {max: 40}}]
-"""))
+""",
+        )
+    )
     assert found == []
     symbols = [c.symbols for c in spec.cases]
     # M = 24: 1, the nearest prime 23, 8*3+1, 16*1-1, 32*1+3, the max 40; N = 2: 1, 2 (prime), 9, 15, 35, 40
-    assert symbols == [{"M": 24, "N": 2}] + [{"M": m, "N": 2} for m in (1, 15, 23, 25, 35, 40)] + \
-        [{"M": 24, "N": n} for n in (1, 9, 15, 35, 40)]
+    assert symbols == [{"M": 24, "N": 2}] + [{"M": m, "N": 2} for m in (1, 15, 23, 25, 35, 40)] + [
+        {"M": 24, "N": n} for n in (1, 9, 15, 35, 40)
+    ]
 
 
 # --------------------------------------------------------------------------- determinism and seeds
@@ -305,14 +391,18 @@ dual_delta: {{enabled: false}}
 {extra}"""
 
 
-@pytest.mark.parametrize("category, extra, verdict", [
-    ("reduction", "", "fail"),
-    ("reduction", "deterministic: false", "pass"),
-    ("atomic_add", "", "pass"),
-])
+@pytest.mark.parametrize(
+    "category, extra, verdict",
+    [
+        ("reduction", "", "fail"),
+        ("reduction", "deterministic: false", "pass"),
+        ("atomic_add", "", "pass"),
+    ],
+)
 def test_a_racy_kernel_fails_the_determinism_rule_outside_atomic_add(tmp_path, category, extra, verdict):
-    spec, found = load_spec(write(tmp_path, "op", REDUCE.format(category=category, impl="racy_sum", baseline="row_sum",
-                                                                extra=extra)))
+    spec, found = load_spec(
+        write(tmp_path, "op", REDUCE.format(category=category, impl="racy_sum", baseline="row_sum", extra=extra))
+    )
     assert found == []
     got = runner.run(expand([spec]), CPU, isolate=False)[0]
     assert got.determinism.impl == "varying" and got.determinism.impl_differing > 0
@@ -322,8 +412,9 @@ def test_a_racy_kernel_fails_the_determinism_rule_outside_atomic_add(tmp_path, c
 
 
 def test_a_varying_baseline_is_a_spec_error(tmp_path):
-    spec, _ = load_spec(write(tmp_path, "op", REDUCE.format(category="reduction", impl="row_sum",
-                                                             baseline="noisy_baseline", extra="")))
+    spec, _ = load_spec(
+        write(tmp_path, "op", REDUCE.format(category="reduction", impl="row_sum", baseline="noisy_baseline", extra=""))
+    )
     got = runner.run(expand([spec]), CPU, isolate=False)[0]
     assert got.verdict == "error" and got.error.startswith("spec error: the baseline is not deterministic")
 
@@ -331,8 +422,11 @@ def test_a_varying_baseline_is_a_spec_error(tmp_path):
 def test_seeds_copy_every_case_under_the_next_seeds(tmp_path):
     spec, _ = load_spec(write(tmp_path, "op", MATMUL))
     cases = with_seeds(expand([spec]), 3)
-    assert [c.id for c in cases[:3]] == ["op[float16-M=4-N=3-K=8]", "op[float16-M=4-N=3-K=8]@seed+1",
-                                         "op[float16-M=4-N=3-K=8]@seed+2"]
+    assert [c.id for c in cases[:3]] == [
+        "op[float16-M=4-N=3-K=8]",
+        "op[float16-M=4-N=3-K=8]@seed+1",
+        "op[float16-M=4-N=3-K=8]@seed+2",
+    ]
     assert [c.spec.seed for c in cases[:3]] == [0, 1, 2]
     assert not torch.equal(generate(cases[0], 0)[0], generate(cases[1], 0)[0])
 
@@ -362,8 +456,13 @@ def test_sanitizer_reports_are_counted_and_their_first_lines_kept():
     n, first = findings("impl output\n" + MEMCHECK)
     assert n == 3
     assert first[0] == "Invalid __global__ write of size 4 bytes" and len(first) == 6
-    assert findings(RACECHECK) == (1, ["Error: Race reported between Write access at 0x2f0 in reduce_kernel(float *, float *)",
-                                       "and Read access at 0x310 in reduce_kernel(float *, float *) [248 hazards]"])
+    assert findings(RACECHECK) == (
+        1,
+        [
+            "Error: Race reported between Write access at 0x2f0 in reduce_kernel(float *, float *)",
+            "and Read access at 0x310 in reduce_kernel(float *, float *) [248 hazards]",
+        ],
+    )
     assert findings("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == (0, [])
 
 

@@ -85,7 +85,9 @@ def test_every_generator_is_used_in_the_docs():
 
 def test_docgen_flags_a_stale_block():
     """The check above can fail: a block with an outdated body is reported by name."""
-    stale_doc = "# t\n\n<!-- generated: exit-codes -->\n| code | meaning |\n|---|---|\n| 0 | ok |\n<!-- end generated -->\n"
+    stale_doc = (
+        "# t\n\n<!-- generated: exit-codes -->\n| code | meaning |\n|---|---|\n| 0 | ok |\n<!-- end generated -->\n"
+    )
     fresh, stale = docgen.render(stale_doc)
     assert stale == ["exit-codes"]
     assert "| 130 |" in fresh and docgen.render(fresh)[1] == []
@@ -99,7 +101,7 @@ def first_table_names(path: Path, heading: str) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if re.match(rf"^#+\s+{re.escape(heading)}\s*$", line))
     names, in_table = [], False
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line.startswith("#"):
             break
         if line.startswith("|"):
@@ -113,18 +115,33 @@ def first_table_names(path: Path, heading: str) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("model", [records.Environment, records.Summary, records.WorstElement, records.Describe,
-                                   records.StatTest, records.Timing, records.Diff4Counts], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "model",
+    [
+        records.Environment,
+        records.Summary,
+        records.WorstElement,
+        records.Describe,
+        records.StatTest,
+        records.Timing,
+        records.Diff4Counts,
+    ],
+    ids=lambda m: m.__name__,
+)
 def test_results_page_lists_exactly_the_fields_of_each_record(model):
     assert first_table_names(DOCS / "results.md", model.__name__) == list(model.model_fields)
 
 
-@pytest.mark.parametrize("heading,model", [
-    ("Fields", schema.SpecModel),
-    ("Inputs", schema._InputModel),
-    ("Distributions", schema._DistModel),
-    ("Dual-delta", schema._DualDeltaModel),
-], ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    "heading,model",
+    [
+        ("Fields", schema.SpecModel),
+        ("Inputs", schema._InputModel),
+        ("Distributions", schema._DistModel),
+        ("Dual-delta", schema._DualDeltaModel),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
 def test_specs_page_lists_exactly_the_keys_of_the_schema(heading, model):
     names = first_table_names(DOCS / "specs.md", heading)
     keys = [name.split(":")[0] for name in names]  # the distributions table writes `uniform: [lo, hi]`
@@ -138,7 +155,9 @@ def test_github_slug_follows_githubs_rules():
     assert github_slug("Use it in your repository") == "use-it-in-your-repository"
     assert github_slug("`acceptance run`") == "acceptance-run"
     assert github_slug("results.json") == "resultsjson"
-    assert github_slug("Proof that the gate works: the mutation suite") == "proof-that-the-gate-works-the-mutation-suite"
+    assert (
+        github_slug("Proof that the gate works: the mutation suite") == "proof-that-the-gate-works-the-mutation-suite"
+    )
     assert github_slug("The gate: non-inferiority") == "the-gate-non-inferiority"
     assert github_slug("diff4_counts and [links](x.md)") == "diff4_counts-and-links"
 
@@ -160,8 +179,9 @@ def test_every_relative_link_resolves(path):
 
 def test_the_link_check_can_fail(tmp_path):
     page = tmp_path / "p.md"
-    page.write_text("# Title\n\n[ok](#title) [bad](#nope) [gone](missing.md) `[code](ignored.md)`\n"
-                    "```\n[fenced](ignored.md)\n```\n")
+    page.write_text(
+        "# Title\n\n[ok](#title) [bad](#nope) [gone](missing.md) `[code](ignored.md)`\n```\n[fenced](ignored.md)\n```\n"
+    )
     assert links(page) == ["#title", "#nope", "missing.md"]
     assert anchors(page) == {"title"}
 
@@ -182,8 +202,11 @@ def readme_setup_lines() -> list[str]:
 
 def ci_lines() -> tuple[str, str, str]:
     """(venv creation, install, test) as `.ci/run` runs them."""
-    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
-             if line.strip() and not line.strip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
     venv = next(line for line in lines if line.startswith("python3 -m venv"))
     install = next(line for line in lines if "pip install" in line and "torch" in line)
     test = next(line for line in lines if "-m pytest" in line)
@@ -198,8 +221,10 @@ def test_readme_setup_commands_are_the_ones_ci_runs():
     venv, install, test = ci_lines()
     quiet_free = re.sub(r"\s--quiet\b", "", install)
     assert readme_setup_lines() == [f"{venv} && {quiet_free}", test]
-    assert readme_setup_lines() == ['python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e ".[dev]"',
-                                    ".venv/bin/python -m pytest -q"]
+    assert readme_setup_lines() == [
+        'python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e ".[dev]"',
+        ".venv/bin/python -m pytest -q",
+    ]
 
 
 def _machine_free(lines: list[str]) -> list[str]:
@@ -227,13 +252,17 @@ def test_readme_example_output_is_what_a_run_prints(tmp_path):
     text = README.read_text(encoding="utf-8")
     block = text.split("$ .venv/bin/acceptance run examples/quickstart --out reports/quickstart\n", 1)[1]
     documented = block.split("```", 1)[0].splitlines()
-    result = CliRunner().invoke(main, ["run", str(ROOT / "examples" / "quickstart"), "--out", str(tmp_path),
-                                       "--device", "cpu"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["run", str(ROOT / "examples" / "quickstart"), "--out", str(tmp_path), "--device", "cpu"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 1
     printed = _machine_free(result.stdout.splitlines())
     assert printed == _machine_free(documented)
-    assert sum("float32 activation default); against the oracle rounded to float32: impl 0.2" in l
-               for l in printed) == 1  # noqa: E741
+    assert (
+        sum("float32 activation default); against the oracle rounded to float32: impl 0.2" in l for l in printed) == 1
+    )  # noqa: E741
     assert sum(l.startswith("      ") for l in printed) >= 9  # every reason of the float16 case  # noqa: E741
     assert len([l for l in documented if l.strip().startswith("dual-delta")]) == 4  # noqa: E741
 
@@ -244,6 +273,9 @@ def test_readme_example_output_is_what_a_run_prints(tmp_path):
 def test_every_module_is_named_in_the_architecture_page():
     page = (DOCS / "architecture.md").read_text(encoding="utf-8")
     package = ROOT / "acceptance"
-    missing = [str(p.relative_to(package)) for p in sorted(package.rglob("*.py"))
-               if f"`{p.relative_to(package).as_posix()}`" not in page]
+    missing = [
+        str(p.relative_to(package))
+        for p in sorted(package.rglob("*.py"))
+        if f"`{p.relative_to(package).as_posix()}`" not in page
+    ]
     assert missing == []

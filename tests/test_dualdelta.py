@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from scipy import special
 
 from acceptance import DualDeltaResult, dual_delta
-from acceptance.session.dualdelta import DualDeltaError, trial_seed
 from acceptance.numerics.oracle import float64_oracle, mpmath_oracle, oracle_from_spec, to_float64
+from acceptance.session.dualdelta import DualDeltaError, trial_seed
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -36,8 +36,17 @@ def hybrid(e: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
 
 
 def test_deltas_and_free_equal_float64_errors_computed_here():
-    res = dual_delta(biased_matmul, torch.matmul, None, matmul_inputs, ["max_hyb", "mean_hyb"], 6,
-                     dtype=torch.float16, seed=3, impl_device="cpu")
+    res = dual_delta(
+        biased_matmul,
+        torch.matmul,
+        None,
+        matmul_inputs,
+        ["max_hyb", "mean_hyb"],
+        6,
+        dtype=torch.float16,
+        seed=3,
+        impl_device="cpu",
+    )
     free_max = free_mean = 0.0
     for t in range(6):
         a, b = (x.half() for x in matmul_inputs(torch.Generator().manual_seed(trial_seed(3, t))))
@@ -56,24 +65,42 @@ def test_deltas_and_free_equal_float64_errors_computed_here():
 
 
 def test_same_inputs_same_result_and_seeds_differ():
-    run = lambda seed: dual_delta(torch.matmul, torch.matmul, None, matmul_inputs, "max_abs", 3,  # noqa: E731
-                                  dtype=torch.float16, seed=seed, impl_device="cpu")
+    run = lambda seed: dual_delta(
+        torch.matmul,
+        torch.matmul,
+        None,
+        matmul_inputs,
+        "max_abs",
+        3,  # noqa: E731
+        dtype=torch.float16,
+        seed=seed,
+        impl_device="cpu",
+    )
     np.testing.assert_array_equal(run(0).delta_impl["max_abs"], run(0).delta_impl["max_abs"])
     assert not np.array_equal(run(0).delta_impl["max_abs"], run(1).delta_impl["max_abs"])
     assert trial_seed(0, 1) != trial_seed(1, 0)
 
 
 def test_bit_identical_impl_is_identical_and_passes():
-    res = dual_delta(torch.matmul, torch.matmul, None, matmul_inputs, num_tests=20, dtype=torch.float16,
-                     impl_device="cpu")
+    res = dual_delta(
+        torch.matmul, torch.matmul, None, matmul_inputs, num_tests=20, dtype=torch.float16, impl_device="cpu"
+    )
     assert res.passed and res.labels == ("max_hyb",)
     assert res.analysis["max_hyb"].conclusion == "identical"
     assert "PASS" in res.summary() and "identical" in repr(res)
 
 
 def test_biased_impl_fails_with_reasons_in_the_summary():
-    res = dual_delta(biased_matmul, torch.matmul, None, matmul_inputs, ["max_hyb", "mean_hyb"], 30,
-                     dtype=torch.float16, impl_device="cpu")
+    res = dual_delta(
+        biased_matmul,
+        torch.matmul,
+        None,
+        matmul_inputs,
+        ["max_hyb", "mean_hyb"],
+        30,
+        dtype=torch.float16,
+        impl_device="cpu",
+    )
     assert not res.passed
     rec = res.analysis["mean_hyb"]
     # Holm over the 2 metrics' sign tests and worst-trial tests: both sign-test p's are the smallest of the
@@ -93,8 +120,16 @@ def test_callable_error_and_several_outputs():
     def rel_l2(e, o):
         return float(torch.linalg.vector_norm(e.double() - o) / torch.linalg.vector_norm(o))
 
-    res = dual_delta(two_outputs, two_outputs, None, lambda g: torch.randn(8, 300, generator=g),
-                     ["max_abs", rel_l2], 4, dtype=torch.float32, impl_device="cpu")
+    res = dual_delta(
+        two_outputs,
+        two_outputs,
+        None,
+        lambda g: torch.randn(8, 300, generator=g),
+        ["max_abs", rel_l2],
+        4,
+        dtype=torch.float32,
+        impl_device="cpu",
+    )
     assert res.labels == ("max_abs[0]", "rel_l2[0]", "max_abs[1]", "rel_l2[1]")
     assert [r.output for r in res.records] == [0, 0, 1, 1]
     x = torch.randn(8, 300, generator=torch.Generator().manual_seed(trial_seed(0, 2)))
@@ -115,15 +150,24 @@ def test_params_reach_every_role_and_integers_stay_integers():
         return torch.zeros(bins, dtype=src.dtype).index_add_(0, index, src)
 
     gen = lambda g: (torch.randint(0, 5, (50,), generator=g), torch.randn(50, generator=g))  # noqa: E731
-    res = dual_delta(index_add, index_add, oracle, gen, "max_abs", 2, dtype=torch.bfloat16, params={"bins": 5},
-                     impl_device="cpu")
+    res = dual_delta(
+        index_add, index_add, oracle, gen, "max_abs", 2, dtype=torch.bfloat16, params={"bins": 5}, impl_device="cpu"
+    )
     assert seen == [(torch.int64, torch.float64, 5)] * 2
     assert res.passed
 
 
 def test_float64_output_has_nothing_free():
-    res = dual_delta(torch.exp, torch.exp, None, lambda g: torch.randn(10, generator=g), "max_hyb", 3,
-                     dtype=torch.float64, impl_device="cpu")
+    res = dual_delta(
+        torch.exp,
+        torch.exp,
+        None,
+        lambda g: torch.randn(10, generator=g),
+        "max_hyb",
+        3,
+        dtype=torch.float64,
+        impl_device="cpu",
+    )
     assert res.free["max_hyb"] == 0.0
 
 
@@ -135,8 +179,16 @@ def test_timing_covers_the_roles():
 
 
 def test_mpmath_oracle_in_a_dual_delta_run():
-    res = dual_delta(torch.exp, torch.exp, mpmath_oracle("exp", 30), lambda g: 4 * torch.rand(64, generator=g) - 2,
-                     ["max_ulp", "max_hyb"], 5, dtype=torch.float32, impl_device="cpu")
+    res = dual_delta(
+        torch.exp,
+        torch.exp,
+        mpmath_oracle("exp", 30),
+        lambda g: 4 * torch.rand(64, generator=g) - 2,
+        ["max_ulp", "max_hyb"],
+        5,
+        dtype=torch.float32,
+        impl_device="cpu",
+    )
     assert res.passed
     # torch's float32 exp is within a few ulps of the correctly rounded value
     assert res.delta_impl["max_ulp"].max() <= 2.0
@@ -144,8 +196,16 @@ def test_mpmath_oracle_in_a_dual_delta_run():
 
 @cuda
 def test_impl_on_cuda_matches_the_cpu_baseline():
-    res = dual_delta(torch.matmul, torch.matmul, None, matmul_inputs, ["max_hyb", "mean_hyb"], 20,
-                     dtype=torch.float16, impl_device="cuda")
+    res = dual_delta(
+        torch.matmul,
+        torch.matmul,
+        None,
+        matmul_inputs,
+        ["max_hyb", "mean_hyb"],
+        20,
+        dtype=torch.float16,
+        impl_device="cuda",
+    )
     assert res.impl_device.startswith("cuda") and res.passed
 
 
@@ -181,8 +241,11 @@ def test_failing_callables_are_named_with_the_trial():
     def broken(x):
         raise RuntimeError("kernel launch failed")
 
-    with pytest.raises(DualDeltaError, match=r"impl raised RuntimeError: kernel launch failed \(test_dualdelta.py:\d+\) "
-                                             "in trial 0"):
+    with pytest.raises(
+        DualDeltaError,
+        match=r"impl raised RuntimeError: kernel launch failed \(test_dualdelta.py:\d+\) "
+        "in trial 0",
+    ):
         dual_delta(broken, torch.exp, None, _gen, impl_device="cpu")
     with pytest.raises(DualDeltaError, match="generate_input must return a tensor or a tuple of tensors"):
         dual_delta(torch.exp, torch.exp, None, lambda g: [1, 2], impl_device="cpu")
@@ -194,8 +257,10 @@ def test_failing_callables_are_named_with_the_trial():
     with pytest.raises(DualDeltaError, match=r"impl returned 2 outputs, the baseline 1 \(trial 0\)"):
         dual_delta(lambda x: (x, x), torch.exp, None, _gen, impl_device="cpu")
     with pytest.raises(DualDeltaError, match="get_error 'bad' returned 'x', not a number"):
+
         def bad(e, o):
             return "x"
+
         dual_delta(torch.exp, torch.exp, None, _gen, bad, impl_device="cpu")
 
 
@@ -237,7 +302,7 @@ def test_mpmath_exp_is_correctly_rounded():
     y = mpmath_oracle("exp", 40)(x)
     ctx = mpmath.MPContext()
     ctx.prec = 300
-    for xi, yi in zip(x.tolist(), y.tolist()):
+    for xi, yi in zip(x.tolist(), y.tolist(), strict=False):
         v = ctx.exp(ctx.mpf(xi))
         sign, man, exp, _bc = v._mpf_
         assert _is_nearest(yi, Fraction(man) * Fraction(2) ** exp)

@@ -57,8 +57,7 @@ def test_diagnosis_pass_matches_numpy(n, has_o):
         score = abs_err(e, o) / (1.0 + np.abs(o)) if has_o else err
         want_bad = err / (1.0 + np.abs(b)) > 0.01
     nz = rel[rel != 0]
-    want_counts = [int(np.sum(rel == 0))] + np.bincount(np.searchsorted(EDGES, nz, side="right"),
-                                                        minlength=8).tolist()
+    want_counts = [int(np.sum(rel == 0))] + np.bincount(np.searchsorted(EDGES, nz, side="right"), minlength=8).tolist()
     nans = np.flatnonzero(np.isnan(score))
     want_at = int(nans[0]) if nans.size else (int(np.argmax(score)) if n else -1)
 
@@ -85,8 +84,9 @@ def same_float(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or np.float64(a).tobytes() == np.float64(b).tobytes()
 
 
-@pytest.mark.parametrize("fmt", [(53, -1022, 2.0 ** -1022), (24, -126, 2.0 ** -126), (11, -14, 2.0 ** -14),
-                                 (8, -126, 2.0 ** -126)])
+@pytest.mark.parametrize(
+    "fmt", [(53, -1022, 2.0**-1022), (24, -126, 2.0**-126), (11, -14, 2.0**-14), (8, -126, 2.0**-126)]
+)
 def test_bias_pass_matches_numpy(fmt):
     p, emin, normal = fmt
     e, b, o = data(p, 2000)
@@ -101,23 +101,24 @@ def test_bias_pass_matches_numpy(fmt):
     rows = np.empty((4, e.size))
     kept, flushed = W.bias_pass(e, b, o, normal, True, p, emin, 16.0, rows)
     assert (kept, flushed) == (int(keep.sum()), int(flush.sum()))
-    for got, want in zip(rows[:, :kept], (se, se * sign, sb, sb * sign)):
+    for got, want in zip(rows[:, :kept], (se, se * sign, sb, sb * sign), strict=False):
         assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("fmt", [(53, -1022, 2.0 ** -1022), (24, -126, 2.0 ** -126), (11, -14, 2.0 ** -14),
-                                 (8, -126, 2.0 ** -126)])
+@pytest.mark.parametrize(
+    "fmt", [(53, -1022, 2.0**-1022), (24, -126, 2.0**-126), (11, -14, 2.0**-14), (8, -126, 2.0**-126)]
+)
 def test_bias_pass_spacing_over_every_float64_exponent(fmt):
     """Oracle values from random bit patterns (every exponent, float64 subnormals, zeros of both signs), the impl
     a little off and never flushed (the smallest normal where the oracle is below it, so the errors there are a
     fraction of an ulp, not clipped): the spacing is numpy's frexp/ldexp formula everywhere."""
     p, emin, normal = fmt
     rng = np.random.default_rng(p)
-    o = rng.integers(0, 2 ** 63, 20000, dtype=np.int64).view(np.float64)
+    o = rng.integers(0, 2**63, 20000, dtype=np.int64).view(np.float64)
     o = o[np.isfinite(o)] * rng.choice([-1.0, 1.0], int(np.isfinite(o).sum()))
-    o = np.concatenate([o, [0.0, -0.0, 5e-324, -5e-324, 2.0 ** -1022, 2.0 ** -1074 * 3]])
-    e = np.where(np.abs(o) < normal, normal, o + np.abs(o) * 2.0 ** -45)  # |e| >= normal: nothing flushed
-    b = o + np.where(o == 0, 1.0, np.abs(o) * 2.0 ** -40)
+    o = np.concatenate([o, [0.0, -0.0, 5e-324, -5e-324, 2.0**-1022, 2.0**-1074 * 3]])
+    e = np.where(np.abs(o) < normal, normal, o + np.abs(o) * 2.0**-45)  # |e| >= normal: nothing flushed
+    b = o + np.where(o == 0, 1.0, np.abs(o) * 2.0**-40)
     with np.errstate(invalid="ignore", over="ignore"):
         _, ex = np.frexp(np.abs(o))
         u = np.ldexp(1.0, np.maximum(ex - 1, emin) - (p - 1))
@@ -147,8 +148,11 @@ def test_close_mismatches_match_numpy(rtol, atol):
 
 # ----------------------------------------------------------------------------- host path = torch path
 
-CASES = [(dtype, shape) for dtype in ("float16", "bfloat16", "float32", "float64", "int64")
-         for shape in [(), (0,), (1,), (13,), (16, 9), (3, 4, 5)]]
+CASES = [
+    (dtype, shape)
+    for dtype in ("float16", "bfloat16", "float32", "float64", "int64")
+    for shape in [(), (0,), (1,), (13,), (16, 9), (3, 4, 5)]
+]
 
 
 def trial(dtype: str, shape: tuple, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -157,8 +161,11 @@ def trial(dtype: str, shape: tuple, seed: int) -> tuple[torch.Tensor, torch.Tens
     if dtype.startswith("int"):
         e, b, o = np.round(e * 1e3), np.round(b * 1e3), np.round(o * 1e3)
     cast = getattr(torch, dtype)
-    return (torch.from_numpy(e).reshape(shape).to(cast), torch.from_numpy(b).reshape(shape).to(cast),
-            torch.from_numpy(o).reshape(shape))
+    return (
+        torch.from_numpy(e).reshape(shape).to(cast),
+        torch.from_numpy(b).reshape(shape).to(cast),
+        torch.from_numpy(o).reshape(shape),
+    )
 
 
 def state(x) -> str:
@@ -204,7 +211,7 @@ def test_device_impl_outputs_give_the_host_diagnostics():
 
 
 def test_flush_changes_nothing_by_hand():
-    normal32, normal16 = 2.0 ** -126, 2.0 ** -14  # IEEE smallest normals
+    normal32, normal16 = 2.0**-126, 2.0**-14  # IEEE smallest normals
     plain = np.array([1.0, 0.0, -0.0, np.nan, np.inf, -np.inf, normal32, -3e38])
     assert diagnose.flush_changes_nothing(plain, "float32")
     assert not diagnose.flush_changes_nothing(np.append(plain, normal32 / 2), "float32")
@@ -231,5 +238,6 @@ def test_where_flushing_changes_nothing_the_flushed_pair_measures_alike(dtype):
     o = torch.from_numpy(o)
     assert diagnose.flush_changes_nothing(W.host_float64(e), dtype)
     assert diagnose.flush_changes_nothing(W.host_float64(o), dtype)
-    assert repr(metrics.compute(diagnose.flushed(e, dtype), diagnose.flushed(o, dtype), dtype=dtype)) == \
-        repr(metrics.compute(e, o, dtype=dtype))
+    assert repr(metrics.compute(diagnose.flushed(e, dtype), diagnose.flushed(o, dtype), dtype=dtype)) == repr(
+        metrics.compute(e, o, dtype=dtype)
+    )

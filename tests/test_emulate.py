@@ -67,7 +67,7 @@ def ref_sum(terms: list[float], name: str, rounding: str) -> float:
 
 def ref_dot(a: list[float], b: list[float], *, acc: str, chunk: int, rounding: str, split_k: int, fused: bool) -> float:
     """One output element of emulate.matmul, element by element (products are exact in float)."""
-    products = [x * y for x, y in zip(a, b)]
+    products = [x * y for x, y in zip(a, b, strict=False)]
     k = len(products)
     q, r = divmod(k, split_k)
     sizes = [q + 1] * r + [q] * (split_k - r)
@@ -141,18 +141,36 @@ EXPONENT_RANGES = {  # input exponents per (input, accumulator) that reach the a
 def test_round_float64_matches_fractions_on_random_and_edge_values(name, rounding):
     p, emin, emax = SPEC[name]
     rng = np.random.default_rng(1)
-    values = [math.ldexp(float(rng.random() + 0.5), int(e)) * (1 if rng.random() < 0.5 else -1)
-              for e in rng.integers(emin - p - 3, emax + 3, size=400)]
+    values = [
+        math.ldexp(float(rng.random() + 0.5), int(e)) * (1 if rng.random() < 0.5 else -1)
+        for e in rng.integers(emin - p - 3, emax + 3, size=400)
+    ]
     unit = math.ldexp(1.0, emin - p + 1)  # smallest subnormal
     big = float(largest(name))
     ulp_top = math.ldexp(1.0, emax - p + 1)
     values += [
-        0.0, -0.0, math.inf, -math.inf,
-        unit, unit / 2, -unit / 2, unit * 1.5, unit * 2.5, unit / 2 * (1 + 2**-40),  # subnormal ties
+        0.0,
+        -0.0,
+        math.inf,
+        -math.inf,
+        unit,
+        unit / 2,
+        -unit / 2,
+        unit * 1.5,
+        unit * 2.5,
+        unit / 2 * (1 + 2**-40),  # subnormal ties
         math.ldexp(1.0, emin) * (1 - 2.0**-30),  # just below the smallest normal
-        1 + 2.0 ** -p, 1 + 3 * 2.0 ** -p, 1 + 2.0 ** -p * (1 + 2.0**-40), -(1 + 2.0 ** -p),  # ties at 1
-        2 - 2.0 ** -(p + 1), 2 - 2.0 ** -p,  # just below a binade edge
-        big, big + ulp_top / 2, big + ulp_top / 2 * (1 - 2.0**-30), -(big + ulp_top), big * 4,  # overflow edge
+        1 + 2.0**-p,
+        1 + 3 * 2.0**-p,
+        1 + 2.0**-p * (1 + 2.0**-40),
+        -(1 + 2.0**-p),  # ties at 1
+        2 - 2.0 ** -(p + 1),
+        2 - 2.0**-p,  # just below a binade edge
+        big,
+        big + ulp_top / 2,
+        big + ulp_top / 2 * (1 - 2.0**-30),
+        -(big + ulp_top),
+        big * 4,  # overflow edge
     ]
     x = torch.tensor(values, dtype=torch.float64)
     got = E.round_float64(x, name, rounding)
@@ -247,7 +265,13 @@ def test_round_sum_ties_binade_edges_overflow_and_subnormals(terms, name, roundi
 
 
 def test_round_sum_non_finite_terms_give_the_float_sum():
-    rows = [[math.inf, 1.0, 2.0], [math.inf, -math.inf, 1.0], [math.nan, 1.0, 1.0], [1.0, -math.inf, 0.0], [math.inf, 1e30, 0.0]]
+    rows = [
+        [math.inf, 1.0, 2.0],
+        [math.inf, -math.inf, 1.0],
+        [math.nan, 1.0, 1.0],
+        [1.0, -math.inf, 0.0],
+        [math.inf, 1e30, 0.0],
+    ]
     columns = [torch.tensor([row[i] for row in rows], dtype=torch.float64) for i in range(3)]
     for rounding in ROUNDINGS:
         assert same(E.round_sum(columns, "float32", rounding), [math.inf, math.nan, math.nan, -math.inf, math.inf])
@@ -293,8 +317,18 @@ def test_native_float32_rounding_equals_the_emulation():
     emulated.native = False
     assert native.native
     assert not E._Rounder(fp32, "truncate").native and not E._Rounder(E.FORMATS["float16"], "nearest").native
-    edge = [1 + 2.0**-24, 1 + 3 * 2.0**-24, 2.0**-150, 3 * 2.0**-150, 2.0**-151 * 3, float(largest("float32")),
-            float(largest("float32")) + 2.0**103, 0.1, -1e-30, -(2.0**-150)]
+    edge = [
+        1 + 2.0**-24,
+        1 + 3 * 2.0**-24,
+        2.0**-150,
+        3 * 2.0**-150,
+        2.0**-151 * 3,
+        float(largest("float32")),
+        float(largest("float32")) + 2.0**103,
+        0.1,
+        -1e-30,
+        -(2.0**-150),
+    ]
     x = torch.tensor([v * s for s in (1.0, 2.0**-20, -1.0) for v in edge], dtype=torch.float64)
     assert same(native.value(x), emulated.value(x))
     a, b = emulated.value(x), emulated.value(x.flip(0) * 0.75)
@@ -319,8 +353,13 @@ def test_matmul_matches_element_by_element_fractions(in_name, acc, rounding, fus
     rows, cols = a.double().tolist(), b.double().t().tolist()
     for chunk in (1, 2, 3, 4, k):
         for split_k in (1, 3):
-            got = E.matmul(a, b, acc_dtype=acc, chunk=chunk, rounding=rounding, split_k=split_k, fused=fused, out_dtype="float64")
-            want = [[ref_dot(r, c, acc=acc, chunk=chunk, rounding=rounding, split_k=split_k, fused=fused) for c in cols] for r in rows]
+            got = E.matmul(
+                a, b, acc_dtype=acc, chunk=chunk, rounding=rounding, split_k=split_k, fused=fused, out_dtype="float64"
+            )
+            want = [
+                [ref_dot(r, c, acc=acc, chunk=chunk, rounding=rounding, split_k=split_k, fused=fused) for c in cols]
+                for r in rows
+            ]
             assert same(got, want), (chunk, split_k)
     out = E.matmul(a, b, acc_dtype=acc, chunk=4, rounding=rounding, fused=fused)
     assert out.dtype == dtype
@@ -343,7 +382,13 @@ HAND_CASES = [  # (a row, b column, acc, keywords, value worked out by hand)
     ([2.0**-12] * 3, [2.0**-13] * 3, "float16", dict(chunk=3), 2.0**-23),
     # products 2**-24, 0 | 1, 2**-30 in groups of 2: separate rounding loses 2**-30, fused keeps its sticky bit
     ([2.0**-12, 0.0, 1.0, 2.0**-15], [2.0**-12, 0.0, 1.0, 2.0**-15], "float32", dict(chunk=2), 1.0),
-    ([2.0**-12, 0.0, 1.0, 2.0**-15], [2.0**-12, 0.0, 1.0, 2.0**-15], "float32", dict(chunk=2, fused=True), 1 + 2.0**-23),
+    (
+        [2.0**-12, 0.0, 1.0, 2.0**-15],
+        [2.0**-12, 0.0, 1.0, 2.0**-15],
+        "float32",
+        dict(chunk=2, fused=True),
+        1 + 2.0**-23,
+    ),
     # split into [2048, 1] and [1]: part 0 ties back to 2048, then 2048 + 1 ties to 2048 again
     ([2048.0, 1.0, 1.0], [1.0, 1.0, 1.0], "float16", dict(chunk=1, split_k=2), 2048.0),
     ([2048.0, 1.0, 1.0], [1.0, 1.0, 1.0], "float16", dict(chunk=3), 2050.0),
@@ -385,8 +430,13 @@ def test_one_group_over_a_long_k_matches_fractions():
     b = torch.from_numpy((rng.standard_normal((300, 2)) * np.exp2(rng.integers(-60, 40, (300, 2)))).astype(np.float32))
     for acc, rounding in (("float32", "truncate"), ("bfloat16", "nearest")):
         got = E.matmul(a, b, acc_dtype=acc, chunk=300, rounding=rounding, out_dtype="float64")
-        want = [[ref_dot(r, c, acc=acc, chunk=300, rounding=rounding, split_k=1, fused=False) for c in b.double().t().tolist()]
-                for r in a.double().tolist()]
+        want = [
+            [
+                ref_dot(r, c, acc=acc, chunk=300, rounding=rounding, split_k=1, fused=False)
+                for c in b.double().t().tolist()
+            ]
+            for r in a.double().tolist()
+        ]
         assert same(got, want)
 
 
@@ -434,8 +484,10 @@ def test_batched_broadcast_and_vector_shapes_follow_torch_matmul():
     assert E.matmul(v, b[0], acc_dtype="float32").shape == (5,)
     assert E.matmul(a[0, 0], v, acc_dtype="float32").shape == (4,)
     assert E.matmul(v, v, acc_dtype="float32").shape == ()
-    assert torch.equal(E.bmm(b.transpose(1, 2), b, acc_dtype="bfloat16"),
-                       torch.stack([E.matmul(x.t(), x, acc_dtype="bfloat16") for x in b]))
+    assert torch.equal(
+        E.bmm(b.transpose(1, 2), b, acc_dtype="bfloat16"),
+        torch.stack([E.matmul(x.t(), x, acc_dtype="bfloat16") for x in b]),
+    )
 
 
 def test_empty_k_gives_zeros_and_split_k_beyond_k_is_refused():
@@ -473,15 +525,18 @@ def test_overflowed_accumulator_stays_infinite():
     assert E.matmul(a, b, acc_dtype="float16", fused=True, chunk=2, out_dtype="float64").item() == math.inf
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(acc_dtype="float64"), "acc_dtype must be one of"),
-    (dict(acc_dtype="float32", chunk=0), "chunk must be an integer >= 1"),
-    (dict(acc_dtype="float32", chunk=True), "chunk must be an integer >= 1"),
-    (dict(acc_dtype="float32", split_k=1.5), "split_k must be an integer >= 1"),
-    (dict(acc_dtype="float32", rounding="down"), "rounding must be one of 'nearest', 'truncate'"),
-    (dict(acc_dtype="float32", out_dtype="int8"), "out_dtype must be one of"),
-    (dict(acc_dtype="float32", fused=1), "fused must be True or False"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(acc_dtype="float64"), "acc_dtype must be one of"),
+        (dict(acc_dtype="float32", chunk=0), "chunk must be an integer >= 1"),
+        (dict(acc_dtype="float32", chunk=True), "chunk must be an integer >= 1"),
+        (dict(acc_dtype="float32", split_k=1.5), "split_k must be an integer >= 1"),
+        (dict(acc_dtype="float32", rounding="down"), "rounding must be one of 'nearest', 'truncate'"),
+        (dict(acc_dtype="float32", out_dtype="int8"), "out_dtype must be one of"),
+        (dict(acc_dtype="float32", fused=1), "fused must be True or False"),
+    ],
+)
 def test_matmul_argument_errors_name_the_argument(bad, match):
     a = torch.ones(2, 3, dtype=torch.float16)
     with pytest.raises(ValueError, match=f"matmul: {match}"):
@@ -504,11 +559,17 @@ def test_matmul_operand_errors():
 
 def test_linear_is_matmul_with_one_bias_rounding():
     g = torch.Generator().manual_seed(8)
-    x, w, bias = torch.randn(3, 4, 20, generator=g).half(), torch.randn(6, 20, generator=g).half(), torch.randn(6, generator=g).half()
+    x, w, bias = (
+        torch.randn(3, 4, 20, generator=g).half(),
+        torch.randn(6, 20, generator=g).half(),
+        torch.randn(6, generator=g).half(),
+    )
     kw = dict(acc_dtype="float16", chunk=4, rounding="truncate")
     got = E.linear(x, w, bias, out_dtype="float64", **kw)
     acc = E.matmul(x, w.t(), out_dtype="float64", **kw)
-    want = torch.tensor([ref_sum([v, float(bias[i % 6])], "float16", "nearest") for i, v in enumerate(acc.flatten().tolist())])
+    want = torch.tensor(
+        [ref_sum([v, float(bias[i % 6])], "float16", "nearest") for i, v in enumerate(acc.flatten().tolist())]
+    )
     assert same(got, want)
     assert torch.equal(E.linear(x, w, None, **kw), E.matmul(x, w.t(), **kw))
     with pytest.raises(ValueError, match=r"linear: bias must have shape \(6,\)"):
@@ -562,7 +623,9 @@ def test_conv2d_with_one_exact_group_matches_the_float64_conv_in_both_orders():
     w = (torch.randint(-8, 9, (2, 3, 3, 3)) / 8.0).half()
     exact = F.conv2d(x.double(), w.double(), padding=1).float()  # sums of multiples of 2**-6: exact in float64
     assert torch.equal(E.conv2d(x, w, padding=1, acc_dtype="float32", chunk=27, out_dtype="float32"), exact)
-    assert torch.equal(E.conv2d(x, w, padding=1, acc_dtype="float32", chunk=27, out_dtype="float32", k_order="hwc"), exact)
+    assert torch.equal(
+        E.conv2d(x, w, padding=1, acc_dtype="float32", chunk=27, out_dtype="float32", k_order="hwc"), exact
+    )
 
 
 def test_conv2d_argument_errors():
@@ -581,7 +644,9 @@ def test_conv2d_argument_errors():
 
 
 def test_flush_to_zero_keeps_the_sign_and_the_rest():
-    t = torch.tensor([2.0**-15, -(2.0**-24), 2.0**-14, -(2.0**-14), 1.0, math.inf, -math.inf, math.nan, -0.0], dtype=torch.float16)
+    t = torch.tensor(
+        [2.0**-15, -(2.0**-24), 2.0**-14, -(2.0**-14), 1.0, math.inf, -math.inf, math.nan, -0.0], dtype=torch.float16
+    )
     out = E.flush_to_zero(t)
     assert out.dtype == torch.float16
     vals = out.double().tolist()
@@ -642,8 +707,22 @@ def as_f32(bit_list):
 def test_round_tf32_matches_an_integer_decomposition(rounding):
     rng = np.random.default_rng(11)
     bits = [int(v) for v in rng.integers(0, 2**32, size=3000, dtype=np.uint64)]
-    bits += [0x3F801000, 0x3F803000, 0x3F800FFF, 0x00001000, 0x00003000, 0x807FF000, 0x7F7FF000, 0x7F7FEFFF,
-             0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0x7F800001, 0xFFC00000, 0x80000000]
+    bits += [
+        0x3F801000,
+        0x3F803000,
+        0x3F800FFF,
+        0x00001000,
+        0x00003000,
+        0x807FF000,
+        0x7F7FF000,
+        0x7F7FEFFF,
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x7F800000,
+        0x7F800001,
+        0xFFC00000,
+        0x80000000,
+    ]
     got = E.round_tf32(as_f32(bits), rounding)
     want = as_f32([tf32_by_parts(b, rounding) for b in bits])
     assert np.array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
@@ -696,7 +775,9 @@ def test_cuda_tensors_give_the_host_results_on_their_device():
     for mode in ("nearest_away", "nearest_even", "truncate"):
         got = E.round_tf32(x.cuda(), mode, satfinite=mode == "truncate")
         assert got.is_cuda
-        assert torch.equal(got.cpu().view(torch.int32), E.round_tf32(x, mode, satfinite=mode == "truncate").view(torch.int32))
+        assert torch.equal(
+            got.cpu().view(torch.int32), E.round_tf32(x, mode, satfinite=mode == "truncate").view(torch.int32)
+        )
     h = x.half()
     assert torch.equal(E.flush_to_zero(h.cuda()).cpu().view(torch.int16), E.flush_to_zero(h).view(torch.int16))
     a, b = torch.randn(5, 33).half(), torch.randn(33, 4).half()
@@ -705,8 +786,10 @@ def test_cuda_tensors_give_the_host_results_on_their_device():
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0),
-                    reason="needs a CUDA device with TF32 tensor cores (sm_80 or later)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0),
+    reason="needs a CUDA device with TF32 tensor cores (sm_80 or later)",
+)
 def test_cublas_tf32_operands_are_rounded_as_one_of_the_emulated_modes(capsys):
     """x @ I with TF32 allowed: one nonzero product per output, so the output is x's TF32
     operand value. Prints which rounding cuBLAS applied (ties are planted in column 0..7)."""

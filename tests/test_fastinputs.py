@@ -14,9 +14,8 @@ import pytest
 import torch
 
 from acceptance.formats import dtypes, presets
-from acceptance.spec import inputs
+from acceptance.spec import Uniform, expand, inputs, load_specs
 from acceptance.spec.inputs import draw, generate, standard_normal, unit_uniform
-from acceptance.spec import Uniform, expand, load_specs
 
 # (precision p, minimum normal exponent, largest finite value) of each format, from IEEE 754 / the bfloat16 definition
 FORMATS = {
@@ -99,8 +98,14 @@ def general_path(x: np.ndarray, dtype: str) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_to_tensor_equals_the_general_path_on_large_arrays(dtype):
     rng = np.random.default_rng(2)
-    arrays = [rng.uniform(-100, 100, 300_000), rng.standard_normal(200_000) * 1e-5, rng.uniform(-1, 1, 100_000) * 7e4,
-              rng.standard_normal((300, 500)).T, rng.uniform(-3, 3, 20_001)[::3], np.asarray(1 + 2.0**-11 + 2.0**-40)]
+    arrays = [
+        rng.uniform(-100, 100, 300_000),
+        rng.standard_normal(200_000) * 1e-5,
+        rng.uniform(-1, 1, 100_000) * 7e4,
+        rng.standard_normal((300, 500)).T,
+        rng.uniform(-3, 3, 20_001)[::3],
+        np.asarray(1 + 2.0**-11 + 2.0**-40),
+    ]
     for x in arrays:
         got, want = dtypes.to_tensor(x, dtype), general_path(x, dtype)
         assert got.shape == want.shape and got.dtype == want.dtype and got.is_contiguous()
@@ -149,11 +154,32 @@ def classify(values: list[float], dtype: str) -> tuple[int, int, int, int]:
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_range_counts_by_element(dtype):
     rng = np.random.default_rng(3)
-    threshold, tiny, sub = {"float16": (65520.0, 2.0**-14, 2.0**-24), "bfloat16": (3.3961e38, 2.0**-126, 2.0**-133),
-                            "float32": (3.4028236e38, 2.0**-126, 2.0**-149)}[dtype]
-    values = np.concatenate([rng.standard_normal(2000), rng.uniform(0, 2 * tiny, 300), rng.uniform(0, sub, 300),
-                             [sub / 2, np.nextafter(sub / 2, 1), tiny, np.nextafter(tiny, 0), threshold * 0.99,
-                              threshold * 1.01, 1e300, np.inf, -np.inf, np.nan, 0.0, -0.0]])
+    threshold, tiny, sub = {
+        "float16": (65520.0, 2.0**-14, 2.0**-24),
+        "bfloat16": (3.3961e38, 2.0**-126, 2.0**-133),
+        "float32": (3.4028236e38, 2.0**-126, 2.0**-149),
+    }[dtype]
+    values = np.concatenate(
+        [
+            rng.standard_normal(2000),
+            rng.uniform(0, 2 * tiny, 300),
+            rng.uniform(0, sub, 300),
+            [
+                sub / 2,
+                np.nextafter(sub / 2, 1),
+                tiny,
+                np.nextafter(tiny, 0),
+                threshold * 0.99,
+                threshold * 1.01,
+                1e300,
+                np.inf,
+                -np.inf,
+                np.nan,
+                0.0,
+                -0.0,
+            ],
+        ]
+    )
     values = values * rng.choice([-1.0, 1.0], values.size)
     got = presets.range_counts(torch.from_numpy(values), dtype)
     assert got == presets.RangeCounts(dtype, values.size, *classify(values.tolist(), dtype))
@@ -163,8 +189,12 @@ def test_range_counts_by_element(dtype):
 def test_range_counts_of_ordinary_and_empty_oracles():
     x = torch.linspace(-3, 3, 1001, dtype=torch.float64).reshape(7, 11, 13)[:, ::2]  # strided, no edge values
     assert presets.range_counts(x, "float16") == presets.RangeCounts("float16", x.numel(), 0, 0, 0, 0)
-    assert presets.range_counts(torch.zeros(5, dtype=torch.float64), "bfloat16") == presets.RangeCounts("bfloat16", 5, 0, 0, 0, 0)
-    assert presets.range_counts(torch.empty(0, dtype=torch.float64), "float16") == presets.RangeCounts("float16", 0, 0, 0, 0, 0)
+    assert presets.range_counts(torch.zeros(5, dtype=torch.float64), "bfloat16") == presets.RangeCounts(
+        "bfloat16", 5, 0, 0, 0, 0
+    )
+    assert presets.range_counts(torch.empty(0, dtype=torch.float64), "float16") == presets.RangeCounts(
+        "float16", 0, 0, 0, 0, 0
+    )
     half = torch.tensor([1e5, float("nan"), 1e-9], dtype=torch.float32)  # a float32 oracle is counted in float64
     assert presets.range_counts(half, "float16") == presets.RangeCounts("float16", 3, 1, 1, 0, 1)
 
@@ -268,7 +298,11 @@ def test_generate_is_the_same_with_the_fast_paths_off(tmp_path, monkeypatch):
     monkeypatch.setattr(dtypes, "_TENSOR_FAST", {})
     slow = {(c.id, k): generate(c, k) for c in cases for k in (0, 3)}
     for key, tensors in fast.items():
-        for a, b, c in zip(tensors, again[key], slow[key]):
+        for a, b, c in zip(tensors, again[key], slow[key], strict=False):
             assert a.dtype == b.dtype == c.dtype and a.shape == b.shape == c.shape
-            assert a.reshape(-1).view(torch.uint8).numpy().tobytes() == b.reshape(-1).view(torch.uint8).numpy().tobytes()
-            assert a.reshape(-1).view(torch.uint8).numpy().tobytes() == c.reshape(-1).view(torch.uint8).numpy().tobytes()
+            assert (
+                a.reshape(-1).view(torch.uint8).numpy().tobytes() == b.reshape(-1).view(torch.uint8).numpy().tobytes()
+            )
+            assert (
+                a.reshape(-1).view(torch.uint8).numpy().tobytes() == c.reshape(-1).view(torch.uint8).numpy().tobytes()
+            )

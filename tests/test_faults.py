@@ -38,7 +38,8 @@ CATALOGUE = {
 
 
 def spec_text(name: str, impl: str, extra: str = "", n: int = 64) -> str:
-    return textwrap.dedent(f"""\
+    return (
+        textwrap.dedent(f"""\
         name: {name}
         category: arithmetic
         impl: faults.py:{impl}
@@ -50,7 +51,9 @@ def spec_text(name: str, impl: str, extra: str = "", n: int = 64) -> str:
           - {{N: {n}}}
         trials: 2
         timeout: 2
-        """) + extra
+        """)
+        + extra
+    )
 
 
 def write_specs(folder: Path, names: dict[str, str]) -> Path:
@@ -63,8 +66,14 @@ def write_specs(folder: Path, names: dict[str, str]) -> Path:
 
 
 def acceptance(*args, env=None, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "acceptance", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "acceptance", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +136,10 @@ def test_a_case_too_large_for_memory_is_a_spec_error(tmp_path):
     (tmp_path / "huge.yaml").write_text(spec_text("huge", "good", n=10**12))
     proc = acceptance("validate", tmp_path)
     assert proc.returncode == 2
-    assert "huge[float32-N=1000000000000] needs 1.86e+04 GiB" in proc.stderr.replace("18600", "1.86e+04") or \
-        "huge[float32-N=1000000000000] needs" in proc.stderr
+    assert (
+        "huge[float32-N=1000000000000] needs 1.86e+04 GiB" in proc.stderr.replace("18600", "1.86e+04")
+        or "huge[float32-N=1000000000000] needs" in proc.stderr
+    )
 
 
 def test_an_unwritable_out_is_found_before_anything_runs(tmp_path):
@@ -177,15 +188,21 @@ def _marked(mark: str) -> list[int]:
 def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path, jobs):
     specs = write_specs(tmp_path / "specs", {f"ok{k}": "steady" for k in range(6)})
     for path in specs.glob("ok*.yaml"):  # slow enough to be killed in the middle: 0.4 s a case at least
-        path.write_text(path.read_text().replace("impl: faults.py:steady", "impl: faults.py:steady\nbaseline_timeout: 30")
-                        .replace("trials: 2", "trials: 40"))
+        path.write_text(
+            path.read_text()
+            .replace("impl: faults.py:steady", "impl: faults.py:steady\nbaseline_timeout: 30")
+            .replace("trials: 2", "trials: 40")
+        )
     full = tmp_path / "full"
     assert acceptance("run", specs, "--out", full).returncode == 0
     out = tmp_path / "out"
     mark = f"{os.getpid()}-{time.monotonic_ns()}"
-    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out), *jobs],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "ACCEPTANCE_TEST_MARK": mark})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out), *jobs],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "ACCEPTANCE_TEST_MARK": mark},
+    )
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 2):
@@ -202,8 +219,9 @@ def test_kill_9_then_resume_gives_the_uninterrupted_results(tmp_path, jobs):
     resumed = acceptance("run", specs, "--out", out, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming: {done} of 6 cases" in resumed.stderr
-    assert _comparable(json.loads((out / "results.json").read_text())) == \
-        _comparable(json.loads((full / "results.json").read_text()))
+    assert _comparable(json.loads((out / "results.json").read_text())) == _comparable(
+        json.loads((full / "results.json").read_text())
+    )
 
 
 @pytest.mark.parametrize("jobs", [["--jobs", "1"], ["--jobs", "2"]], ids=["jobs1", "jobs2"])
@@ -215,8 +233,12 @@ def test_sigterm_leaves_an_interrupted_run_that_is_never_green(tmp_path, jobs):
     for path in specs.glob("ok*.yaml"):  # 0.4 s a case at least: still measuring when the signal comes
         path.write_text(path.read_text().replace("trials: 2", "trials: 40"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out), *jobs],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acceptance", "run", str(specs), "--out", str(out), *jobs],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     journal = out / "journal.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 1):

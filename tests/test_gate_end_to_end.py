@@ -14,8 +14,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance.session import results as results_mod
 from acceptance.cli import main
+from acceptance.session import results as results_mod
 
 SPECS = Path(__file__).parent / "mutation_specs"
 
@@ -171,8 +171,8 @@ def test_gelu_zero_tail_is_caught_by_ulp_and_max_error(run_results):
     assert {"max_ulp", "mean_ulp"} <= failed
     assert "diff1" not in failed
     (rec,) = [r for r in case.dual_delta if r.metric == "max_hyb"]
-    assert all(e >= b for e, b in zip(rec.delta_impl, rec.delta_baseline))
-    beyond = sum(e > rec.factor * max(b, rec.free) for e, b in zip(rec.delta_impl, rec.delta_baseline))
+    assert all(e >= b for e, b in zip(rec.delta_impl, rec.delta_baseline, strict=False))
+    beyond = sum(e > rec.factor * max(b, rec.free) for e, b in zip(rec.delta_impl, rec.delta_baseline, strict=False))
     if beyond == rec.trials:  # 2^-20 one-sided sign-test p-value: significant after Holm over this run
         assert "max_hyb" in failed
     elif beyond <= rec.trials // 2:  # no majority: the sign test cannot reject

@@ -41,21 +41,46 @@ def reference(x: np.ndarray, y: np.ndarray, precision: int, emin: int, integer: 
     def top(v):
         return float(v.max()) if v.size else 0.0
 
-    maxs = [top(d), top(rel), top(np.where(ay > REL_FLOOR, rel, 0.0)), top(np.where(ay > th, rel, 0.0)),
-            top(np.where(ay <= th, d, 0.0)), top(u), top(h), top(ax), top(ay)]
+    maxs = [
+        top(d),
+        top(rel),
+        top(np.where(ay > REL_FLOOR, rel, 0.0)),
+        top(np.where(ay > th, rel, 0.0)),
+        top(np.where(ay <= th, d, 0.0)),
+        top(u),
+        top(h),
+        top(ax),
+        top(ay),
+    ]
     rest = ~both
     nx, ny = np.isnan(x[rest]), np.isnan(y[rest])
     with np.errstate(invalid="ignore"):
-        counts = [int(both.sum()), int((x > y).sum()), int((x < y).sum()),
-                  int((nx & ny).sum() + (~nx & ~ny & (x[rest] == y[rest])).sum()), int((nx ^ ny).sum()),
-                  int((~nx & ~ny & (x[rest] != y[rest])).sum())]
+        counts = [
+            int(both.sum()),
+            int((x > y).sum()),
+            int((x < y).sum()),
+            int((nx & ny).sum() + (~nx & ~ny & (x[rest] == y[rest])).sum()),
+            int((nx ^ ny).sum()),
+            int((~nx & ~ny & (x[rest] != y[rest])).sum()),
+        ]
     return sums, maxs, counts
 
 
 def _kernel(e: np.ndarray, b: np.ndarray, codes, fmt, integer=False, th=None):
     sums, maxs, counts = np.zeros(6), np.zeros(9), np.zeros(6, dtype=np.int64)
-    host._kernel(e, b, codes[0], codes[1], fmt.precision, fmt.emin, integer,
-                 fmt.diff3_threshold if th is None else th, sums, maxs, counts)
+    host._kernel(
+        e,
+        b,
+        codes[0],
+        codes[1],
+        fmt.precision,
+        fmt.emin,
+        integer,
+        fmt.diff3_threshold if th is None else th,
+        sums,
+        maxs,
+        counts,
+    )
     return list(sums), list(maxs), [int(c) for c in counts]
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from acceptance.measure import engine
 from acceptance.errors import CaseError
 from acceptance.isolation.serve import FolderWatch
 from acceptance.isolation.worker import IMPL, REFERENCE, Call, Worker
+from acceptance.measure import engine
 
-KERNELS = textwrap.dedent('''
+KERNELS = textwrap.dedent("""
     import os, subprocess, sys, time
     import torch
 
@@ -46,7 +46,7 @@ KERNELS = textwrap.dedent('''
     def quick_child(x):
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         return x.clone()
-''')
+""")
 
 CPU = torch.device("cpu")
 
@@ -138,13 +138,18 @@ def test_a_write_to_the_output_folder_is_charged_to_the_call_that_made_it(kernel
     (out / "report.html").write_text("earlier run")
     x = torch.ones(2)
     with Worker(guard=out) as w:
-        calls = [Call("impl", ref(kernels, "times"), IMPL, {}, CPU),
-                 Call("baseline", ref(kernels, "writes"), REFERENCE, {"folder": str(out)}, CPU)]
+        calls = [
+            Call("impl", ref(kernels, "times"), IMPL, {}, CPU),
+            Call("baseline", ref(kernels, "writes"), REFERENCE, {"folder": str(out)}, CPU),
+        ]
         batch = w.submit(3, ((x,),), calls)
         batch.next()  # the impl wrote nothing
         (out / "journal.jsonl").write_text("{}\n")  # the run's own journal, between calls: not charged
-        with pytest.raises(CaseError, match=r"^baseline wrote to the output folder in trial 3 \(forged\.txt\); "
-                                            r"the files were removed$"):
+        with pytest.raises(
+            CaseError,
+            match=r"^baseline wrote to the output folder in trial 3 \(forged\.txt\); "
+            r"the files were removed$",
+        ):
             batch.next()
         assert not (out / "forged.txt").exists()
         # the journal appended by a call, and a changed report of an earlier run
@@ -186,8 +191,8 @@ def test_a_child_that_already_exited_is_not_a_child_left_running(kernels):
 def test_trials_in_flight_fill_the_window_and_give_the_same_trials(kernels):
     """With a worker that makes the inputs from the case's recipe, up to WINDOW trials are in flight while one is
     measured, and every trial holds the tensors of trials run one at a time in this process."""
-    from acceptance.spec.inputs import Recipe, generate
     from acceptance.spec import expand, load_spec
+    from acceptance.spec.inputs import Recipe, generate
 
     spec_file = kernels.parent / "window.yaml"
     spec_file.write_text(SPEC.format(name="window", impl="times").replace("trials: 12", "trials: 20"))
@@ -204,15 +209,17 @@ def test_trials_in_flight_fill_the_window_and_give_the_same_trials(kernels):
 
     roles = engine.Roles(ref(kernels, "times"), ref(kernels, "times"), ref(kernels, "times"))
     with Counting() as w:
-        got = [(t.impl[0], t.oracle[0]) for t in engine.run_trials(
-            roles, Recipe(case), 20, device=CPU, params={"k": 2.0}, oracle=True, executor=w)]
+        got = [
+            (t.impl[0], t.oracle[0])
+            for t in engine.run_trials(roles, Recipe(case), 20, device=CPU, params={"k": 2.0}, oracle=True, executor=w)
+        ]
     assert max(seen) == engine.WINDOW
     for t, (impl, oracle) in enumerate(got):
         a = generate(case, t)[0]
         assert torch.equal(impl, a * 2) and torch.equal(oracle, a.double() * 2)
 
 
-SPEC = textwrap.dedent('''
+SPEC = textwrap.dedent("""
     name: {name}
     category: arithmetic
     impl: k.py:{impl}
@@ -225,9 +232,9 @@ SPEC = textwrap.dedent('''
       - {{N: 64}}
       - {{N: 65}}
     trials: 12
-''')
+""")
 
-PIPELINE = textwrap.dedent('''
+PIPELINE = textwrap.dedent("""
     import os, torch
     CALLS = [0]
 
@@ -239,12 +246,15 @@ PIPELINE = textwrap.dedent('''
         if a.numel() == 64 and CALLS[0] >= 4:
             raise ValueError("fourth call")
         return a + b
-''')
+""")
 
 
 def _run(folder: Path, out: Path, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "acceptance", "run", str(folder), "--out", str(out), "--no-cache",
-                           *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "acceptance", "run", str(folder), "--out", str(out), "--no-cache", *args],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
     return {c["id"]: {k: v for k, v in c.items() if k != "timing"} for c in data["cases"]}
@@ -271,12 +281,13 @@ def test_a_case_that_breaks_with_trials_in_flight_leaves_the_next_cases_intact(t
 def test_a_case_sent_ahead_starts_with_the_window_when_its_trials_are_small(kernels):
     """Sent while the case before it is measured, a small case's first WINDOW trials go at once (the worker
     answers them back to back); a case whose inputs exceed START_BYTES starts with one."""
-    from acceptance.spec.inputs import Recipe
     from acceptance.spec import expand, load_spec
+    from acceptance.spec.inputs import Recipe
 
     spec_file = kernels.parent / "start.yaml"
-    spec_file.write_text(SPEC.format(name="start", impl="times").replace(
-        "  - {N: 64}\n  - {N: 65}", "  - {N: 64}\n  - {N: 131073}"))
+    spec_file.write_text(
+        SPEC.format(name="start", impl="times").replace("  - {N: 64}\n  - {N: 65}", "  - {N: 64}\n  - {N: 131073}")
+    )
     spec, problems = load_spec(spec_file)
     assert problems == [], problems
     small, large = expand([spec])

@@ -13,19 +13,18 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance.measure import engine
-from acceptance.spec import inputs
-from acceptance.measure import references as R
 from acceptance.cache import ReferenceCache
 from acceptance.cache.store import settle_shared, shared
-from acceptance.spec import expand, load_spec
 from acceptance.isolation.worker import Worker
+from acceptance.measure import engine
+from acceptance.measure import references as R
+from acceptance.spec import expand, inputs, load_spec
 
 BASE = dict(case="op[bfloat16-N=37]", dtype="bfloat16", seed=11, spec="spec-repr", generator="g" * 64, threads=1)
 FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
 CPU = torch.device("cpu")
 
-SPEC = textwrap.dedent('''
+SPEC = textwrap.dedent("""
     name: {name}
     category: arithmetic
     impl: k.py:first
@@ -38,7 +37,7 @@ SPEC = textwrap.dedent('''
     cases:
       - {{N: {n}}}
     seed: {seed}
-''')
+""")
 
 KERNELS = "def first(a, *rest):\n    return a.clone()\n"
 
@@ -155,7 +154,8 @@ def test_uncached_and_quantized_cases_make_their_inputs(tmp_path):
     off = ReferenceCache(tmp_path / "off", enabled=False)
     assert type(R.CaseReferences(off, dict(BASE), dict(FNS)).recipe(case, 2)) is inputs.Recipe
     folder = tmp_path / "specs"
-    (folder / "q.yaml").write_text(textwrap.dedent('''
+    (folder / "q.yaml").write_text(
+        textwrap.dedent("""
         name: qcase
         category: quantized
         impl: k.py:first
@@ -164,7 +164,8 @@ def test_uncached_and_quantized_cases_make_their_inputs(tmp_path):
         inputs:
           - {name: w, shape: [4, 64], dist: {normal: [0, 1]}, quant: q4_0}
         cases: [{}]
-    '''))
+    """)
+    )
     spec, problems = load_spec(folder / "q.yaml")
     assert problems == [], problems
     quantized = expand([spec])[0]
@@ -199,8 +200,9 @@ def test_the_worker_reads_the_inputs_from_the_cache_and_writes_those_it_made(tmp
     base = dict(BASE, case=planted_case.id)
     planted_refs = R.CaseReferences(cache, base, dict(FNS))
     planted = planted_refs.recipe(planted_case, 4)
-    plants = {t: tuple(x + 1 if x.is_floating_point() else x for x in inputs.generate(planted_case, t))
-              for t in range(4)}
+    plants = {
+        t: tuple(x + 1 if x.is_floating_point() else x for x in inputs.generate(planted_case, t)) for t in range(4)
+    }
     assert cache.put(planted.keys["all"], R._packed(plants))
     fresh_refs = R.CaseReferences(cache, dict(BASE, case=fresh_case.id), dict(FNS))
     fresh = fresh_refs.recipe(fresh_case, 4)

@@ -13,9 +13,9 @@ import pytest
 import scipy.stats
 import torch
 
-from acceptance.spec.inputs import _log, case_seed, draw, generate, integers, standard_normal
 from acceptance.formats.dtypes import round_to, to_tensor
 from acceptance.spec import Choice, Normal, RandInt, Sparse, Specials, Uniform, expand, load_specs
+from acceptance.spec.inputs import _log, case_seed, draw, generate, integers, standard_normal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +65,7 @@ def digest(tensors) -> str:
 
 
 def test_case_seed_is_the_documented_hash():
-    text = "3|matmul[float16-M=1-N=1-K=32]|5".encode()
+    text = b"3|matmul[float16-M=1-N=1-K=32]|5"
     expected = int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
     assert case_seed(3, "matmul[float16-M=1-N=1-K=32]", 5) == expected
     seeds = {case_seed(s, cid, t) for s in (0, 1) for cid in ("a[float16]", "a[float32]") for t in range(3)}
@@ -77,7 +77,7 @@ def test_same_trial_is_bit_identical_and_trials_differ(specs):
     case = expand(specs)[0]
     first, again, other = generate(case, 0), generate(case, 0), generate(case, 1)
     assert [bits_of(a) for a in first] == [bits_of(b) for b in again]
-    for a, b in zip(first, other):
+    for a, b in zip(first, other, strict=False):
         assert bits_of(a) != bits_of(b)
 
 
@@ -155,7 +155,7 @@ def test_normal_is_the_polar_method():
     # batch of 1001 values: 501 pairs, drawn as 501 + 167 + 8 = 676 x's then 676 y's
     xs = 2.0 * ((words[:676] >> np.uint64(11)) * 2.0**-53) - 1.0
     ys = 2.0 * ((words[676:1352] >> np.uint64(11)) * 2.0**-53) - 1.0
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=False):
         s = x * x + y * y
         if 0.0 < s < 1.0:
             f = math.sqrt(-2.0 * math.log(s) / s)
@@ -234,10 +234,24 @@ def test_generate_dtypes_shapes_and_integer_inputs(specs):
     big, small, empty = expand(specs, dtypes=["bfloat16"])
     u, g, idx, i8, mask, sp, spec, pick = generate(big, 0)
     assert [t.dtype for t in (u, g, idx, i8, mask, sp, spec, pick)] == [
-        torch.bfloat16, torch.bfloat16, torch.int64, torch.int8, torch.bool, torch.bfloat16, torch.bfloat16, torch.bfloat16
+        torch.bfloat16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int8,
+        torch.bool,
+        torch.bfloat16,
+        torch.bfloat16,
+        torch.bfloat16,
     ]
     assert [tuple(t.shape) for t in (u, g, idx, i8, mask, sp, spec, pick)] == [
-        (64, 20000), (20000,), (5000,), (5000,), (5000,), (20000,), (20000,), (5000,)
+        (64, 20000),
+        (20000,),
+        (5000,),
+        (5000,),
+        (5000,),
+        (20000,),
+        (20000,),
+        (5000,),
     ]
     assert all(t.is_contiguous() and t.device.type == "cpu" for t in (u, g, idx))
     assert idx.min() >= 0 and idx.max() <= 63 and len(idx.unique()) == 64  # randint [0, M), exclusive
@@ -264,8 +278,15 @@ def special_grid(dtype: str) -> np.ndarray:
     # exact midpoints between neighbours, and one float64 ulp either side
     reps = torch.from_numpy(x).float().to(getattr(torch, dtype)).double().unique().numpy()
     mid = (reps[:-1] + reps[1:]) / 2
-    return np.concatenate([x, mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf),
-                           [0.0, -0.0, np.inf, -np.inf, np.nan, float(info.max), -float(info.max)]])
+    return np.concatenate(
+        [
+            x,
+            mid,
+            np.nextafter(mid, np.inf),
+            np.nextafter(mid, -np.inf),
+            [0.0, -0.0, np.inf, -np.inf, np.nan, float(info.max), -float(info.max)],
+        ]
+    )
 
 
 def test_round_to_float16_matches_numpy():

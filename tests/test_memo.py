@@ -15,8 +15,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance.measure import memo, case as runner
 from acceptance.cli import main
+from acceptance.measure import case as runner
+from acceptance.measure import memo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,8 +85,7 @@ def measured(monkeypatch):
 
 
 def _run(specs: Path, out: Path, *flags: str) -> dict:
-    r = CliRunner().invoke(main, ["run", str(specs), "--out", str(out), "--jobs", "1", *flags],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(main, ["run", str(specs), "--out", str(out), "--jobs", "1", *flags], catch_exceptions=False)
     assert r.exit_code in (0, 1), r.output
     return json.loads((out / "results.json").read_text())
 
@@ -186,12 +186,23 @@ def test_trials_beyond_the_hold_limit_are_measured_as_they_come(tmp_path, monkey
 
 def test_the_key_text_is_the_same_in_every_process():
     """Sets are written sorted: their iteration order changes with the hash seed from process to process."""
-    code = ("import hashlib; from pathlib import Path; from acceptance import spec; from acceptance.measure import memo; "
-            "specs, _ = spec.load_specs(spec.discover([Path('operator_specs')])); "
-            "print(hashlib.sha256(''.join(memo._text(c) + memo._text(spec.rules_for(c)) "
-            "for c in spec.expand(specs)).encode()).hexdigest())")
-    seen = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
+    code = (
+        "import hashlib; from pathlib import Path; from acceptance import spec; from acceptance.measure import memo; "
+        "specs, _ = spec.load_specs(spec.discover([Path('operator_specs')])); "
+        "print(hashlib.sha256(''.join(memo._text(c) + memo._text(spec.rules_for(c)) "
+        "for c in spec.expand(specs)).encode()).hexdigest())"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in (1, 2, 3)
+    }
     assert len(seen) == 1 and len(next(iter(seen)).strip()) == 64
 
 
@@ -256,8 +267,7 @@ def test_outputs_off_the_host_are_not_digested():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_an_impl_on_the_gpu_reuses_its_measurement_and_in_process_outputs_are_measured(tmp_path, monkeypatch,
-                                                                                       measured):
+def test_an_impl_on_the_gpu_reuses_its_measurement_and_in_process_outputs_are_measured(tmp_path, monkeypatch, measured):
     """The worker sends a GPU impl's outputs to the host: a re-run with the same bits reuses the measurement.
     Under ``--no-isolation`` the outputs stay on the GPU and every run measures them."""
     monkeypatch.setenv("ACCEPTANCE_CACHE_DIR", str(tmp_path / "cache"))

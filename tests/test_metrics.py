@@ -24,8 +24,14 @@ FORMATS = {
     "float8_e4m3fn": (4, -6),
     "float8_e5m2": (3, -14),
 }
-THRESHOLD = {"float64": 1e-15, "float32": 1e-6, "bfloat16": 1e-3, "float16": 1e-4,
-             "float8_e4m3fn": 1e-2, "float8_e5m2": 1e-2}
+THRESHOLD = {
+    "float64": 1e-15,
+    "float32": 1e-6,
+    "bfloat16": 1e-3,
+    "float16": 1e-4,
+    "float8_e4m3fn": 1e-2,
+    "float8_e5m2": 1e-2,
+}
 SUMMED = ("diff1", "diff2", "mse", "nmse", "rms", "mean_abs", "mean_ulp", "mean_hyb", "normwise_rel", "snr_db")
 ERRORS = tuple(m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch", "snr_db"))
 
@@ -77,14 +83,14 @@ def reference(e, b, dtype: str) -> dict:
     big = np.abs(y) > th
     out = {
         "diff1": ratio(d.sum(), np.abs(y).sum()),
-        "diff2": math.sqrt(ratio(np.sum(d ** 2), np.sum(y ** 2))),
+        "diff2": math.sqrt(ratio(np.sum(d**2), np.sum(y**2))),
         "diff3": (mx(rel[big]), mx(d[~big])),
         "diff3_1": mx(rel),
         "diff3_2": mx(d),
         "diff4": (gt / (gt + lt), lt / (gt + lt), gt + lt) if gt + lt else (0.0, 0.0, 0),
-        "mse": mean(d ** 2),
-        "nmse": ratio(np.sum(d ** 2), np.sum(y ** 2)),
-        "rms": ratio(math.sqrt(np.sum(d ** 2)), math.sqrt(n) * max(mx(np.abs(x)), mx(np.abs(y)))),
+        "mse": mean(d**2),
+        "nmse": ratio(np.sum(d**2), np.sum(y**2)),
+        "rms": ratio(math.sqrt(np.sum(d**2)), math.sqrt(n) * max(mx(np.abs(x)), mx(np.abs(y)))),
         "max_abs": mx(d),
         "mean_abs": mean(d),
         "max_rel": mx(rel),
@@ -94,7 +100,7 @@ def reference(e, b, dtype: str) -> dict:
         "max_hyb": mx(d / (1 + np.abs(y))),
         "mean_hyb": mean(d / (1 + np.abs(y))),
         "normwise_rel": ratio(np.linalg.norm(d), np.linalg.norm(y)),
-        "snr_db": snr_db(np.sum(y ** 2), np.sum(d ** 2)),
+        "snr_db": snr_db(np.sum(y**2), np.sum(d**2)),
         "nan_mismatch": nan_mm,
         "inf_mismatch": inf_mm,
         "n": n,
@@ -145,8 +151,12 @@ def as_dtype(e: np.ndarray, b: np.ndarray, dtype: str, backend: str):
 
 
 # numpy has no bfloat16 or float8: those run as torch tensors only
-DTYPE_BACKENDS = [(d, b) for d in ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn")
-                  for b in ("numpy", "torch") if b == "torch" or d in ("float32", "float64", "float16")]
+DTYPE_BACKENDS = [
+    (d, b)
+    for d in ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn")
+    for b in ("numpy", "torch")
+    if b == "torch" or d in ("float32", "float64", "float16")
+]
 
 
 @pytest.mark.parametrize("dtype,backend", DTYPE_BACKENDS)
@@ -218,15 +228,18 @@ def test_blocks_cut_any_layout_alike_in_c_order(shape, block):
     assert all(c == cuts[0] for c in cuts)
 
 
-@pytest.mark.parametrize(("e_dtype", "b_dtype", "dtype"), [
-    ("float16", "float64", "float16"),
-    ("float32", "float64", "float32"),
-    ("bfloat16", "float32", "bfloat16"),
-    ("float16", "bfloat16", "float16"),
-    ("float8_e5m2", "float32", "float8_e5m2"),
-    ("float32", "float16", "bfloat16"),
-    ("int32", "float32", "float32"),
-])
+@pytest.mark.parametrize(
+    ("e_dtype", "b_dtype", "dtype"),
+    [
+        ("float16", "float64", "float16"),
+        ("float32", "float64", "float32"),
+        ("bfloat16", "float32", "bfloat16"),
+        ("float16", "bfloat16", "float16"),
+        ("float8_e5m2", "float32", "float8_e5m2"),
+        ("float32", "float16", "bfloat16"),
+        ("int32", "float32", "float32"),
+    ],
+)
 def test_mixed_input_dtypes_compare_exact_values(e_dtype, b_dtype, dtype):
     e, b = sample(11, (300,), rel=0.1)
     te = torch.from_numpy(np.where(b == 0, 0, e * 100)).to(getattr(torch, e_dtype))
@@ -279,7 +292,12 @@ def test_every_float16_and_bfloat16_bit_pattern_through_compute():
     assert want["n"] > 60000 and want["special_matched"] > 0 and want["nan_mismatch"] > 0
     got = M.compute(e, b, dtype="float32")
     assert (got["n"], got["special_matched"], got["nan_mismatch"], got["inf_mismatch"], got["diff4"]) == (
-        want["n"], want["special_matched"], want["nan_mismatch"], want["inf_mismatch"], want["diff4"])
+        want["n"],
+        want["special_matched"],
+        want["nan_mismatch"],
+        want["inf_mismatch"],
+        want["diff4"],
+    )
     finite = torch.isfinite(e) & torch.isfinite(b)
     e, b = e[finite], b[finite]
     assert_matches(M.compute(e, b, dtype="float32"), reference(e.double(), b.double(), "float32"))

@@ -20,9 +20,8 @@ ERRORS = [m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismat
 
 def both_paths(e, b, **kw) -> list[dict]:
     """compute() and the torch reduction on CPU, which must agree."""
-    fmt = dtypes.lookup((kw.get("dtype") or torch.as_tensor(e).dtype))
-    return [M.compute(e, b, **kw), finalize(device.reduce(torch.as_tensor(e), torch.as_tensor(b), fmt),
-                                               M.METRICS)]
+    fmt = dtypes.lookup(kw.get("dtype") or torch.as_tensor(e).dtype)
+    return [M.compute(e, b, **kw), finalize(device.reduce(torch.as_tensor(e), torch.as_tensor(b), fmt), M.METRICS)]
 
 
 # ----------------------------------------------------------------------------- diff1..diff4 by hand
@@ -48,8 +47,8 @@ def test_small_example_every_metric_by_hand():
         assert got["normwise_rel"] == pytest.approx(1.5 / 4.5, rel=1e-15)
         assert got["snr_db"] == pytest.approx(10 * math.log10(20.25 / 2.25), rel=1e-15)  # 10·log10(9) dB
         # float32 spacing: at 2 (b=2.5 vs e=2) 2^-22 → .5·2^22; at 3 → 2^-22 → 2^22; at 1 → 2^-23 → 2^23
-        assert got["max_ulp"] == 2.0 ** 23
-        assert got["mean_ulp"] == (0 + 2.0 ** 21 + 2.0 ** 22 + 2.0 ** 23) / 4
+        assert got["max_ulp"] == 2.0**23
+        assert got["mean_ulp"] == (0 + 2.0**21 + 2.0**22 + 2.0**23) / 4
         assert (got["n"], got["special_matched"], got["nan_mismatch"], got["inf_mismatch"]) == (4, 0, 0, 0)
 
 
@@ -87,8 +86,12 @@ def test_diff3_threshold_table_is_reasoned_from_unit_roundoff():
     assert (th["float32"], th["float16"]) == (1e-6, 1e-4)  # MLU-OPS
     # the others: the MLU-OPS value of the nearest given dtype scaled by the unit roundoff ratio,
     # rounded to the nearest power of ten
-    for name, base, p_base, p in [("bfloat16", 1e-4, 11, 8), ("float8_e4m3fn", 1e-4, 11, 4),
-                                  ("float8_e5m2", 1e-4, 11, 3), ("float64", 1e-6, 24, 53)]:
+    for name, base, p_base, p in [
+        ("bfloat16", 1e-4, 11, 8),
+        ("float8_e4m3fn", 1e-4, 11, 4),
+        ("float8_e5m2", 1e-4, 11, 3),
+        ("float64", 1e-6, 24, 53),
+    ]:
         assert th[name] == 10.0 ** round(math.log10(base * 2.0 ** (p_base - p)))
     assert th["int32"] == th["bool"] == 0.0
 
@@ -112,8 +115,23 @@ def test_max_rel_floor_ignores_small_baselines():
 def neighbours(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Pairs (x, nextafter(x, ·)) in ``dtype``: around 1, 2^k, the largest finite, subnormals and zero."""
     fi = torch.finfo(dtype)
-    xs = torch.tensor([1.0, 2.0, 0.5, 3.0, 1024.0, fi.max, fi.tiny, fi.tiny * 2, fi.smallest_normal,
-                       fi.smallest_normal / 2, fi.smallest_normal * 3 / 4, 0.0], dtype=torch.float64)
+    xs = torch.tensor(
+        [
+            1.0,
+            2.0,
+            0.5,
+            3.0,
+            1024.0,
+            fi.max,
+            fi.tiny,
+            fi.tiny * 2,
+            fi.smallest_normal,
+            fi.smallest_normal / 2,
+            fi.smallest_normal * 3 / 4,
+            0.0,
+        ],
+        dtype=torch.float64,
+    )
     subnormal = torch.nextafter(torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype))
     x = torch.cat([xs.to(dtype), subnormal.reshape(1), (2 * subnormal).reshape(1)])
     x = torch.cat([x, -x])
@@ -123,8 +141,15 @@ def neighbours(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return x[torch.isfinite(y)], y[torch.isfinite(y)]
 
 
-@pytest.mark.parametrize("dtype,backend", [(d, b) for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-                                           for b in ("numpy", "torch") if b == "torch" or d != torch.bfloat16])
+@pytest.mark.parametrize(
+    "dtype,backend",
+    [
+        (d, b)
+        for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+        for b in ("numpy", "torch")
+        if b == "torch" or d != torch.bfloat16
+    ],
+)
 def test_neighbouring_values_are_one_ulp_apart_both_ways(dtype, backend):
     x, y = neighbours(dtype)
     if backend == "numpy":  # numpy has no bfloat16
@@ -135,8 +160,17 @@ def test_neighbouring_values_are_one_ulp_apart_both_ways(dtype, backend):
         assert (got["max_ulp"], got["mean_ulp"], got["n"]) == (1.0, 1.0, len(x))  # max 1 and mean 1: each is 1
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
-                                   torch.float8_e4m3fnuz, torch.float8_e5m2fnuz])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float16,
+        torch.bfloat16,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz,
+    ],
+)
 def test_every_pair_of_neighbours_of_a_small_format_is_one_ulp_apart(dtype):
     """Exhaustive: all finite values of the format sorted, each next to its successor (zero crossing included)."""
     bits = np.arange(2 ** (8 * dtype.itemsize)).astype(np.uint16 if dtype.itemsize == 2 else np.uint8)
@@ -170,12 +204,12 @@ def test_ulp_agrees_with_numpy_spacing(dtype):
 
 
 def test_ulp_refers_to_the_output_dtype():
-    e = np.array([1.0 + 2.0 ** -10], dtype=np.float64)
+    e = np.array([1.0 + 2.0**-10], dtype=np.float64)
     b = np.array([1.0], dtype=np.float64)
     assert M.compute(e, b, dtype="float16")["max_ulp"] == 1.0
-    assert M.compute(e, b, dtype=torch.bfloat16)["max_ulp"] == 2.0 ** -3
-    assert M.compute(e, b, dtype=np.float32)["max_ulp"] == 2.0 ** 13
-    assert M.compute(e, b)["max_ulp"] == 2.0 ** 42
+    assert M.compute(e, b, dtype=torch.bfloat16)["max_ulp"] == 2.0**-3
+    assert M.compute(e, b, dtype=np.float32)["max_ulp"] == 2.0**13
+    assert M.compute(e, b)["max_ulp"] == 2.0**42
 
 
 def test_float64_ulp_beyond_the_float64_range_saturates_to_inf():
@@ -199,14 +233,17 @@ def test_nan_and_inf_placements():
         assert got["snr_db"] == -INF  # a score: the worst is -inf
 
 
-@pytest.mark.parametrize(("e", "b", "nan_mm", "inf_mm"), [
-    ([NAN], [3.0], 1, 0),
-    ([3.0], [NAN], 1, 0),
-    ([NAN], [INF], 1, 0),
-    ([INF], [3.0], 0, 1),
-    ([-INF], [INF], 0, 1),
-    ([1e-9], [-INF], 0, 1),  # tiny |b| region or not, a mismatch makes both diff3 sides inf
-])
+@pytest.mark.parametrize(
+    ("e", "b", "nan_mm", "inf_mm"),
+    [
+        ([NAN], [3.0], 1, 0),
+        ([3.0], [NAN], 1, 0),
+        ([NAN], [INF], 1, 0),
+        ([INF], [3.0], 0, 1),
+        ([-INF], [INF], 0, 1),
+        ([1e-9], [-INF], 0, 1),  # tiny |b| region or not, a mismatch makes both diff3 sides inf
+    ],
+)
 def test_any_single_mismatch_makes_every_error_infinite(e, b, nan_mm, inf_mm):
     for got in both_paths(np.array(e + [1.0, 2.0]), np.array(b + [1.0, 2.5])):
         assert (got["nan_mismatch"], got["inf_mismatch"], got["n"]) == (nan_mm, inf_mm, 2)
@@ -279,7 +316,7 @@ def test_zero_dimensional_inputs_are_one_element(backend):
     got = M.compute(e, b)
     assert (got["n"], got["max_abs"], got["max_rel"], got["diff4"]) == (1, 2.5, 2.5, (1.0, 0.0, 1))
     assert got["rms"] == 2.5 / 1.5
-    assert got["max_ulp"] == 2.5 * 2.0 ** 23  # spacing at min(|e|, |b|) = 1 is 2^-23
+    assert got["max_ulp"] == 2.5 * 2.0**23  # spacing at min(|e|, |b|) = 1 is 2^-23
 
 
 def test_float64_overflow_gives_inf_never_nan_nor_warnings():
@@ -310,31 +347,43 @@ def test_names_select_metrics_and_counts_always_come_back():
     assert M.compute(e, b, names=[])["below"] == 1
 
 
-@pytest.mark.parametrize("spelling", ["float16", "half", "torch.float16", torch.float16, np.float16,
-                                      np.dtype("float16"), "FP16"])
+@pytest.mark.parametrize(
+    "spelling", ["float16", "half", "torch.float16", torch.float16, np.float16, np.dtype("float16"), "FP16"]
+)
 def test_dtype_spellings(spelling):
-    got = M.compute(np.array([1.0, 2.0]), np.array([1.0 + 2 ** -10, 2.0]), dtype=spelling)
+    got = M.compute(np.array([1.0, 2.0]), np.array([1.0 + 2**-10, 2.0]), dtype=spelling)
     assert got["max_ulp"] == 1.0
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(evaluated=np.zeros(3), baseline=np.zeros(4)), "shape mismatch: evaluated (3,) vs baseline (4,)"),
-    (dict(evaluated=np.zeros(3), baseline=np.zeros(3), names=["max_abs", "bogus"]), "unknown metric name(s) 'bogus'"),
-    (dict(evaluated=np.zeros(3), baseline=np.zeros(3), names=["n"]), "unknown metric name(s) 'n'"),
-    (dict(evaluated=np.zeros(3), baseline=np.zeros(3), names=3), "names must be an iterable"),
-    (dict(evaluated=np.array(["a", "b"]), baseline=np.zeros(2)), "evaluated: dtype <U1 is not supported"),
-    (dict(evaluated=np.zeros(2), baseline=np.array([None, 1])), "baseline: dtype object is not supported"),
-    (dict(evaluated=np.zeros(2, np.complex64), baseline=np.zeros(2)), "evaluated: dtype complex64"),
-    (dict(evaluated=torch.zeros(2, dtype=torch.complex64), baseline=torch.zeros(2)),
-     "evaluated: dtype torch.complex64"),
-    (dict(evaluated="1.0", baseline=np.zeros(())), "evaluated: dtype <U3 is not supported"),
-    (dict(evaluated=[[1.0], [1.0, 2.0]], baseline=np.zeros(2)), "evaluated: cannot be read as an array"),
-    (dict(evaluated=np.zeros(2), baseline=np.zeros(2), dtype="float7"), "dtype 'float7' is not supported"),
-    (dict(evaluated=np.zeros(2), baseline=np.zeros(2), dtype=object()), "is not a dtype"),
-    (dict(evaluated=np.zeros(2), baseline=np.zeros(2), dtype=torch.complex64), "is not supported"),
-    (dict(evaluated=torch.zeros(2, device="meta"), baseline=np.zeros(2)), "evaluated: a meta tensor holds no values"),
-    (dict(evaluated=torch.zeros(2).to_sparse(), baseline=torch.zeros(2)), "evaluated: torch.sparse_coo tensors"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(evaluated=np.zeros(3), baseline=np.zeros(4)), "shape mismatch: evaluated (3,) vs baseline (4,)"),
+        (
+            dict(evaluated=np.zeros(3), baseline=np.zeros(3), names=["max_abs", "bogus"]),
+            "unknown metric name(s) 'bogus'",
+        ),
+        (dict(evaluated=np.zeros(3), baseline=np.zeros(3), names=["n"]), "unknown metric name(s) 'n'"),
+        (dict(evaluated=np.zeros(3), baseline=np.zeros(3), names=3), "names must be an iterable"),
+        (dict(evaluated=np.array(["a", "b"]), baseline=np.zeros(2)), "evaluated: dtype <U1 is not supported"),
+        (dict(evaluated=np.zeros(2), baseline=np.array([None, 1])), "baseline: dtype object is not supported"),
+        (dict(evaluated=np.zeros(2, np.complex64), baseline=np.zeros(2)), "evaluated: dtype complex64"),
+        (
+            dict(evaluated=torch.zeros(2, dtype=torch.complex64), baseline=torch.zeros(2)),
+            "evaluated: dtype torch.complex64",
+        ),
+        (dict(evaluated="1.0", baseline=np.zeros(())), "evaluated: dtype <U3 is not supported"),
+        (dict(evaluated=[[1.0], [1.0, 2.0]], baseline=np.zeros(2)), "evaluated: cannot be read as an array"),
+        (dict(evaluated=np.zeros(2), baseline=np.zeros(2), dtype="float7"), "dtype 'float7' is not supported"),
+        (dict(evaluated=np.zeros(2), baseline=np.zeros(2), dtype=object()), "is not a dtype"),
+        (dict(evaluated=np.zeros(2), baseline=np.zeros(2), dtype=torch.complex64), "is not supported"),
+        (
+            dict(evaluated=torch.zeros(2, device="meta"), baseline=np.zeros(2)),
+            "evaluated: a meta tensor holds no values",
+        ),
+        (dict(evaluated=torch.zeros(2).to_sparse(), baseline=torch.zeros(2)), "evaluated: torch.sparse_coo tensors"),
+    ],
+)
 def test_bad_input_raises_value_error_naming_the_problem(kwargs, message):
     with pytest.raises(ValueError) as info:
         M.compute(**kwargs)
@@ -342,10 +391,10 @@ def test_bad_input_raises_value_error_naming_the_problem(kwargs, message):
 
 
 def test_default_dtype_is_the_evaluated_ones():
-    e = torch.tensor([1.0 + 2 ** -7], dtype=torch.bfloat16)
+    e = torch.tensor([1.0 + 2**-7], dtype=torch.bfloat16)
     b = torch.tensor([1.0], dtype=torch.float64)
     assert M.compute(e, b)["max_ulp"] == 1.0
-    assert M.compute(b, e)["max_ulp"] == 2.0 ** 45
+    assert M.compute(b, e)["max_ulp"] == 2.0**45
 
 
 @pytest.mark.cuda

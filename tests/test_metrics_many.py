@@ -8,10 +8,10 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from test_metrics import assert_matches, reference
 
 from acceptance.numerics import metrics as M
 from acceptance.numerics.metrics import host, many
-from test_metrics import assert_matches, reference
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -22,10 +22,11 @@ SHAPES = [(), (0,), (1,), (7,), (3, 0, 2), (31, 17), (2, 3, 5, 7), (4097,)]
 def same(a, b) -> bool:
     """Equal values, a NaN equal to a NaN, floats compared bit for bit (the sign of zero included)."""
     if isinstance(a, (tuple, list)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, float) or isinstance(b, float):
-        return type(a) is type(b) and (math.isnan(a) and math.isnan(b) or
-                                        np.float64(a).tobytes() == np.float64(b).tobytes())
+        return type(a) is type(b) and (
+            math.isnan(a) and math.isnan(b) or np.float64(a).tobytes() == np.float64(b).tobytes()
+        )
     return type(a) is type(b) and a == b
 
 
@@ -69,15 +70,19 @@ def test_every_pair_is_exactly_what_compute_gives(dtype, shape, specials):
     rng = np.random.default_rng(zlib.crc32(repr((dtype, shape, specials)).encode()))
     b = tensor(rng, shape, dtype, specials)
     e = nearby(rng, b)
-    o = b.double() + torch.from_numpy(np.asarray(1e-4 * rng.standard_normal(shape)))  # an oracle-like float64 third operand
+    o = b.double() + torch.from_numpy(
+        np.asarray(1e-4 * rng.standard_normal(shape))
+    )  # an oracle-like float64 third operand
     pairs = [(e, b), (e, o), (b, o), (o, e), (e, e)]
     got = M.compute_many(pairs, dtype=dtype)
-    for (x, y), g in zip(pairs, got):
+    for (x, y), g in zip(pairs, got, strict=False):
         assert_same(g, M.compute(x, y, dtype=dtype))
     batch = M.Batch()
     for x, y in pairs:  # per-pair dtypes and names, operands shared across calls
-        assert_same(batch.compute(x, y, dtype="float32", names=["max_ulp", "mean_ulp"]),
-                    M.compute(x, y, dtype="float32", names=["max_ulp", "mean_ulp"]))
+        assert_same(
+            batch.compute(x, y, dtype="float32", names=["max_ulp", "mean_ulp"]),
+            M.compute(x, y, dtype="float32", names=["max_ulp", "mean_ulp"]),
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
@@ -94,8 +99,15 @@ def test_hand_computed_pair():
     b = torch.tensor([1.0, 1.0, 5.0, float("nan")], dtype=torch.float32)
     (m,) = M.compute_many([(e, b)], names=["max_abs", "mean_abs", "diff1"])
     # |e-b| = 0, 1, 1 over the 3 finite positions; Σ|b| = 7; the NaN pair is matched
-    assert m == {"diff1": 2 / 7, "max_abs": 1.0, "mean_abs": 2 / 3, "n": 3, "special_matched": 1,
-                 "above": 1, "below": 1}
+    assert m == {
+        "diff1": 2 / 7,
+        "max_abs": 1.0,
+        "mean_abs": 2 / 3,
+        "n": 3,
+        "special_matched": 1,
+        "above": 1,
+        "below": 1,
+    }
 
 
 def test_numpy_operands_non_contiguous_and_big_endian():
@@ -103,7 +115,7 @@ def test_numpy_operands_non_contiguous_and_big_endian():
     b = rng.standard_normal((40, 30))
     e = b * (1 + 1e-3 * rng.standard_normal((40, 30)))
     pairs = [(e.T, b.T), (e[::2], b[::2].astype(">f8")), (e.astype(np.float32), b)]
-    for (x, y), g in zip(pairs, M.compute_many(pairs, dtype="float32")):
+    for (x, y), g in zip(pairs, M.compute_many(pairs, dtype="float32"), strict=False):
         assert_same(g, M.compute(x, y, dtype="float32"))
         assert_matches(g, reference(x, y, "float32"))
 
@@ -144,5 +156,5 @@ def test_device_pairs_give_what_compute_gives():
     e = nearby(rng, b)
     o = b.double()
     pairs = [(e.cuda(), b), (e.cuda(), o.cuda()), (b, o)]
-    for (x, y), g in zip(pairs, M.compute_many(pairs, dtype="float32")):
+    for (x, y), g in zip(pairs, M.compute_many(pairs, dtype="float32"), strict=False):
         assert_same(g, M.compute(x, y, dtype="float32"))

@@ -45,8 +45,10 @@ def operands(dtype: torch.dtype, n: int, seed: int) -> tuple[torch.Tensor, torch
     span = 12 if dtype == torch.float16 else 30
 
     def draw(scale: int) -> torch.Tensor:
-        return (torch.randn(n, generator=g, dtype=torch.float64)
-                * torch.exp2(torch.randint(-scale, scale // 3, (n,), generator=g).double())).to(dtype)
+        return (
+            torch.randn(n, generator=g, dtype=torch.float64)
+            * torch.exp2(torch.randint(-scale, scale // 3, (n,), generator=g).double())
+        ).to(dtype)
 
     a, b, c = draw(span), draw(span), draw(2 * span)
     c[: n // 4] = -(a[: n // 4].double() * b[: n // 4].double()).to(dtype)
@@ -59,7 +61,7 @@ def test_fma_is_correctly_rounded(dtype):
     a, b, c = operands(dtype, 3000, seed=7)
     got = mk.fma(a, b, c)
     assert got.dtype == dtype
-    for x, y, z, r in zip(a.tolist(), b.tolist(), c.tolist(), got.tolist()):
+    for x, y, z, r in zip(a.tolist(), b.tolist(), c.tolist(), got.tolist(), strict=False):
         exact = Fraction(x) * Fraction(y) + Fraction(z)
         assert Fraction(r) == round_nearest_even(exact, p, emin), (x, y, z, r)
 
@@ -91,7 +93,7 @@ def test_horner_fma_evaluates_the_same_polynomial():
     x = torch.linspace(-1, 1, 257, dtype=torch.float32)
     for fn in (mk.horner, mk.horner_fma):
         got = fn(x)
-        for xi, yi in zip(x.tolist(), got.tolist()):
+        for xi, yi in zip(x.tolist(), got.tolist(), strict=False):
             exact = sum(Fraction(c) * Fraction(xi) ** (8 - k) for k, c in enumerate(mk.POLY))
             assert abs(Fraction(yi) - exact) <= 4 * 2.0**-23 * abs(exact)
 
@@ -113,8 +115,9 @@ def test_exp_truncating_rounds_toward_zero():
     got = mk.exp_truncating(x).numpy()
     y = torch.exp(x.float()).numpy()  # the float32 value being converted
     nearest = y.astype(np.float16)
-    toward_zero = np.where(np.abs(nearest.astype(np.float32)) > np.abs(y),
-                           np.nextafter(nearest, np.float16(0)), nearest)
+    toward_zero = np.where(
+        np.abs(nearest.astype(np.float32)) > np.abs(y), np.nextafter(nearest, np.float16(0)), nearest
+    )
     np.testing.assert_array_equal(got, toward_zero)
     assert (got != nearest).mean() > 0.3  # about half the conversions differ from round-to-nearest
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance.session import results as results_mod
 from acceptance.cli import main
+from acceptance.session import results as results_mod
 
 SPECS = Path(__file__).parent / "mutation_specs"
 SEEDS = range(20)
@@ -37,12 +37,16 @@ def expected(operator: str) -> str:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_bug_fails_and_every_variant_passes(seed, tmp_path):
-    result = CliRunner().invoke(main, ["run", str(SPECS), "--seed", str(seed), "--out", str(tmp_path),
-                                       "--no-isolation"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["run", str(SPECS), "--seed", str(seed), "--out", str(tmp_path), "--no-isolation"], catch_exceptions=False
+    )
     res = results_mod.load(tmp_path / "results.json")
     assert result.exit_code == 1  # the bugs fail the run
     assert {c.operator for c in res.cases} == {p.stem for p in SPECS.glob("*.yaml")}
     assert all(c.seed == seed for c in res.cases)
-    wrong = [f"{c.id}: {c.verdict}, expected {expected(c.operator)}; " + " | ".join(c.reasons[:3])
-             for c in res.cases if c.verdict != expected(c.operator)]
+    wrong = [
+        f"{c.id}: {c.verdict}, expected {expected(c.operator)}; " + " | ".join(c.reasons[:3])
+        for c in res.cases
+        if c.verdict != expected(c.operator)
+    ]
     assert not wrong, f"seed {seed}:\n" + "\n".join(wrong)

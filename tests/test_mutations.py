@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mutants  # noqa: E402
+
 from acceptance import DualDeltaResult, dual_delta
 from acceptance.numerics import stats  # noqa: E402
 from acceptance.records import DualDeltaRecord  # noqa: E402
@@ -27,11 +28,20 @@ from acceptance.spec import defaults  # noqa: E402
 BY_NAME = {c.name: c for c in mutants.CASES}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def result(name: str) -> DualDeltaResult:
     case = BY_NAME[name]
-    return dual_delta(case.impl, case.baseline, None, case.inputs, list(defaults.DEFAULT_METRICS), case.trials,
-                      dtype=case.dtype, seed=0, impl_device="cpu")
+    return dual_delta(
+        case.impl,
+        case.baseline,
+        None,
+        case.inputs,
+        list(defaults.DEFAULT_METRICS),
+        case.trials,
+        dtype=case.dtype,
+        seed=0,
+        impl_device="cpu",
+    )
 
 
 def key_record(res: DualDeltaResult) -> DualDeltaRecord:
@@ -44,13 +54,20 @@ def table() -> str:
     for case in mutants.CASES:
         res = result(case.name)
         key = key_record(res)
-        rows.append((
-            case.name, case.kind, case.expected, "pass" if res.passed else "fail", key.metric,
-            f"{stats.mean_ratio(key.delta_impl, key.delta_baseline):.3g}",
-            f"{min(r.p_adjusted for r in res.records):.2g}", key.conclusion,
-        ))
+        rows.append(
+            (
+                case.name,
+                case.kind,
+                case.expected,
+                "pass" if res.passed else "fail",
+                key.metric,
+                f"{stats.mean_ratio(key.delta_impl, key.delta_baseline):.3g}",
+                f"{min(r.p_adjusted for r in res.records):.2g}",
+                key.conclusion,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1] for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
 
 
 @pytest.mark.parametrize("name", [c.name for c in mutants.CASES if c.kind == "bug"])
@@ -102,9 +119,18 @@ def test_scale_bias_shifts_every_trial_by_the_expected_amount():
 
 def test_fp16_accumulation_error_grows_like_sqrt_k():
     """Relative error of a float16 running sum ~ sqrt(K/16) u: 16x the length, ~4x the error."""
+
     def median_error(k: int) -> float:
-        res = dual_delta(mutants.matmul_fp16_accumulate, mutants.matmul, None, mutants.matmul_inputs(8, k, 8),
-                         "mean_hyb", 20, dtype=torch.float16, impl_device="cpu")
+        res = dual_delta(
+            mutants.matmul_fp16_accumulate,
+            mutants.matmul,
+            None,
+            mutants.matmul_inputs(8, k, 8),
+            "mean_hyb",
+            20,
+            dtype=torch.float16,
+            impl_device="cpu",
+        )
         return float(np.median(res.delta_impl["mean_hyb"]))
 
     growth = median_error(4096) / median_error(256)
@@ -125,8 +151,10 @@ def test_flush_to_zero_has_products_to_flush():
     a, b = (t.half() for t in mutants.small_matmul_inputs(torch.Generator().manual_seed(0)))
     fraction = mutants.count_subnormal_products(a, b) / (32 * 128 * 32)
     assert 0.05 < fraction < 0.2
-    assert not torch.equal(mutants.matmul_flush_subnormal_products(a, b).float(),
-                           (a.float() @ b.float()).half().float()) or fraction > 0
+    assert (
+        not torch.equal(mutants.matmul_flush_subnormal_products(a, b).float(), (a.float() @ b.float()).half().float())
+        or fraction > 0
+    )
 
 
 def test_lost_updates_really_lose_updates():

@@ -11,31 +11,52 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fixtures.report_results import mixed_results
 
-from acceptance.decide import regression
 from acceptance.cli import main
+from acceptance.decide import regression
 from acceptance.records import PerfRecord
 from acceptance.report.junit import render_junit
-from fixtures.report_results import mixed_results
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = Path(__file__).resolve().parent / "bench_kernels.py"
 FAST = ["--min-time", "0.05", "--min-runs", "5", "--warmup-time", "0", "--device", "cpu", "--no-isolation"]
-XSD = next((p for p in (ROOT.parent / "shared" / "schemas" / "junit-10.xsd",
-                        ROOT.parent.parent / "shared" / "schemas" / "junit-10.xsd") if p.exists()), None)
+XSD = next(
+    (
+        p
+        for p in (
+            ROOT.parent / "shared" / "schemas" / "junit-10.xsd",
+            ROOT.parent.parent / "shared" / "schemas" / "junit-10.xsd",
+        )
+        if p.exists()
+    ),
+    None,
+)
 
 
 def perf(median, p10, p90, device="cpu", timer="perf_counter") -> PerfRecord:
-    return PerfRecord(timer=timer, device=device, runs=20, warmup_runs=1, median_s=median, min_s=p10 * 0.9,
-                      p10_s=p10, p90_s=p90, mean_s=median)
+    return PerfRecord(
+        timer=timer,
+        device=device,
+        runs=20,
+        warmup_runs=1,
+        median_s=median,
+        min_s=p10 * 0.9,
+        p10_s=p10,
+        p90_s=p90,
+        mean_s=median,
+    )
 
 
-@pytest.mark.parametrize("new, ratio, separated, slower", [
-    (perf(1.5e-3, 1.3e-3, 1.7e-3), 1.5, True, True),       # 1.5x, p10 1.3 ms > base p90 1.1 ms
-    (perf(1.4e-3, 1.05e-3, 1.9e-3), 1.4, False, False),    # 1.4x but p10 1.05 ms < 1.1 ms: spreads overlap
-    (perf(1.2e-3, 1.15e-3, 1.3e-3), 1.2, True, False),     # separated, but 1.2x <= 1.25x
-    (perf(0.5e-3, 0.45e-3, 0.55e-3), 0.5, False, False),   # faster: reported, never a regression
-])
+@pytest.mark.parametrize(
+    "new, ratio, separated, slower",
+    [
+        (perf(1.5e-3, 1.3e-3, 1.7e-3), 1.5, True, True),  # 1.5x, p10 1.3 ms > base p90 1.1 ms
+        (perf(1.4e-3, 1.05e-3, 1.9e-3), 1.4, False, False),  # 1.4x but p10 1.05 ms < 1.1 ms: spreads overlap
+        (perf(1.2e-3, 1.15e-3, 1.3e-3), 1.2, True, False),  # separated, but 1.2x <= 1.25x
+        (perf(0.5e-3, 0.45e-3, 0.55e-3), 0.5, False, False),  # faster: reported, never a regression
+    ],
+)
 def test_perf_ratio_median_and_separation_by_hand(new, ratio, separated, slower):
     base = perf(1.0e-3, 0.9e-3, 1.1e-3)
     r = regression.perf_ratio(base, new)
@@ -45,8 +66,9 @@ def test_perf_ratio_median_and_separation_by_hand(new, ratio, separated, slower)
 
 
 def test_timings_of_different_devices_are_shown_but_never_flagged():
-    r = regression.perf_ratio(perf(1e-3, 0.9e-3, 1.1e-3), perf(5e-3, 4.9e-3, 5.1e-3, device="cuda:0",
-                                                                 timer="cuda_events"))
+    r = regression.perf_ratio(
+        perf(1e-3, 0.9e-3, 1.1e-3), perf(5e-3, 4.9e-3, 5.1e-3, device="cuda:0", timer="cuda_events")
+    )
     assert r.ratio == pytest.approx(5.0) and r.separated and not r.slower
     assert r.note == "timed on cuda:0 (cuda_events), base on cpu (perf_counter): not compared"
 
@@ -76,7 +98,8 @@ def test_no_false_slowdown_between_samples_of_one_distribution_and_a_tight_shift
 def _bench_spec(folder: Path, sleep: float) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "sleepy.yaml"
-    path.write_text(f"""\
+    path.write_text(
+        f"""\
 name: sleepy_matmul
 category: composite
 impl: {KERNELS}:matmul_slowed
@@ -91,7 +114,9 @@ cases:
 dual_delta: {{enabled: false}}
 perf:
   flops: 2*M*N*K
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -102,10 +127,30 @@ def benched(tmp_path_factory):
     cli = CliRunner()
     base = cli.invoke(main, ["bench", str(_bench_spec(root / "s10", 0.01)), "--out", str(root / "base"), *FAST])
     assert base.exit_code == 0, base.output
-    same = cli.invoke(main, ["bench", str(_bench_spec(root / "s10", 0.01)), "--out", str(root / "same"), *FAST,
-                             "--compare-to", str(root / "base")])
-    slow = cli.invoke(main, ["bench", str(_bench_spec(root / "s30", 0.03)), "--out", str(root / "slow"), *FAST,
-                             "--compare-to", str(root / "base" / "results.json")])
+    same = cli.invoke(
+        main,
+        [
+            "bench",
+            str(_bench_spec(root / "s10", 0.01)),
+            "--out",
+            str(root / "same"),
+            *FAST,
+            "--compare-to",
+            str(root / "base"),
+        ],
+    )
+    slow = cli.invoke(
+        main,
+        [
+            "bench",
+            str(_bench_spec(root / "s30", 0.03)),
+            "--out",
+            str(root / "slow"),
+            *FAST,
+            "--compare-to",
+            str(root / "base" / "results.json"),
+        ],
+    )
     return root, same, slow
 
 
@@ -123,7 +168,10 @@ def test_bench_compare_to_passes_the_same_code_and_fails_a_3x_slowdown(benched):
     (case,) = data["comparison"]["cases"]
     base_case = json.loads((root / "base" / "results.json").read_text())["cases"][0]
     p = case["perf"]
-    assert p["base_median_s"] == base_case["perf"]["median_s"] and p["new_median_s"] == data["cases"][0]["perf"]["median_s"]
+    assert (
+        p["base_median_s"] == base_case["perf"]["median_s"]
+        and p["new_median_s"] == data["cases"][0]["perf"]["median_s"]
+    )
     assert p["ratio"] == pytest.approx(p["new_median_s"] / p["base_median_s"]) and 2.0 < p["ratio"] < 3.5
     assert p["separated"] and case["slower"]
     (line,) = data["comparison"]["regressions"]
@@ -145,16 +193,39 @@ def test_compare_command_gates_on_the_slowdown_and_its_factor(benched):
     assert loose.exit_code == 0, loose.output
     bad = cli.invoke(main, ["compare", str(root / "base"), str(root / "slow"), "--max-slowdown", "0.5"])
     assert bad.exit_code == 2 and "--max-slowdown: must be a finite factor >= 1, got 0.5" in bad.output
-    bad_run = cli.invoke(main, ["run", str(_bench_spec(root / "s10", 0.01)), "--out", str(root / "r"),
-                                "--compare-to", str(root / "base"), "--max-slowdown", "inf"])
+    bad_run = cli.invoke(
+        main,
+        [
+            "run",
+            str(_bench_spec(root / "s10", 0.01)),
+            "--out",
+            str(root / "r"),
+            "--compare-to",
+            str(root / "base"),
+            "--max-slowdown",
+            "inf",
+        ],
+    )
     assert bad_run.exit_code == 2 and "--max-slowdown" in bad_run.output
 
 
 def test_run_compare_to_leaves_timings_out_when_the_new_run_has_none(benched):
     # `run` does not time: nothing to compare, so no slowdown (and the accuracy comparison still runs)
     root, _, _ = benched
-    out = CliRunner().invoke(main, ["run", str(_bench_spec(root / "s30", 0.03)), "--out", str(root / "acc"),
-                                    "--device", "cpu", "--no-isolation", "--compare-to", str(root / "base")])
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(_bench_spec(root / "s30", 0.03)),
+            "--out",
+            str(root / "acc"),
+            "--device",
+            "cpu",
+            "--no-isolation",
+            "--compare-to",
+            str(root / "base"),
+        ],
+    )
     assert out.exit_code == 0, out.output
     (case,) = json.loads((root / "acc" / "results.json").read_text())["comparison"]["cases"]
     assert case["perf"] is None and not case["slower"] and case["change"] == "same"

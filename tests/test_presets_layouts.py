@@ -9,10 +9,9 @@ import pytest
 import torch
 import yaml
 
-from acceptance.spec import inputs
 from acceptance.formats import presets
 from acceptance.formats.layouts import LAYOUTS, apply_layout, describe_layout, edge_values
-from acceptance.spec import expand, load_spec
+from acceptance.spec import expand, inputs, load_spec
 
 N = 20000
 
@@ -65,10 +64,23 @@ def test_specials_preset_mixes_every_special_value_into_normal_data(tmp_path, dt
     info = torch.finfo(getattr(torch, dtype))
     tiny, top = info.smallest_normal, info.max
     sub_min = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149}[dtype]  # by hand
-    wanted = [0.0, -0.0, sub_min, -sub_min, tiny - sub_min, -(tiny - sub_min), tiny, -tiny, top, -top, math.inf, -math.inf]
+    wanted = [
+        0.0,
+        -0.0,
+        sub_min,
+        -sub_min,
+        tiny - sub_min,
+        -(tiny - sub_min),
+        tiny,
+        -tiny,
+        top,
+        -top,
+        math.inf,
+        -math.inf,
+    ]
     bits = x.view(torch.int64)
     wanted_bits = torch.tensor(wanted, dtype=torch.float64).view(torch.int64)
-    for v, b in zip(wanted, wanted_bits):
+    for v, b in zip(wanted, wanted_bits, strict=False):
         assert bool((bits == b).any()), v
     assert bool(torch.isnan(x).any())
     special = torch.isnan(x) | torch.isin(bits, wanted_bits)
@@ -80,11 +92,24 @@ def test_specials_preset_mixes_every_special_value_into_normal_data(tmp_path, dt
 def test_specials_of_a_format_without_infinity():
     values = presets.special_values("float8_e4m3fn")
     assert "inf" not in values and "-inf" not in values and values[-1] == "nan"
-    assert values[:10] == [0.0, -0.0, 2.0**-9, -(2.0**-9), 2.0**-6 - 2.0**-9, -(2.0**-6 - 2.0**-9), 2.0**-6, -(2.0**-6), 448.0, -448.0]
+    assert values[:10] == [
+        0.0,
+        -0.0,
+        2.0**-9,
+        -(2.0**-9),
+        2.0**-6 - 2.0**-9,
+        -(2.0**-6 - 2.0**-9),
+        2.0**-6,
+        -(2.0**-6),
+        448.0,
+        -448.0,
+    ]
 
 
 def test_preset_errors():
-    with pytest.raises(ValueError, match="unknown preset 'r9'; presets: r0, r1, r4, r5, large, small, sparse, specials"):
+    with pytest.raises(
+        ValueError, match="unknown preset 'r9'; presets: r0, r1, r4, r5, large, small, sparse, specials"
+    ):
         presets.preset("r9", "float16")
     with pytest.raises(ValueError, match="dtype must be a floating-point test dtype"):
         presets.preset("r0", "int32")
@@ -95,11 +120,24 @@ def test_preset_errors():
 
 def test_overflow_report_counts_each_kind_by_hand():
     oracle = torch.tensor(
-        [70000.0, -65520.0, 65519.9, 65504.0,  # 2 overflow: 65520 ties to 65536, i.e. inf
-         1e-8, 2.0**-25, -(2.0**-25),  # 3 underflow: at most half the smallest subnormal 2**-24
-         3e-8, 1e-5, -(2.0**-14) * 0.999,  # 3 subnormal
-         1e-4, 0.0, -0.0, 1.0,  # fine
-         math.nan, math.inf],  # 2 non-finite
+        [
+            70000.0,
+            -65520.0,
+            65519.9,
+            65504.0,  # 2 overflow: 65520 ties to 65536, i.e. inf
+            1e-8,
+            2.0**-25,
+            -(2.0**-25),  # 3 underflow: at most half the smallest subnormal 2**-24
+            3e-8,
+            1e-5,
+            -(2.0**-14) * 0.999,  # 3 subnormal
+            1e-4,
+            0.0,
+            -0.0,
+            1.0,  # fine
+            math.nan,
+            math.inf,
+        ],  # 2 non-finite
         dtype=torch.float64,
     )
     counts = presets.range_counts(oracle, "float16")
@@ -121,11 +159,16 @@ def test_overflow_report_other_dtypes_and_silence():
     top = (2 - 2.0**-7) * 2.0**127
     c = presets.range_counts(torch.tensor([top, top + 2.0**119, top + 2.0**118], dtype=torch.float64), "bfloat16")
     assert (c.overflow, c.underflow, c.subnormal) == (1, 0, 0)
-    assert torch.isinf(torch.tensor([top + 2.0**119]).bfloat16()).all() and not torch.isinf(torch.tensor([top + 2.0**118]).bfloat16()).any()
+    assert (
+        torch.isinf(torch.tensor([top + 2.0**119]).bfloat16()).all()
+        and not torch.isinf(torch.tensor([top + 2.0**118]).bfloat16()).any()
+    )
     msg = presets.overflow_report(torch.tensor([1e-46, 1e-40, 1e39], dtype=torch.float64), "float32")
     assert msg.startswith("oracle exceeds float32 max (3.40282e+38) at 1 of 3 elements")
     assert "underflows float32 (nonzero, |x| <= 2**-150: rounds to 0) at 1 of 3" in msg
-    assert presets.range_counts(torch.tensor([1e300, 1e-320], dtype=torch.float64), "float64") == presets.RangeCounts("float64", 2, 0, 0, 0, 0)
+    assert presets.range_counts(torch.tensor([1e300, 1e-320], dtype=torch.float64), "float64") == presets.RangeCounts(
+        "float64", 2, 0, 0, 0, 0
+    )
     with pytest.raises(ValueError, match="oracle must be a floating-point tensor"):
         presets.range_counts(torch.ones(3, dtype=torch.int64), "float16")
 
@@ -137,15 +180,18 @@ def fresh(shape, dtype=torch.float32):
     return torch.arange(math.prod(shape), dtype=torch.float64).reshape(shape).to(dtype) * 0.5 - 3
 
 
-@pytest.mark.parametrize("layout, shape, strides, offset", [
-    ("contiguous", (3, 4, 5), (20, 5, 1), 0),
-    ("transposed", (3, 4, 5), (20, 1, 4), 0),
-    ("transposed", (4, 5), (1, 4), 0),
-    ("strided", (3, 4, 5), (40, 10, 2), 0),
-    ("strided", (7,), (2,), 0),
-    ("channels_last", (2, 3, 4, 5), (60, 1, 15, 3), 0),
-    ("offset", (3, 4), (4, 1), 1),
-])
+@pytest.mark.parametrize(
+    "layout, shape, strides, offset",
+    [
+        ("contiguous", (3, 4, 5), (20, 5, 1), 0),
+        ("transposed", (3, 4, 5), (20, 1, 4), 0),
+        ("transposed", (4, 5), (1, 4), 0),
+        ("strided", (3, 4, 5), (40, 10, 2), 0),
+        ("strided", (7,), (2,), 0),
+        ("channels_last", (2, 3, 4, 5), (60, 1, 15, 3), 0),
+        ("offset", (3, 4), (4, 1), 1),
+    ],
+)
 def test_layouts_keep_values_and_have_the_promised_strides(layout, shape, strides, offset):
     t = fresh(shape, torch.float16)
     u = apply_layout(t, layout)
@@ -165,17 +211,31 @@ def test_broadcast_layout_gives_zero_strides_to_constant_dims():
     v = apply_layout(nan_rows, "broadcast")
     assert v.stride() == (0, 1) and torch.isnan(v[:, 0]).all()
     # -0.0 and +0.0 differ in bits, so the dim does not qualify
-    with pytest.raises(ValueError, match=r"layout 'broadcast' needs a dim of size > 1 along which all values are equal.*got shape \(2, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"layout 'broadcast' needs a dim of size > 1 along which all values are equal.*got shape \(2, 1\)",
+    ):
         apply_layout(torch.tensor([[0.0], [-0.0]]), "broadcast")
 
 
-@pytest.mark.parametrize("layout, t, needs", [
-    ("transposed", torch.ones(5), r"layout 'transposed' needs at least 2 dims .*got shape \(5,\)"),
-    ("strided", torch.tensor(1.0), r"layout 'strided' needs at least 1 dim .*got shape \(\)"),
-    ("channels_last", torch.ones(2, 3, 4), r"layout 'channels_last' needs exactly 4 dims \(N, C, H, W\); got shape \(2, 3, 4\)"),
-    ("broadcast", torch.arange(6.0).reshape(2, 3), r"layout 'broadcast' needs .*got shape \(2, 3\)"),
-    ("diagonal", torch.ones(2, 2), r"unknown layout 'diagonal'; layouts: contiguous, transposed, strided, channels_last, broadcast, offset"),
-])
+@pytest.mark.parametrize(
+    "layout, t, needs",
+    [
+        ("transposed", torch.ones(5), r"layout 'transposed' needs at least 2 dims .*got shape \(5,\)"),
+        ("strided", torch.tensor(1.0), r"layout 'strided' needs at least 1 dim .*got shape \(\)"),
+        (
+            "channels_last",
+            torch.ones(2, 3, 4),
+            r"layout 'channels_last' needs exactly 4 dims \(N, C, H, W\); got shape \(2, 3, 4\)",
+        ),
+        ("broadcast", torch.arange(6.0).reshape(2, 3), r"layout 'broadcast' needs .*got shape \(2, 3\)"),
+        (
+            "diagonal",
+            torch.ones(2, 2),
+            r"unknown layout 'diagonal'; layouts: contiguous, transposed, strided, channels_last, broadcast, offset",
+        ),
+    ],
+)
 def test_impossible_layouts_name_the_layout_and_the_shape(layout, t, needs):
     with pytest.raises(ValueError, match=needs):
         apply_layout(t, layout)
@@ -195,14 +255,21 @@ def test_describe_layout_in_words():
     t = fresh((3, 4, 5))
     assert describe_layout(t) == "shape (3, 4, 5), strides (20, 5, 1), offset 0: contiguous"
     assert describe_layout(apply_layout(t, "transposed")) == (
-        "shape (3, 4, 5), strides (20, 1, 4), offset 0: transposed (last two dims column-major), not contiguous")
+        "shape (3, 4, 5), strides (20, 1, 4), offset 0: transposed (last two dims column-major), not contiguous"
+    )
     assert describe_layout(apply_layout(t, "strided")) == (
-        "shape (3, 4, 5), strides (40, 10, 2), offset 0: step 2 in the last dim, not contiguous")
+        "shape (3, 4, 5), strides (40, 10, 2), offset 0: step 2 in the last dim, not contiguous"
+    )
     assert describe_layout(apply_layout(t, "offset")) == (
-        "shape (3, 4, 5), strides (20, 5, 1), offset 1: contiguous, storage offset 1 element (4 bytes)")
+        "shape (3, 4, 5), strides (20, 5, 1), offset 1: contiguous, storage offset 1 element (4 bytes)"
+    )
     assert describe_layout(apply_layout(fresh((2, 3, 4, 5)), "channels_last")) == (
-        "shape (2, 3, 4, 5), strides (60, 1, 15, 3), offset 0: channels_last (NHWC memory)")
-    assert describe_layout(torch.ones(3).expand(2, 3)) == "shape (2, 3), strides (0, 1), offset 0: broadcast (stride 0 in dim 0), not contiguous"
+        "shape (2, 3, 4, 5), strides (60, 1, 15, 3), offset 0: channels_last (NHWC memory)"
+    )
+    assert (
+        describe_layout(torch.ones(3).expand(2, 3))
+        == "shape (2, 3), strides (0, 1), offset 0: broadcast (stride 0 in dim 0), not contiguous"
+    )
 
 
 # --------------------------------------------------------------------------- edge sizes
@@ -227,12 +294,15 @@ def test_edge_values_avoid_tile_multiples_and_include_a_prime():
         assert sizes[0] == 1 and sizes[-1] == 10**6
 
 
-@pytest.mark.parametrize("values, max_value, match", [
-    ([], 10, "symbol_values must be a non-empty list of integers >= 1"),
-    ([0, 4], 10, "symbol_values must be a non-empty list"),
-    ([4.0], 10, "symbol_values must be a non-empty list"),
-    ([4], 0, "max_value must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "values, max_value, match",
+    [
+        ([], 10, "symbol_values must be a non-empty list of integers >= 1"),
+        ([0, 4], 10, "symbol_values must be a non-empty list"),
+        ([4.0], 10, "symbol_values must be a non-empty list"),
+        ([4], 0, "max_value must be an integer >= 1"),
+    ],
+)
 def test_edge_values_errors(values, max_value, match):
     with pytest.raises(ValueError, match=match):
         edge_values(values, max_value=max_value)

@@ -2,19 +2,19 @@
 nothing collected unless asked; the entry point that registers it."""
 
 import shutil
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 # the items run in this process (pytester): what they import is imported here first, so that pytester's
 # restoring of sys.modules between runs never unloads and reloads torch, numba kernels or the workers
 import acceptance.cli.run  # noqa: F401
+import acceptance.measure.case  # noqa: F401
+import acceptance.numerics.stats  # noqa: F401  (scipy.stats: its numpy.fft cannot be loaded twice)
 import acceptance.pytest_plugin  # noqa: F401
 import acceptance.report.html  # noqa: F401
 import acceptance.report.junit  # noqa: F401
-import acceptance.measure.case  # noqa: F401
-import acceptance.numerics.stats  # noqa: F401  (scipy.stats: its numpy.fft cannot be loaded twice)
 
 pytest_plugins = ["pytester"]
 
@@ -46,10 +46,20 @@ def repo(pytester):
     specs = pytester.mkdir("specs")
     shutil.copy(KERNELS, specs / "kernels.py")
     (specs / "good.yaml").write_text(SPEC.format(name="good", impl="square", extra=""))
-    (specs / "bad.yaml").write_text(SPEC.format(name="bad", impl="scaled", extra=(
-        "impl_params: {scale: 1.5}\nbaseline_params: {scale: 1.0}\n")).replace("kernels.py:square", "kernels.py:scaled"))
-    (specs / "waived.yaml").write_text(SPEC.format(name="waived", impl="broken", extra=(
-        "waivers: [{match: 'waived*', reason: driver bug, covers: [error], link: 'https://example.org/1'}]\n")))
+    (specs / "bad.yaml").write_text(
+        SPEC.format(
+            name="bad", impl="scaled", extra=("impl_params: {scale: 1.5}\nbaseline_params: {scale: 1.0}\n")
+        ).replace("kernels.py:square", "kernels.py:scaled")
+    )
+    (specs / "waived.yaml").write_text(
+        SPEC.format(
+            name="waived",
+            impl="broken",
+            extra=(
+                "waivers: [{match: 'waived*', reason: driver bug, covers: [error], link: 'https://example.org/1'}]\n"
+            ),
+        )
+    )
     (specs / "config.yaml").write_text("retries: 3\n")  # not a spec: left alone
     return pytester
 
@@ -68,15 +78,17 @@ PLUGIN = () if _installed() else ("-p", "acceptance.pytest_plugin")
 def run(pytester, *args, isolated=False):
     """pytest with the plugin, in this process; the code under test in this process too unless ``isolated``."""
     isolation = () if isolated else ("--acceptance-no-isolation",)
-    return pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", *isolation,
-                              "-W", "ignore::pytest.PytestAssertRewriteWarning", *args)
+    return pytester.runpytest(
+        *PLUGIN, "-p", "no:cacheprovider", *isolation, "-W", "ignore::pytest.PytestAssertRewriteWarning", *args
+    )
 
 
 def test_each_case_is_an_item_named_by_its_case_id(repo):
     result = run(repo, "specs", "--collect-only", "-q")
     lines = [line for line in result.outlines if "::" in line]
-    assert sorted(lines) == sorted(f"specs/{op}.yaml::{op}[float32-N={n}]" for op in ("good", "bad", "waived")
-                                   for n in (4, 9))
+    assert sorted(lines) == sorted(
+        f"specs/{op}.yaml::{op}[float32-N={n}]" for op in ("good", "bad", "waived") for n in (4, 9)
+    )
 
 
 def test_outcomes_and_the_failure_message_carry_the_reasons(repo):
@@ -126,8 +138,10 @@ def test_a_device_that_is_not_one_is_a_usage_error_before_any_case_runs(repo, mo
     pytest's usage error (exit 4) and one line, instead of failing every case with the same traceback."""
     result = run(repo, "specs", "--acceptance-device", "tpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert ("ERROR: --acceptance-device (or $ACCEPTANCE_DEVICE): 'tpu' is not a device (auto, cpu, cuda, cuda:N)"
-            in result.stderr.lines)
+    assert (
+        "ERROR: --acceptance-device (or $ACCEPTANCE_DEVICE): 'tpu' is not a device (auto, cpu, cuda, cuda:N)"
+        in result.stderr.lines
+    )
     result.assert_outcomes()
     monkeypatch.setenv("ACCEPTANCE_DEVICE", "npu")
     result = run(repo, "specs", "-k", "good")
@@ -141,9 +155,9 @@ def test_the_example_repository_runs_as_pytest_items_under_xdist(pytester):
     pytest.importorskip("xdist")
     shutil.copytree(EXAMPLE, pytester.path / "example")
     # a fresh process, as a kernel repository runs it (the plugin's entry point stands in for -p there)
-    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider",
-                                           "example/specs", "example/tests", "-q", "-n", "2",
-                                           timeout=300)
+    result = pytester.runpytest_subprocess(
+        *PLUGIN, "-p", "no:cacheprovider", "example/specs", "example/tests", "-q", "-n", "2", timeout=300
+    )
     result.assert_outcomes(passed=12)  # 10 spec cases + 2 hand-written tests
 
 

@@ -109,7 +109,7 @@ def c_quantize_block(xb: np.ndarray, fmt: str) -> bytes:
 def c_quantize(x: np.ndarray, fmt: str) -> np.ndarray:
     x = np.asarray(x, dtype=F32)
     rows = x.reshape(-1, x.shape[-1])
-    out = [b"".join(c_quantize_block(r[i:i + 32], fmt) for i in range(0, r.size, 32)) for r in rows]
+    out = [b"".join(c_quantize_block(r[i : i + 32], fmt) for i in range(0, r.size, 32)) for r in rows]
     return np.frombuffer(b"".join(out), dtype=np.uint8).reshape(*x.shape[:-1], -1)
 
 
@@ -139,12 +139,24 @@ def adversarial_blocks(fmt: str | None = None) -> np.ndarray:
     base = rng.uniform(-1, 1, 32).astype(F32)
     rows = []
     rows.append(np.zeros(32, F32))  # all zero: d = -0.0 for q4_0/q5_0 (C's max starts at +0.0)
-    b = base.copy(); b[5] = -3.0; rows.append(b)  # largest magnitude negative
-    b = base.copy(); b[5] = 3.0; rows.append(b)  # largest magnitude positive
-    b = base.copy(); b[3], b[20] = 3.0, -3.0; rows.append(b)  # +max and -max: the first wins
-    b = base.copy(); b[3], b[20] = -3.0, 3.0; rows.append(b)
-    one = np.zeros(32, F32); one[17] = 0.75; rows.append(one)  # a single non-zero
-    one = np.zeros(32, F32); one[0] = -2.5e-3; rows.append(one)
+    b = base.copy()
+    b[5] = -3.0
+    rows.append(b)  # largest magnitude negative
+    b = base.copy()
+    b[5] = 3.0
+    rows.append(b)  # largest magnitude positive
+    b = base.copy()
+    b[3], b[20] = 3.0, -3.0
+    rows.append(b)  # +max and -max: the first wins
+    b = base.copy()
+    b[3], b[20] = -3.0, 3.0
+    rows.append(b)
+    one = np.zeros(32, F32)
+    one[17] = 0.75
+    rows.append(one)  # a single non-zero
+    one = np.zeros(32, F32)
+    one[0] = -2.5e-3
+    rows.append(one)
     # ties after scaling. q4_0/q5_0: max = -8 / -16 gives d = 1, so x*id + 8.5 is x + 8.5;
     # q8: amax = 127 gives d = 1, id = 1; q4_1: min 0, max 15 gives d = 1.
     halves = np.arange(-7.5, 8.0, 0.5, dtype=F32)[:31]
@@ -164,9 +176,13 @@ def adversarial_blocks(fmt: str | None = None) -> np.ndarray:
     # = 65354, q8_1 s ~ -127 * 6.5e4/127; q4_1/q5_1 m = -6.5e4 (d = 1.3e5/15 or /31)
     huge = {"q4_0": (0, -5.2e5), "q5_0": (2, 1.04e6), "q8_0": (9, -8.3e6), "q8_1": (9, -6.5e4)}
     if fmt in huge:
-        b = base.copy(); b[huge[fmt][0]] = huge[fmt][1]; rows.append(b)
+        b = base.copy()
+        b[huge[fmt][0]] = huge[fmt][1]
+        rows.append(b)
     elif fmt in ("q4_1", "q5_1"):
-        b = (base * F32(6.5e4)).astype(F32); b[1], b[30] = -6.5e4, 6.5e4; rows.append(b)
+        b = (base * F32(6.5e4)).astype(F32)
+        b[1], b[30] = -6.5e4, 6.5e4
+        rows.append(b)
     return np.stack(rows)
 
 
@@ -175,8 +191,12 @@ def adversarial_blocks(fmt: str | None = None) -> np.ndarray:
 
 def test_format_table_against_gguf_and_the_c_structs():
     sizes = {  # sizeof(block_*) in ggml-common.h, added up by hand
-        "q4_0": 2 + 16, "q4_1": 2 + 2 + 16, "q5_0": 2 + 4 + 16,
-        "q5_1": 2 + 2 + 4 + 16, "q8_0": 2 + 32, "q8_1": 2 + 2 + 32,
+        "q4_0": 2 + 16,
+        "q4_1": 2 + 2 + 16,
+        "q5_0": 2 + 4 + 16,
+        "q5_1": 2 + 2 + 4 + 16,
+        "q8_0": 2 + 32,
+        "q8_1": 2 + 2 + 32,
     }
     assert {n: quant.block_bytes(n) for n in ALL} == sizes
     for name in GGUF:
@@ -203,11 +223,13 @@ def test_fp16_rounding():
     values (exact in float64, as are the float32 samples and their distances to it)."""
     grid = np.arange(0x7C00, dtype=np.uint16).view(np.float16).astype(np.float64)  # +0 .. 65504, bits = index
     rng = np.random.default_rng(5)
-    samples = np.concatenate([
-        np.exp(rng.uniform(np.log(1e-9), np.log(7e4), 20000)),
-        (grid[:-1] + grid[1:]) / 2,  # every tie (exact in float32: 12 significant bits)
-        [65504, 65519.99, 65520, 1e5, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, 2.0 ** -14, 6.1e-5, 1e-30],
-    ]).astype(F32)
+    samples = np.concatenate(
+        [
+            np.exp(rng.uniform(np.log(1e-9), np.log(7e4), 20000)),
+            (grid[:-1] + grid[1:]) / 2,  # every tie (exact in float32: 12 significant bits)
+            [65504, 65519.99, 65520, 1e5, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-14, 6.1e-5, 1e-30],
+        ]
+    ).astype(F32)
     s = samples.astype(np.float64)
     i = np.clip(np.searchsorted(grid, s), 1, len(grid) - 1)
     lo, hi = grid[i - 1], grid[i]
@@ -226,8 +248,12 @@ def test_fp16_rounding():
 @pytest.mark.parametrize("fmt", GGUF)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_bytes_equal_gguf_on_random_data(fmt, seed):
-    for x in (gaussian(seed), uniform(seed, scale=3.0), gaussian(seed, (5, 1024), scale=1e-3),
-              uniform(seed, (2, 128), scale=250.0)):
+    for x in (
+        gaussian(seed),
+        uniform(seed, scale=3.0),
+        gaussian(seed, (5, 1024), scale=1e-3),
+        uniform(seed, (2, 128), scale=250.0),
+    ):
         assert np.array_equal(quant.quantize(x, fmt), gguf_q(x, fmt))
     x1 = gaussian(seed, (96,))
     got = quant.quantize(x1, fmt)
@@ -248,8 +274,9 @@ def test_bytes_equal_gguf_on_adversarial_blocks(fmt):
 @pytest.mark.parametrize("fmt", ALL)
 def test_bytes_equal_the_c_transcription(fmt):
     """All six formats (q8_1 only here: gguf-py lacks it) on random and adversarial blocks."""
-    x = np.concatenate([gaussian(3, (6, 64)).reshape(-1, 32), uniform(4, (6, 64), 5.0).reshape(-1, 32),
-                        adversarial_blocks(fmt)])
+    x = np.concatenate(
+        [gaussian(3, (6, 64)).reshape(-1, 32), uniform(4, (6, 64), 5.0).reshape(-1, 32), adversarial_blocks(fmt)]
+    )
     assert np.array_equal(quant.quantize(x, fmt), c_quantize(x, fmt))
     assert np.array_equal(quant.quantize(x.reshape(-1), fmt), c_quantize(x.reshape(1, -1), fmt)[0])
 
@@ -351,8 +378,11 @@ def test_round_trip_error_bound(fmt, data):
       q4_1/q5_1 (n = 15/31): |x - deq| <= |d|*(1/2 + eps) + n*|D - d| + |M - min| + 2**-24*|deq|
       q8_x:                  |x - deq| <= |d|*(1/2 + eps) + 127*|D - d|
     with eps = 2**-17 (4/5-bit) or 2**-15 (8-bit)."""
-    x = {"gaussian": gaussian(21, (16, 512)), "uniform": uniform(22, (16, 512), 4.0),
-         "adversarial": adversarial_blocks(fmt)}[data].astype(F32)
+    x = {
+        "gaussian": gaussian(21, (16, 512)),
+        "uniform": uniform(22, (16, 512), 4.0),
+        "adversarial": adversarial_blocks(fmt),
+    }[data].astype(F32)
     f = quant.FORMATS[fmt]
     b = quant.quantize(x, fmt)
     deq = quant.dequantize(b, fmt).astype(np.float64).reshape(-1, 32)
@@ -367,16 +397,17 @@ def test_round_trip_error_bound(fmt, data):
         d = (mx.astype(F32) / F32(-h)).astype(np.float64).reshape(-1, 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(d != 0, xb / d, 0.0)
-        bound = np.abs(d) * (np.where(r > h - 0.5, 1.0, 0.5) + 2.0 ** -17) + h * np.abs(D - d)
+        bound = np.abs(d) * (np.where(r > h - 0.5, 1.0, 0.5) + 2.0**-17) + h * np.abs(D - d)
     elif fmt in ("q4_1", "q5_1"):
         n = f.max_code
         mn, mxv = xb.min(axis=1, keepdims=True), xb.max(axis=1, keepdims=True)
         d = ((mxv.astype(F32) - mn.astype(F32)) / F32(n)).astype(np.float64)
-        bound = (np.abs(d) * (0.5 + 2.0 ** -17) + n * np.abs(D - d) + np.abs(M.reshape(-1, 1) - mn)
-                 + 2.0 ** -24 * np.abs(deq))
+        bound = (
+            np.abs(d) * (0.5 + 2.0**-17) + n * np.abs(D - d) + np.abs(M.reshape(-1, 1) - mn) + 2.0**-24 * np.abs(deq)
+        )
     else:
         d = (np.abs(xb).max(axis=1, keepdims=True).astype(F32) / F32(127)).astype(np.float64)
-        bound = np.abs(d) * (0.5 + 2.0 ** -15) + 127 * np.abs(D - d)
+        bound = np.abs(d) * (0.5 + 2.0**-15) + 127 * np.abs(D - d)
     assert (err <= bound).all(), (fmt, data, float((err - bound).max()))
     # and the bound is not loose: the worst element uses at least 40% of it on random data
     if data != "adversarial":
@@ -407,8 +438,11 @@ def test_errors_name_the_problem():
     bad[1, 7], bad[2, 0], bad[2, 5] = np.nan, np.inf, -np.inf
     with pytest.raises(ValueError, match=r"3 non-finite value\(s\).*first is nan at index \(1, 7\)"):
         quant.quantize(bad, "q5_0")
-    with pytest.raises(ValueError, match=r"unknown GGML quantization format 'q3_0'; known formats: "
-                                         r"q4_0, q4_1, q5_0, q5_1, q8_0, q8_1"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown GGML quantization format 'q3_0'; known formats: "
+        r"q4_0, q4_1, q5_0, q5_1, q8_0, q8_1",
+    ):
         quant.quantize(x, "q3_0")
     with pytest.raises(ValueError, match="real-valued"):
         quant.quantize(x.astype(np.complex64), "q8_0")
@@ -425,10 +459,17 @@ def test_errors_name_the_problem():
         quant.dequantize(np.uint8(3), "q4_0")
 
 
-@pytest.mark.parametrize("fmt, value, field", [
-    ("q4_0", 5.3e5, "d"), ("q5_0", -1.1e6, "d"), ("q8_0", 8.4e6, "d"), ("q4_1", -7.0e4, "m"),
-    ("q5_1", -7.0e4, "m"), ("q8_1", 3.0e3, "s"),
-])
+@pytest.mark.parametrize(
+    "fmt, value, field",
+    [
+        ("q4_0", 5.3e5, "d"),
+        ("q5_0", -1.1e6, "d"),
+        ("q8_0", 8.4e6, "d"),
+        ("q4_1", -7.0e4, "m"),
+        ("q5_1", -7.0e4, "m"),
+        ("q8_1", 3.0e3, "s"),
+    ],
+)
 def test_fp16_field_overflow_is_an_error(fmt, value, field):
     """d beyond 65504 (q4_0: 5.3e5/8, q5_0: 1.1e6/16, q8_0: 8.4e6/127), m = min below -65504,
     q8_1 s = d*sum(q) = 32*3000 with every q = 127. GGML would store inf; we refuse."""

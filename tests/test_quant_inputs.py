@@ -12,16 +12,24 @@ from gguf import GGMLQuantizationType as GT
 
 from acceptance.formats import dtypes
 from acceptance.measure import case as runner
-from acceptance.spec.inputs import RoleInputs, generate
 from acceptance.spec import expand, load_specs, rules_for
+from acceptance.spec.inputs import RoleInputs, generate
 
 FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"]
 OPS = Path(__file__).resolve().parent.parent / "operator_specs" / "_ops.py"
 
 
 def spec_file(tmp_path, inputs, cases, **extra):
-    doc = {"name": "qmm", "category": "quantized", "impl": f"{OPS}:matmul_nt", "dtypes": ["float32"],
-           "inputs": inputs, "cases": cases, "trials": 2, **extra}
+    doc = {
+        "name": "qmm",
+        "category": "quantized",
+        "impl": f"{OPS}:matmul_nt",
+        "dtypes": ["float32"],
+        "inputs": inputs,
+        "cases": cases,
+        "trials": 2,
+        **extra,
+    }
     path = tmp_path / "qmm.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -36,8 +44,14 @@ def a_input(quant="q8_1", **more):
 
 
 #: sizeof(block_*) in ggml-common.h, added up by hand (gguf-py still lists 40 bytes for q8_1, an older layout)
-BLOCK_BYTES = {"q4_0": 2 + 16, "q4_1": 2 + 2 + 16, "q5_0": 2 + 4 + 16, "q5_1": 2 + 2 + 4 + 16, "q8_0": 2 + 32,
-               "q8_1": 2 + 2 + 32}
+BLOCK_BYTES = {
+    "q4_0": 2 + 16,
+    "q4_1": 2 + 2 + 16,
+    "q5_0": 2 + 4 + 16,
+    "q5_1": 2 + 2 + 4 + 16,
+    "q8_0": 2 + 32,
+    "q8_1": 2 + 2 + 32,
+}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -51,8 +65,9 @@ def test_dtype_rows_match_the_c_structs(fmt):
 @pytest.mark.parametrize("fmt", FORMATS[:-1])  # gguf-py has no q8_1 quantizer
 @pytest.mark.parametrize("reference", ["dequantized", "blocks", "float"])
 def test_roles_receive_blocks_and_what_the_reference_asks(tmp_path, fmt, reference):
-    specs, problems = load_specs([spec_file(tmp_path, [w_input(fmt, reference=reference), a_input()],
-                                            [{"M": 3, "N": 2, "K": 64}])])
+    specs, problems = load_specs(
+        [spec_file(tmp_path, [w_input(fmt, reference=reference), a_input()], [{"M": 3, "N": 2, "K": 64}])]
+    )
     assert problems == []
     (case,) = expand(specs)
     made = generate(case, 0)
@@ -91,9 +106,18 @@ def test_q8_1_dequantized_reference_is_q_times_d(tmp_path):
 
 
 def test_a_spec_without_quantized_inputs_still_gets_plain_tensors(tmp_path):
-    specs, _ = load_specs([spec_file(tmp_path, [{"name": "w", "shape": ["M", "K"], "dist": {"normal": [0, 1]}},
-                                                {"name": "a", "shape": ["N", "K"], "dist": {"normal": [0, 1]}}],
-                                     [{"M": 2, "N": 2, "K": 5}])])
+    specs, _ = load_specs(
+        [
+            spec_file(
+                tmp_path,
+                [
+                    {"name": "w", "shape": ["M", "K"], "dist": {"normal": [0, 1]}},
+                    {"name": "a", "shape": ["N", "K"], "dist": {"normal": [0, 1]}},
+                ],
+                [{"M": 2, "N": 2, "K": 5}],
+            )
+        ]
+    )
     assert isinstance(generate(expand(specs)[0], 0), list)
 
 
@@ -104,8 +128,10 @@ def problems_of(tmp_path, inputs, cases):
 
 def test_k_not_a_multiple_of_32_names_the_input(tmp_path):
     found = problems_of(tmp_path, [w_input(), a_input()], [{"M": 2, "N": 2, "K": 64}, {"M": 2, "N": 2, "K": 48}])
-    assert ("inputs[0].shape[1]", "input 'w': K = 48 for cases[1] (M=2, N=2, K=48) is not a multiple of 32, the "
-            "q4_0 block size") in found
+    assert (
+        "inputs[0].shape[1]",
+        "input 'w': K = 48 for cases[1] (M=2, N=2, K=48) is not a multiple of 32, the q4_0 block size",
+    ) in found
     assert any(f == "inputs[1].shape[1]" and "input 'a'" in m and "q8_1" in m for f, m in found)
 
 
@@ -116,9 +142,15 @@ def test_inf_and_nan_are_rejected(tmp_path):
 
 
 def test_field_errors(tmp_path):
-    found = problems_of(tmp_path, [w_input("q3_k"), a_input(dtype="int8"),
-                                   {"name": "x", "shape": ["K"], "dist": {"normal": [0, 1]}, "reference": "float"}],
-                        [{"M": 2, "N": 2, "K": 32}])
+    found = problems_of(
+        tmp_path,
+        [
+            w_input("q3_k"),
+            a_input(dtype="int8"),
+            {"name": "x", "shape": ["K"], "dist": {"normal": [0, 1]}, "reference": "float"},
+        ],
+        [{"M": 2, "N": 2, "K": 32}],
+    )
     fields = dict(found)
     assert "q3_k" in fields["inputs[0].quant"] and "q4_0" in fields["inputs[0].quant"]
     assert "not both" in fields["inputs[1]"]
@@ -133,10 +165,14 @@ def test_a_block_scale_overflowing_fp16_is_a_case_error_naming_the_input(tmp_pat
     assert result.verdict == "error" and "input 'w'" in result.error and "beyond the fp16 range" in result.error
 
 
-@pytest.mark.parametrize("formats, gate", [(("q4_0", "q8_1"), 0.015), (("q5_1", "q8_0"), 0.01),
-                                           (("q8_0", "q8_1"), 0.005), (("q4_1", "q5_0"), 0.015)])
+@pytest.mark.parametrize(
+    "formats, gate",
+    [(("q4_0", "q8_1"), 0.015), (("q5_1", "q8_0"), 0.01), (("q8_0", "q8_1"), 0.005), (("q4_1", "q5_0"), 0.015)],
+)
 def test_nmse_gate_is_the_coarsest_formats(tmp_path, formats, gate):
-    specs, _ = load_specs([spec_file(tmp_path, [w_input(formats[0]), a_input(formats[1])], [{"M": 1, "N": 1, "K": 32}])])
+    specs, _ = load_specs(
+        [spec_file(tmp_path, [w_input(formats[0]), a_input(formats[1])], [{"M": 1, "N": 1, "K": 32}])]
+    )
     rules = rules_for(expand(specs)[0])
     assert [(t.metric, t.value, t.comparison) for t in rules.thresholds] == [("nmse", gate, "<=")]
     assert rules.dual_delta is None and not rules.diff4

@@ -10,8 +10,8 @@ import torch
 from acceptance.formats import quant
 from acceptance.formats import quant_kernels as qk
 
-U32 = 2.0 ** -24
-U64 = 2.0 ** -53
+U32 = 2.0**-24
+U64 = 2.0**-53
 
 
 def gamma(k: int, u: float) -> float:
@@ -43,7 +43,7 @@ def analysis(wq: np.ndarray, aq: np.ndarray):
     formula = np.einsum("mb,mnb->mn", d4, sumi * d8[None] - 8 * s8[None])
     eval_mag = np.einsum("mb,mnb->mn", np.abs(d4), np.abs(sumi * d8[None]) + 8 * np.abs(s8[None]))
     eval_bound = gamma(nb + 2, U32) * eval_mag
-    e_s = (2.0 ** -11 + 2.0 ** -23) * np.abs(s8) + 2.0 ** -11 * np.abs(d8 * sq) + 2.0 ** -24 * (1 + np.abs(sq))
+    e_s = (2.0**-11 + 2.0**-23) * np.abs(s8) + 2.0**-11 * np.abs(d8 * sq) + 2.0**-24 * (1 + np.abs(sq))
     assert (np.abs(s8 - d8 * sq) <= e_s).all()  # E_s bounds |S8 - D8*sum(q)|
     wd = quant.dequantize(wq, "q4_0").astype(np.float64)
     ad = quant.dequantize(aq, "q8_1").astype(np.float64)
@@ -53,8 +53,13 @@ def analysis(wq: np.ndarray, aq: np.ndarray):
     return deq, formula, eval_bound, total
 
 
-CASES = [(0, 24, 16, 256, "gaussian"), (1, 16, 12, 1024, "uniform"), (2, 8, 5, 64, "offset"),
-         (3, 4, 3, 32, "gaussian"), (4, 32, 8, 512, "offset")]
+CASES = [
+    (0, 24, 16, 256, "gaussian"),
+    (1, 16, 12, 1024, "uniform"),
+    (2, 8, 5, 64, "offset"),
+    (3, 4, 3, 32, "gaussian"),
+    (4, 32, 8, 512, "offset"),
+]
 
 
 @pytest.mark.parametrize("seed, m, n, k, kind", CASES)
@@ -80,8 +85,15 @@ def test_bound_is_not_vacuous():
 
 
 @pytest.mark.parametrize("bug", list(qk.BUGS))
-@pytest.mark.parametrize("seed, m, n, k, kind", [(0, 24, 16, 256, "gaussian"), (1, 16, 12, 1024, "uniform"),
-                                                 (9, 16, 12, 256, "uniform"), (10, 12, 12, 512, "gaussian")])
+@pytest.mark.parametrize(
+    "seed, m, n, k, kind",
+    [
+        (0, 24, 16, 256, "gaussian"),
+        (1, 16, 12, 1024, "uniform"),
+        (9, 16, 12, 256, "uniform"),
+        (10, 12, 12, 512, "gaussian"),
+    ],
+)
 def test_each_bug_is_far_outside_the_bound(bug, seed, m, n, k, kind):
     """On zero-mean random data every bug exceeds the bound by more than 100x somewhere, and the
     three that touch every block exceed it almost everywhere. (The neighbour-scale bug moves one
@@ -109,8 +121,12 @@ def test_bugs_compute_what_they_claim():
     swapped = np.concatenate([c[..., 16:], c[..., :16]], axis=-1)
     d4n = d4.copy()
     d4n[:, 0] = d4[:, 1]
-    expect = {"nibble_swap": formula(swapped, d4, 8), "zero_point_forgotten": formula(c, d4, 1),
-              "s_term_dropped": formula(c, d4, 0), "neighbour_scale": formula(c, d4n, 8)}
+    expect = {
+        "nibble_swap": formula(swapped, d4, 8),
+        "zero_point_forgotten": formula(c, d4, 1),
+        "s_term_dropped": formula(c, d4, 0),
+        "neighbour_scale": formula(c, d4n, 8),
+    }
     for name, fn in qk.BUGS.items():
         got = fn(torch.from_numpy(wq), torch.from_numpy(aq)).numpy()
         np.testing.assert_allclose(got, expect[name], rtol=1e-5, atol=1e-5 * np.abs(expect[name]).max())

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance.numerics import metrics
-from acceptance.formats import quant_kernels
-from acceptance.measure import case as runner
 from acceptance import spec
 from acceptance.device import resolve_device
+from acceptance.formats import quant_kernels
+from acceptance.measure import case as runner
+from acceptance.numerics import metrics
 from acceptance.spec.inputs import generate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acceptance.measure import references as R
 from acceptance.cache import ReferenceCache
+from acceptance.measure import references as R
 from acceptance.spec.inputs import generate
 
 BASE = dict(case="op[float32-N=4]", dtype="float32", seed=7, spec="spec-repr", generator="g" * 64, threads=1)
@@ -24,9 +24,12 @@ def outputs(trial: int, n: int = 5) -> tuple[torch.Tensor, ...]:
 
 
 def same(a, b) -> bool:
-    return len(a) == len(b) and all(x.dtype == y.dtype and x.shape == y.shape and
-                                    torch.equal(x.view(torch.uint8) if x.dim() else x, y.view(torch.uint8) if y.dim() else y)
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype
+        and x.shape == y.shape
+        and torch.equal(x.view(torch.uint8) if x.dim() else x, y.view(torch.uint8) if y.dim() else y)
+        for x, y in zip(a, b, strict=False)
+    )
 
 
 def files(cache: ReferenceCache) -> list:
@@ -135,8 +138,8 @@ def _hex(fn) -> str:
 
 
 def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
-    from acceptance.measure.engine import Roles
     from acceptance.isolation.worker import Worker
+    from acceptance.measure.engine import Roles
 
     where = str(tmp_path / "spec.yaml")
     add, mul, sub = (("callable", f"torch:{n}", where) for n in ("add", "mul", "sub"))
@@ -163,8 +166,8 @@ def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
 
 
 def test_a_callable_that_cannot_be_fingerprinted_leaves_the_rest_to_their_turn(tmp_path):
-    from acceptance.measure.engine import Roles
     from acceptance.isolation.worker import Worker
+    from acceptance.measure.engine import Roles
 
     where = str(tmp_path / "spec.yaml")
     add = ("callable", "torch:add", where)
@@ -201,5 +204,6 @@ def test_a_miss_computes_the_keys_of_the_pack_and_trial_0_only(tmp_path, monkeyp
     monkeypatch.setattr(R, "key", lambda **parts: asked.append((parts["role"], parts["trial"])) or real(**parts))
     r = refs(ReferenceCache(tmp_path))
     assert all(r.get(role, t) is None for t in range(20) for role in ("baseline", "oracle"))
-    assert sorted(asked, key=str) == sorted([("baseline", "all"), ("baseline", 0), ("oracle", "all"), ("oracle", 0)],
-                                            key=str)
+    assert sorted(asked, key=str) == sorted(
+        [("baseline", "all"), ("baseline", 0), ("oracle", "all"), ("oracle", 0)], key=str
+    )

@@ -4,18 +4,17 @@ without a template error, every section present, and long case ids wrapped (in C
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_report_html import Page
 
-from acceptance.session import results as results_mod
 from acceptance.cli import main
 from acceptance.report.html import render_html
-from test_report_html import Page
+from acceptance.session import results as results_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 MFMA = ROOT / "examples" / "mfma_specs"
@@ -86,8 +85,11 @@ def test_the_run_has_every_record_a_section_renders(report):
     res, _, _, _ = report
     assert res.comparison is not None and all(c.perf is not None for c in res.comparison.cases)
     assert all(c.perf is not None and c.determinism is not None and c.description for c in res.cases)
-    assert {c.operator: c.emulation is not None for c in res.cases} == {"mfma_plain": False, "mfma_acc4": True,
-                                                                         LONG: False}
+    assert {c.operator: c.emulation is not None for c in res.cases} == {
+        "mfma_plain": False,
+        "mfma_acc4": True,
+        LONG: False,
+    }
     assert sum(bool(c.rel_error_buckets) for c in res.cases) >= 2
     waived = next(c for c in res.cases if c.operator == LONG)
     assert waived.verdict == "skip" and waived.waiver == "doubling bug, fix in review"
@@ -97,8 +99,15 @@ def test_the_run_has_every_record_a_section_renders(report):
 def test_every_section_is_present_and_filled(report):
     res, text, page, _ = report
     labels = [a.get("aria-label") for tag, a in page.tags if tag == "section" and a.get("aria-label")]
-    for label in ("Comparison with the base run", "Performance", "Waivers", "Cases", "Case details",
-                  "Relative-error buckets side by side", "Environment and provenance"):
+    for label in (
+        "Comparison with the base run",
+        "Performance",
+        "Waivers",
+        "Cases",
+        "Case details",
+        "Relative-error buckets side by side",
+        "Environment and provenance",
+    ):
         assert label in labels, label
     words = " ".join(page.text)
     for case in res.cases:
@@ -140,7 +149,8 @@ def test_in_chromium_no_error_and_no_cell_overflows(report, tmp_path):
             # every table cell holding a long id keeps its text inside its box
             over = page.eval_on_selector_all(
                 "td.id, section.waivers td, section.perf td",
-                "cs => cs.filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent.slice(0, 60))")
+                "cs => cs.filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent.slice(0, 60))",
+            )
             assert over == [], (width, over)
             assert page.evaluate("document.documentElement.scrollWidth") <= width, width
             page.close()

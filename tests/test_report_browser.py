@@ -9,18 +9,25 @@ import os
 from pathlib import Path
 
 import pytest
+from fixtures.report_results import hostile_results, many_failures, mixed_results
 
 from acceptance.report.html import render_html
 from acceptance.report.signoff import render_signoff
-from fixtures.report_results import hostile_results, many_failures, mixed_results
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "reports" / "screenshots"
 CHROMIUM = os.environ.get("ACCEPTANCE_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")

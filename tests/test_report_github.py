@@ -3,9 +3,9 @@
 import re
 
 import pytest
+from fixtures.report_results import hostile_results, many_failures, mixed_results, results_of
 
 from acceptance.report.github import annotations, escape_data, escape_property, md_escape, render_summary
-from fixtures.report_results import hostile_results, many_failures, mixed_results, results_of
 
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 
@@ -96,10 +96,14 @@ def test_annotations_limit_and_how_many_more():
     lines = annotations(many_failures(25))
     assert len(lines) == 10
     assert all(line.startswith("::error file=operator_specs/matmul_") for line in lines)
-    assert "title=16 more failing cases::16 more cases failed or errored, starting with matmul[float16-M=9-" in lines[-1]
+    assert (
+        "title=16 more failing cases::16 more cases failed or errored, starting with matmul[float16-M=9-" in lines[-1]
+    )
     assert len(annotations(many_failures(10))) == 10 and "more" not in annotations(many_failures(10))[-1]
     assert len(annotations(many_failures(25), limit=3)) == 3
-    assert annotations(many_failures(2), limit=1)[0].startswith("::error file=operator_specs/matmul_0.yaml,title=2 more")
+    assert annotations(many_failures(2), limit=1)[0].startswith(
+        "::error file=operator_specs/matmul_0.yaml,title=2 more"
+    )
     assert annotations(results_of([c for c in mixed_results().cases if c.verdict == "pass"])) == []
 
 
@@ -109,7 +113,7 @@ def test_annotations_escape_hostile_strings():
     for line in lines:
         assert "\n" not in line and "\r" not in line and "\x1b" not in line
         head, message = line.split("::", 2)[1:]
-        props = head[len("error "):]
+        props = head[len("error ") :]
         assert props.startswith("file=operator_specs/we%2Cird%3Ana%25me%0A.yaml,title=")
         title = props.split(",title=", 1)[1]
         assert ":" not in title and "," not in title  # escaped in the property

@@ -6,10 +6,10 @@ import re
 from html.parser import HTMLParser
 
 import pytest
+from fixtures.report_results import hostile_results, mixed_results, results_of
 
 from acceptance.report import html as html_report
 from acceptance.report.html import render_html
-from fixtures.report_results import hostile_results, mixed_results, results_of
 
 
 class Page(HTMLParser):
@@ -86,8 +86,12 @@ def test_table_lists_every_case_failures_first(mixed):
     verdicts = [r["data-verdict"] for r in page.rows]
     assert verdicts == ["fail", "fail", "error", "skip", "skip", "pass", "pass", "pass"]
     counts = {v: verdicts.count(v) for v in set(verdicts)}
-    assert counts == {"fail": results.summary.failed, "error": results.summary.errors,
-                      "skip": results.summary.skipped, "pass": results.summary.passed}
+    assert counts == {
+        "fail": results.summary.failed,
+        "error": results.summary.errors,
+        "skip": results.summary.skipped,
+        "pass": results.summary.passed,
+    }
 
 
 def test_deciding_metric_and_margin_in_table(mixed):

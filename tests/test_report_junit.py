@@ -4,15 +4,23 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from fixtures.report_results import hostile_results, mixed_results, results_of
 
 from acceptance.report.junit import render_junit
 from acceptance.wording import visible_controls
-from fixtures.report_results import hostile_results, mixed_results, results_of
 
 _ROOT = Path(__file__).resolve().parents[1]
-XSD = next((p for p in (_ROOT.parent / "shared" / "schemas" / "junit-10.xsd",  # a checkout beside shared/
-                        _ROOT.parent.parent / "shared" / "schemas" / "junit-10.xsd")  # a worktree one level down
-            if p.exists()), _ROOT.parent / "shared" / "schemas" / "junit-10.xsd")
+XSD = next(
+    (
+        p
+        for p in (
+            _ROOT.parent / "shared" / "schemas" / "junit-10.xsd",  # a checkout beside shared/
+            _ROOT.parent.parent / "shared" / "schemas" / "junit-10.xsd",
+        )  # a worktree one level down
+        if p.exists()
+    ),
+    _ROOT.parent / "shared" / "schemas" / "junit-10.xsd",
+)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +86,10 @@ def test_failure_error_skip_elements_and_messages(mixed):
     assert "in layer_norm_fwd_kernel" in error.text
     waived = tc["gelu[float16-N=4096]"].find("skipped")
     assert waived.get("message") == "waived: tanh approximation in the fused kernel; accepted for release 2.4"
-    assert tc["add[bfloat16-N=17]"].find("skipped").get("message") == "bfloat16 is not supported by the baseline on this CPU"
+    assert (
+        tc["add[bfloat16-N=17]"].find("skipped").get("message")
+        == "bfloat16 is not supported by the baseline on this CPU"
+    )
     passed = tc["matmul[float32-M=128-N=128-K=4097]"]
     assert list(passed) == []
 

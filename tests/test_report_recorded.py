@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.session import results as rs
 from acceptance.report.github import annotations, render_summary
 from acceptance.report.html import render_html
 from acceptance.report.junit import render_junit
 from acceptance.report.signoff import render_signoff
+from acceptance.session import results as rs
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 XSD = Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "junit-10.xsd"

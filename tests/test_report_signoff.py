@@ -3,9 +3,10 @@
 import html
 import re
 
-from acceptance.report.signoff import render_signoff, signoff_lines, thresholds_in_force, waiver_effect
-from acceptance.records import Criterion
 from fixtures.report_results import hostile_results, mixed_results, results_of
+
+from acceptance.records import Criterion
+from acceptance.report.signoff import render_signoff, signoff_lines, thresholds_in_force, waiver_effect
 
 
 def test_one_line_per_operator_and_dtype():
@@ -36,8 +37,12 @@ def test_thresholds_with_their_source():
 def test_threshold_that_varies_across_cases_is_shown_as_a_range():
     base = mixed_results().cases[0]
     scaled = [
-        base.model_copy(update={"id": f"matmul[K={k}]", "criteria": [
-            Criterion(metric="diff1", value=1e-7, threshold=t, passed=True, source="scaled with K")]})
+        base.model_copy(
+            update={
+                "id": f"matmul[K={k}]",
+                "criteria": [Criterion(metric="diff1", value=1e-7, threshold=t, passed=True, source="scaled with K")],
+            }
+        )
         for k, t in ((64, 1e-4), (4096, 8e-4), (512, 3e-4))
     ]
     (t,) = thresholds_in_force(scaled)
@@ -50,7 +55,9 @@ def test_page_has_verdict_lines_waivers_and_provenance():
     rows = re.findall(r'<tr class="(pass|fail|skip|waived)">', operators)
     assert rows == ["skip", "pass", "fail", "waived", "fail", "pass", "fail", "pass"]
     assert re.findall(r'<tr class="(\w+)"><td><code>(.*?)</code>', waivers) == [
-        ("skip", "gelu[float16-N=4096]"), ("pass", "add[float32-N=17]")]
+        ("skip", "gelu[float16-N=4096]"),
+        ("pass", "add[float32-N=17]"),
+    ]
     assert "tanh approximation in the fused kernel; accepted for release 2.4" in waivers
     assert "waived a failure: diff1 5.2e-3 &gt; 3e-3 (activation default)" in waivers
     assert "not needed: the case passes" in waivers

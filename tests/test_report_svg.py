@@ -9,6 +9,7 @@ import pytest
 
 from acceptance.report import svg
 
+
 def parse(text: str) -> ET.Element:
     return ET.fromstring(text)
 
@@ -32,13 +33,25 @@ def test_ticks():
     assert svg.Scale(1.5e-4, 3e-3, 0, 1, log=True).ticks() == pytest.approx([2e-4, 5e-4, 1e-3, 2e-3])
 
 
-@pytest.mark.parametrize("v, text", [(1e-5, "1e-5"), (0.01, "1e-2"), (5e-4, "5e-4"), (1.0, "1"), (200.0, "200"), (1e4, "1e4")])
+@pytest.mark.parametrize(
+    "v, text", [(1e-5, "1e-5"), (0.01, "1e-2"), (5e-4, "5e-4"), (1.0, "1"), (200.0, "200"), (1e4, "1e4")]
+)
 def test_log_tick_labels(v, text):
     assert svg.tick_label(v, True) == text
 
 
-@pytest.mark.parametrize("v, text", [(7.46e-6, "7.46e-6"), (5e5, "5e5"), (12345.0, "1.23e4"), (2e-4, "2e-4"),
-                                     (0.002, "2e-3"), (250.0, "250"), (0.0, "0")])
+@pytest.mark.parametrize(
+    "v, text",
+    [
+        (7.46e-6, "7.46e-6"),
+        (5e5, "5e5"),
+        (12345.0, "1.23e4"),
+        (2e-4, "2e-4"),
+        (0.002, "2e-3"),
+        (250.0, "250"),
+        (0.0, "0"),
+    ],
+)
 def test_linear_tick_labels(v, text):
     assert svg.tick_label(v, False) == text
 
@@ -123,7 +136,9 @@ def test_scatter_linear_axes_start_at_zero():
     root = parse(svg.scatter_plot([0.5, 2.0, 3.0], [0.6, 2.0, 2.5], factor=2.0, title="t", metric="m"))
     (ref,) = _lines(root, "ref")
     # data reach below a quarter of the maximum: linear range [0, 3]; y = x runs corner to corner
-    assert float(ref.get("x1")) == pytest.approx(svg.LEFT) and float(ref.get("y1")) == pytest.approx(svg.HEIGHT - svg.BOTTOM)
+    assert float(ref.get("x1")) == pytest.approx(svg.LEFT) and float(ref.get("y1")) == pytest.approx(
+        svg.HEIGHT - svg.BOTTOM
+    )
     (factor,) = _lines(root, "factor")
     # y = 2x leaves the window at x = 1.5, the middle of the x axis, at the top
     assert float(factor.get("x2")) == pytest.approx((svg.LEFT + svg.WIDTH - svg.RIGHT) / 2, abs=0.06)

@@ -4,22 +4,41 @@ import math
 
 import pytest
 
+from acceptance.records import CaseResult, Criterion
 from acceptance.report.text import deciding_criterion, headline, margin
 from acceptance.wording import criterion_text, fmt, fmt_value, one_line, visible_controls
-from acceptance.records import CaseResult, Criterion
 
 
 def case(verdict="fail", criteria=(), reasons=(), **kw):
     return CaseResult(
-        id="op[x]", operator="op", category="activation", spec_file="s.yaml", dtype="float16", params={},
-        trials=1, seed=0, verdict=verdict, reasons=list(reasons), criteria=list(criteria), **kw,
+        id="op[x]",
+        operator="op",
+        category="activation",
+        spec_file="s.yaml",
+        dtype="float16",
+        params={},
+        trials=1,
+        seed=0,
+        verdict=verdict,
+        reasons=list(reasons),
+        criteria=list(criteria),
+        **kw,
     )
 
 
 @pytest.mark.parametrize(
     "x, text",
-    [(0.0041, "4.1e-3"), (3e-5, "3e-5"), (2.0, "2"), (4097.0, "4097"), (123456.789, "1.23e5"),
-     (float("nan"), "nan"), (float("-inf"), "-inf"), (None, "—"), (0.0, "0")],
+    [
+        (0.0041, "4.1e-3"),
+        (3e-5, "3e-5"),
+        (2.0, "2"),
+        (4097.0, "4097"),
+        (123456.789, "1.23e5"),
+        (float("nan"), "nan"),
+        (float("-inf"), "-inf"),
+        (None, "—"),
+        (0.0, "0"),
+    ],
 )
 def test_fmt(x, text):
     assert fmt(x) == text
@@ -55,12 +74,23 @@ def test_margin_tuple_uses_largest_component_and_nan_poisons():
 
 
 def test_margin_of_a_dual_delta_gate_is_factor_over_median_ratio():
-    gate = Criterion(kind="dual_delta", metric="max_hyb", value=1.2, threshold=2.0, comparison="non-inferior",
-                     passed=True)
+    gate = Criterion(
+        kind="dual_delta", metric="max_hyb", value=1.2, threshold=2.0, comparison="non-inferior", passed=True
+    )
     assert margin(gate) == pytest.approx(2.0 / 1.2)
     loose = Criterion(metric="diff1", value=1e-4, threshold=3e-3, passed=True)  # margin 30
-    case = CaseResult(id="x", operator="x", category="composite", spec_file="x.yaml", dtype="float32", params={},
-                      trials=20, seed=0, verdict="pass", criteria=[loose, gate])
+    case = CaseResult(
+        id="x",
+        operator="x",
+        category="composite",
+        spec_file="x.yaml",
+        dtype="float32",
+        params={},
+        trials=20,
+        seed=0,
+        verdict="pass",
+        criteria=[loose, gate],
+    )
     assert deciding_criterion(case) is gate  # the dual-delta gate decided: its margin 1.67 is the tightest
 
 

@@ -21,7 +21,9 @@ def check_jsonschema(*paths: Path) -> subprocess.CompletedProcess:
         exe = Path(found)
     return subprocess.run(
         [str(exe), "--builtin-schema", "vendor.github-workflows", *map(str, paths)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -49,7 +51,7 @@ def test_accuracy_gate_runs_reports_and_then_fails_with_the_captured_code():
     gate = next(s for s in steps if s.get("id") == "gate")
     assert "set +e" in gate["run"] and "acceptance run operator_specs --out reports/pr" in gate["run"]
     assert 'echo "exit_code=$?" >> "$GITHUB_OUTPUT"' in gate["run"]
-    after = steps[names.index("Run the operator specs") + 1:]
+    after = steps[names.index("Run the operator specs") + 1 :]
     uses = [s.get("uses", "") for s in after]
     assert "actions/upload-artifact@v4" in uses
     assert "mikepenz/action-junit-report@v5" in uses

@@ -10,8 +10,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from acceptance.session import results as results_mod
 from acceptance.cli import main
+from acceptance.session import results as results_mod
 
 HERE = Path(__file__).parent
 SPECS = HERE / "runner_specs"
@@ -22,8 +22,18 @@ def run_cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
-def write_spec(folder: Path, name: str, impl: str, *, category="convolution", extra="", dtypes="[float32]",
-               inputs=None, cases="[{M: 8, N: 5, K: 12}]", trials=4):
+def write_spec(
+    folder: Path,
+    name: str,
+    impl: str,
+    *,
+    category="convolution",
+    extra="",
+    dtypes="[float32]",
+    inputs=None,
+    cases="[{M: 8, N: 5, K: 12}]",
+    trials=4,
+):
     shutil.copy(SPECS / "kernels.py", folder / "kernels.py")
     inputs = inputs or (
         "  - {name: a, shape: [M, K], dist: {uniform: [-1, 1]}}\n"
@@ -80,8 +90,14 @@ def test_raising_and_hanging_impls_error_and_the_run_goes_on(tmp_path):
 
 
 def test_nan_output_fails_on_placement(tmp_path):
-    write_spec(tmp_path, "nan_exp", "kernels.py:nan_exp", category="activation",
-               inputs="  - {name: x, shape: [N, K], dist: {uniform: [-1, 1]}}\n", cases="[{N: 9, K: 31}]")
+    write_spec(
+        tmp_path,
+        "nan_exp",
+        "kernels.py:nan_exp",
+        category="activation",
+        inputs="  - {name: x, shape: [N, K], dist: {uniform: [-1, 1]}}\n",
+        cases="[{N: 9, K: 31}]",
+    )
     (tmp_path / "nan_exp.yaml").write_text((tmp_path / "nan_exp.yaml").read_text().replace("torch:matmul", "torch:exp"))
     out = tmp_path / "out"
     r = run_cli("run", tmp_path, "--out", out)
@@ -117,7 +133,11 @@ def test_results_round_trip_and_junit_valid(tmp_path):
     data = json.loads(text)
     assert data["schema_version"] == results_mod.SCHEMA_VERSION
     env = data["environment"]
-    assert env["device"] == "cpu" and env["torch"] == torch.__version__ and env["command_line"].startswith("acceptance run")
+    assert (
+        env["device"] == "cpu"
+        and env["torch"] == torch.__version__
+        and env["command_line"].startswith("acceptance run")
+    )
     if not XSD.exists():
         pytest.skip(f"{XSD} absent")
     import xmlschema
@@ -159,19 +179,21 @@ def test_usage_errors_exit_2(tmp_path):
         assert run_cli("run", SPECS, "--device", "cuda", "--out", tmp_path).exit_code == 2
 
 
-def test_the_device_comes_from_the_option_or_acceptance_device_and_a_bad_one_is_a_usage_error(tmp_path,
-                                                                                             monkeypatch):
+def test_the_device_comes_from_the_option_or_acceptance_device_and_a_bad_one_is_a_usage_error(tmp_path, monkeypatch):
     """``$ACCEPTANCE_DEVICE`` sets ``--device`` of run, bench and tune (the option wins); a device that is
     not one is exit 2 with one line naming where it came from, never a traceback (tune raised one)."""
     monkeypatch.setenv("ACCEPTANCE_DEVICE", "tpu")
     for cmd in ("run", "bench", "tune"):
         r = CliRunner().invoke(main, [cmd, str(SPECS), "--only", "scaled_matmul"])
         assert r.exit_code == 2, (cmd, r.output, r.exception)
-        assert r.output.strip().splitlines()[-1] == "$ACCEPTANCE_DEVICE: 'tpu' is not a device (auto, cpu, cuda, cuda:N)"
+        assert (
+            r.output.strip().splitlines()[-1] == "$ACCEPTANCE_DEVICE: 'tpu' is not a device (auto, cpu, cuda, cuda:N)"
+        )
         assert "Traceback" not in r.output
         r = CliRunner().invoke(main, [cmd, str(SPECS), "--only", "scaled_matmul", "--device", "npu"])
         assert r.exit_code == 2 and r.output.strip().splitlines()[-1] == (
-            "--device: 'npu' is not a device (auto, cpu, cuda, cuda:N)"), (cmd, r.output)
+            "--device: 'npu' is not a device (auto, cpu, cuda, cuda:N)"
+        ), (cmd, r.output)
     monkeypatch.setenv("ACCEPTANCE_DEVICE", "cpu")
     out = tmp_path / "out"
     r = run_cli("run", SPECS, "--only", "scaled_matmul", "--trials", "2", "--out", out)
@@ -193,7 +215,10 @@ def test_list_and_validate():
     [
         (lambda m: m.__setitem__((3, slice(None)), True), "all 8 in row 3 of dim 0"),
         (lambda m: m.__setitem__((slice(None), 2), True), "all 6 in index 2 of the last dim"),
-        (lambda m: m.__setitem__((slice(None), slice(5, 8)), True), "all 18 in the tail of the last dim (indices >= 5 of 8)"),
+        (
+            lambda m: m.__setitem__((slice(None), slice(5, 8)), True),
+            "all 18 in the tail of the last dim (indices >= 5 of 8)",
+        ),
         (lambda m: m.fill_(True), "everywhere"),
         (lambda m: (m.__setitem__((0, 1), True), m.__setitem__((4, 6), True)), None),
     ],
@@ -233,11 +258,20 @@ def test_underpowered_dual_delta_is_flagged(tmp_path):
 
 
 def test_dual_delta_section_of_a_spec(tmp_path):
-    write_spec(tmp_path, "tuned", "kernels.py:split_k_matmul",
-               extra="dual_delta: {metrics: [max_abs, rms], factor: {max_abs: 3.0}, alpha: 0.01, trials: 12}\n")
+    write_spec(
+        tmp_path,
+        "tuned",
+        "kernels.py:split_k_matmul",
+        extra="dual_delta: {metrics: [max_abs, rms], factor: {max_abs: 3.0}, alpha: 0.01, trials: 12}\n",
+    )
     write_spec(tmp_path, "off", "kernels.py:split_k_matmul", extra="dual_delta: {enabled: false}\n")
-    write_spec(tmp_path, "on_for_arithmetic", "kernels.py:split_k_matmul", category="arithmetic",
-               extra="dual_delta: {enabled: true}\nthresholds: {float32: {diff3_2: 1.0}}\n")
+    write_spec(
+        tmp_path,
+        "on_for_arithmetic",
+        "kernels.py:split_k_matmul",
+        category="arithmetic",
+        extra="dual_delta: {enabled: true}\nthresholds: {float32: {diff3_2: 1.0}}\n",
+    )
     out = tmp_path / "out"
     r = run_cli("run", tmp_path, "--out", out)
     assert r.exit_code == 0, r.output
@@ -245,7 +279,9 @@ def test_dual_delta_section_of_a_spec(tmp_path):
     tuned = by_op["tuned"]
     assert tuned.trials == 12
     assert [(d.metric, d.factor, d.alpha, d.trials) for d in tuned.dual_delta] == [
-        ("max_abs", 3.0, 0.01, 12), ("rms", 1.5, 0.01, 12)]
+        ("max_abs", 3.0, 0.01, 12),
+        ("rms", 1.5, 0.01, 12),
+    ]
     sources = {c.metric: c.source for c in tuned.criteria if c.kind == "dual_delta"}
     assert sources == {"max_abs": "spec override", "rms": "convolution default"}
     assert not by_op["off"].dual_delta
@@ -253,10 +289,10 @@ def test_dual_delta_section_of_a_spec(tmp_path):
 
 
 def test_relative_error_buckets_against_numpy():
-    from acceptance.records import REL_ERROR_BUCKETS
     from acceptance.measure.diagnose import abs_error as _abs_error
     from acceptance.measure.diagnose import buckets as _buckets
     from acceptance.measure.diagnose import rel_error as _rel_error
+    from acceptance.records import REL_ERROR_BUCKETS
 
     rng = np.random.default_rng(4)
     b = rng.uniform(-1, 1, 5000)
@@ -273,7 +309,7 @@ def test_relative_error_buckets_against_numpy():
     edges = [0.0] + [u for _, u in REL_ERROR_BUCKETS] + [np.inf]
     nz = want_rel[want_rel != 0]
     want = {"=0": int((want_rel == 0).sum())}
-    for label, lo, hi in zip([x for x, _ in REL_ERROR_BUCKETS], edges[:-2], edges[1:-1]):
+    for label, lo, hi in zip([x for x, _ in REL_ERROR_BUCKETS], edges[:-2], edges[1:-1], strict=False):
         want[label] = int(((nz >= lo) & (nz < hi)).sum())
     want[">1"] = int((nz >= 1.0).sum())
     assert got == want

@@ -89,7 +89,11 @@ def test_example_loads_as_written(tmp_path):
     assert problems == []
     (spec,) = specs
     assert (spec.name, spec.category, spec.impl, spec.baseline, spec.oracle) == (
-        "matmul", "convolution", "torch:matmul", "torch:matmul", "torch:matmul"
+        "matmul",
+        "convolution",
+        "torch:matmul",
+        "torch:matmul",
+        "torch:matmul",
     )
     assert spec.path == path
     assert spec.dtypes == ["float16", "bfloat16", "float32"]
@@ -98,7 +102,9 @@ def test_example_loads_as_written(tmp_path):
     assert (spec.inputs[0].dist.lo, spec.inputs[0].dist.hi) == (-1.0, 1.0)
     assert (spec.inputs[1].dist.mean, spec.inputs[1].dist.std) == (0.0, 1.0)
     assert [c.symbols for c in spec.cases] == [
-        {"M": 128, "N": 128, "K": 128}, {"M": 1, "N": 1, "K": 32}, {"M": 1000, "N": 3, "K": 4097}
+        {"M": 128, "N": 128, "K": 128},
+        {"M": 1, "N": 1, "K": 32},
+        {"M": 1000, "N": 3, "K": 4097},
     ]
     assert (spec.trials, spec.seed, spec.params) == (20, 0, {})
     assert spec.thresholds == {"float16": {"diff1": 3.0e-3, "diff2": 3.0e-3}}
@@ -122,7 +128,12 @@ def test_defaults_of_optional_fields(tmp_path):
     assert problems == []
     spec = specs[0]
     assert (spec.baseline, spec.oracle, spec.trials, spec.seed, spec.timeout, spec.atomic_runs) == (
-        None, None, 10, 0, 60.0, 2
+        None,
+        None,
+        10,
+        0,
+        60.0,
+        2,
     )
     assert (spec.thresholds, spec.dual_delta, spec.waivers, spec.params) == ({}, None, [], {})
 
@@ -143,9 +154,7 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
     text = edit(EXAMPLE, "{name: b, shape: [K, N]", "{name: b, shape: [Q, N]")
     path = write(tmp_path, "matmul.yaml", text)
     _, problems = load_specs([path])
-    assert [str(p) for p in problems] == [
-        f"{path}: inputs[1].shape[0]: unknown symbol 'Q' (case symbols: K, M, N)"
-    ]
+    assert [str(p) for p in problems] == [f"{path}: inputs[1].shape[0]: unknown symbol 'Q' (case symbols: K, M, N)"]
 
     bad = write(tmp_path, "bad.yaml", edit(MINIMAL, "category: reduction", "category: conv"))
     _, problems = load_specs([bad])
@@ -160,12 +169,19 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
 @pytest.mark.parametrize(
     "old, new, expected",
     [
-        ("dtypes: [float16, float32]", "dtypes: [float16, float128]",
-         "dtypes[1]: 'float128' is not one of " + ", ".join(DTYPES)),
+        (
+            "dtypes: [float16, float32]",
+            "dtypes: [float16, float128]",
+            "dtypes[1]: 'float128' is not one of " + ", ".join(DTYPES),
+        ),
         ("dtypes: [float16, float32]", "dtypes: [float16, float16]", "dtypes[1]: duplicate dtype 'float16'"),
         ("dtypes: [float16, float32]", "dtypes: []", "dtypes: expected at least 1 item(s), got 0"),
         ("impl: torch:sum", "impl: torchh:sum", "impl: 'torchh:sum': cannot import module 'torchh'"),
-        ("impl: torch:sum", "impl: torch:summ", "impl: 'torch:summ': 'torch' has no attribute 'summ'; did you mean 'sum'?"),
+        (
+            "impl: torch:sum",
+            "impl: torch:summ",
+            "impl: 'torch:summ': 'torch' has no attribute 'summ'; did you mean 'sum'?",
+        ),
         ("impl: torch:sum", "impl: torch.sum", "impl: 'torch.sum' is not of the form module:attr"),
         ("impl: torch:sum", "impl: math:pi", "impl: 'math:pi' is not callable (it is a float)"),
         ("impl: torch:sum", "impl: nothere.py:f", "impl: 'nothere.py:f': no such file 'nothere.py'"),
@@ -179,68 +195,216 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
         ("cases:", "seed: true\ncases:", "seed: expected an integer, got boolean true"),
         ("cases:", "treshold: {}\ncases:", "treshold: unknown field 'treshold'; did you mean 'thresholds'?"),
         ("cases:", "params: [1, 2]\ncases:", "params: expected a mapping of keyword arguments, got a list"),
-        ("{name: x, shape", "{name: x, shap: [M], shape", "inputs[0].shap: unknown field 'shap'; did you mean 'shape'?"),
+        (
+            "{name: x, shape",
+            "{name: x, shap: [M], shape",
+            "inputs[0].shap: unknown field 'shap'; did you mean 'shape'?",
+        ),
         ("shape: [M, N]", "shape: M", "inputs[0].shape: expected a list, got string 'M'"),
         ("shape: [M, N]", "shape: [M, -3]", "inputs[0].shape[1]: a dimension must be >= 0, got -3"),
-        ("shape: [M, N]", "shape: [M, 2.5]", "inputs[0].shape[1]: expected an integer or an expression of case symbols"),
+        (
+            "shape: [M, N]",
+            "shape: [M, 2.5]",
+            "inputs[0].shape[1]: expected an integer or an expression of case symbols",
+        ),
         ("shape: [M, N]", "shape: [M, N/2]", "inputs[0].shape[1]: 'N/2': operator '/' is not allowed"),
         ("shape: [M, N]", "shape: [M, 'N**2']", "inputs[0].shape[1]: 'N**2': operator '**' is not allowed"),
         ("shape: [M, N]", "shape: [M, 'abs(N)']", "inputs[0].shape[1]: 'abs(N)': only symbols, integers"),
         ("shape: [M, N]", "shape: [M, 'N +']", "inputs[0].shape[1]: 'N +' is not a valid expression"),
-        ("shape: [M, N]", "shape: [M, N - 6]", "inputs[0].shape[1]: N - 6 = -1 for cases[0] (M=4, N=5); a dimension must be >= 0"),
+        (
+            "shape: [M, N]",
+            "shape: [M, N - 6]",
+            "inputs[0].shape[1]: N - 6 = -1 for cases[0] (M=4, N=5); a dimension must be >= 0",
+        ),
         ("shape: [M, N]", "shape: [M, N // (M - 4)]", "inputs[0].shape[1]: N // (M - 4) divides by zero for cases[0]"),
-        ("{uniform: [-1, 1]}", "{uniformm: [-1, 1]}", "inputs[0].dist.uniformm: unknown distribution 'uniformm'; did you mean 'uniform'?"),
+        (
+            "{uniform: [-1, 1]}",
+            "{uniformm: [-1, 1]}",
+            "inputs[0].dist.uniformm: unknown distribution 'uniformm'; did you mean 'uniform'?",
+        ),
         ("{uniform: [-1, 1]}", "{}", "inputs[0].dist: give exactly one distribution"),
-        ("{uniform: [-1, 1]}", "{uniform: [-1, 1], normal: [0, 1]}", "inputs[0].dist: give exactly one distribution: uniform, normal, randint, choice, sparse, specials, preset (got uniform, normal)"),
+        (
+            "{uniform: [-1, 1]}",
+            "{uniform: [-1, 1], normal: [0, 1]}",
+            "inputs[0].dist: give exactly one distribution: uniform, normal, randint, choice, sparse, specials, preset (got uniform, normal)",
+        ),
         ("{uniform: [-1, 1]}", "{uniform: [1]}", "inputs[0].dist.uniform: expected 2 values [lo, hi], got 1"),
         ("{uniform: [-1, 1]}", "{uniform: [1, -1]}", "inputs[0].dist.uniform: needs finite lo < hi, got [1.0, -1.0]"),
-        ("{uniform: [-1, 1]}", "{uniform: [-1, x]}", "inputs[0].dist.uniform[1]: unknown symbol 'x' (case symbols: M, N)"),
+        (
+            "{uniform: [-1, 1]}",
+            "{uniform: [-1, x]}",
+            "inputs[0].dist.uniform[1]: unknown symbol 'x' (case symbols: M, N)",
+        ),
         ("{uniform: [-1, 1]}", "{normal: [0, -1]}", "inputs[0].dist.normal: needs a finite mean and std >= 0"),
-        ("{uniform: [-1, 1]}", "{randint: [0, 1.5]}", "inputs[0].dist.randint[1]: expected an integer or an expression"),
-        ("{uniform: [-1, 1]}", "{randint: [M, 2]}", "inputs[0].dist.randint: needs lo < hi (hi is exclusive), got [4, 2] for cases[0] (M=4, N=5)"),
+        (
+            "{uniform: [-1, 1]}",
+            "{randint: [0, 1.5]}",
+            "inputs[0].dist.randint[1]: expected an integer or an expression",
+        ),
+        (
+            "{uniform: [-1, 1]}",
+            "{randint: [M, 2]}",
+            "inputs[0].dist.randint: needs lo < hi (hi is exclusive), got [4, 2] for cases[0] (M=4, N=5)",
+        ),
         ("{uniform: [-1, 1]}", "{choice: []}", "inputs[0].dist.choice: expected at least 1 item(s), got 0"),
-        ("{uniform: [-1, 1]}", "{choice: [1, abc]}", "inputs[0].dist.choice[1]: expected a number (.inf, -.inf, .nan allowed), got string 'abc'"),
-        ("{uniform: [-1, 1]}", "{sparse: {density: 1.5, of: {uniform: [0, 1]}}}", "inputs[0].dist.sparse.density: must be <= 1, got number 1.5"),
-        ("{uniform: [-1, 1]}", "{sparse: {density: 0.5, of: {normal: [0]}}}", "inputs[0].dist.sparse.of.normal: expected 2 values [mean, std], got 1"),
-        ("{uniform: [-1, 1]}", "{specials: {fraction: 0.1, values: [], of: {normal: [0, 1]}}}", "inputs[0].dist.specials.values: expected at least 1 item(s), got 0"),
-        ("dist: {uniform: [-1, 1]}}", "dist: {uniform: [-1, 1]}, dtype: int65}", "inputs[0].dtype: 'int65' is not one of int64, int32, int16, int8, uint8, bool (did you mean 'int64'?)"),
-        ("dist: {uniform: [-1, 1]}}", "dist: {uniform: [-1, 1]}, dtype: int64}", "inputs[0].dist: uniform draws real numbers; int64 input needs randint or choice"),
-        ("dist: {uniform: [-1, 1]}}", "dist: {randint: [0, 300]}, dtype: int8}", "inputs[0].dist.randint: [0, 300) does not fit int8 (-128 .. 127)"),
-        ("dist: {uniform: [-1, 1]}}", "dist: {randint: [0, 3]}, dtype: bool}", "inputs[0].dist.randint: [0, 3) does not fit bool (0 .. 1)"),
-        ("dist: {uniform: [-1, 1]}}", "dist: {choice: [0, 1.5]}, dtype: int32}", "inputs[0].dist.choice: 1.5 is not an integer in int32 range"),
-        ("  - {name: x,", "  - {name: x, shape: [M], dist: {normal: [0, 1]}}\n  - {name: x,", "inputs[1].name: duplicate input name 'x' (also inputs[0])"),
-        ("inputs:\n  - {name: x, shape: [M, N], dist: {uniform: [-1, 1]}}\n", "inputs: []\n", "inputs: expected at least 1 item(s), got 0"),
-        ("  - {M: 4, N: 5}", "  - {M: 4, N: 5}\n  - {M: 4}", "cases[1]: missing symbol 'N' (used by inputs[0].shape[1])"),
-        ("  - {M: 4, N: 5}", "  - {M: 4, N: 5, dim: 1}", "cases[0].dim: symbol 'dim' is used by no input shape or bound (used: M, N); put keyword arguments under params"),
-        ("  - {M: 4, N: 5}", "  - {M: 4, N: five}", "cases[0].N: expected an integer, got string 'five'; case keys are integer symbols, put keyword arguments under params"),
-        ("  - {M: 4, N: 5}", "  - {M: 4, N: 5, params: [1]}", "cases[0].params: expected a mapping of keyword arguments, got a list"),
-        ("  - {M: 4, N: 5}", "  - {M: 4, N: 5, params: {f: !!set {a}}}", "cases[0].params: f: a set is not a plain value"),
+        (
+            "{uniform: [-1, 1]}",
+            "{choice: [1, abc]}",
+            "inputs[0].dist.choice[1]: expected a number (.inf, -.inf, .nan allowed), got string 'abc'",
+        ),
+        (
+            "{uniform: [-1, 1]}",
+            "{sparse: {density: 1.5, of: {uniform: [0, 1]}}}",
+            "inputs[0].dist.sparse.density: must be <= 1, got number 1.5",
+        ),
+        (
+            "{uniform: [-1, 1]}",
+            "{sparse: {density: 0.5, of: {normal: [0]}}}",
+            "inputs[0].dist.sparse.of.normal: expected 2 values [mean, std], got 1",
+        ),
+        (
+            "{uniform: [-1, 1]}",
+            "{specials: {fraction: 0.1, values: [], of: {normal: [0, 1]}}}",
+            "inputs[0].dist.specials.values: expected at least 1 item(s), got 0",
+        ),
+        (
+            "dist: {uniform: [-1, 1]}}",
+            "dist: {uniform: [-1, 1]}, dtype: int65}",
+            "inputs[0].dtype: 'int65' is not one of int64, int32, int16, int8, uint8, bool (did you mean 'int64'?)",
+        ),
+        (
+            "dist: {uniform: [-1, 1]}}",
+            "dist: {uniform: [-1, 1]}, dtype: int64}",
+            "inputs[0].dist: uniform draws real numbers; int64 input needs randint or choice",
+        ),
+        (
+            "dist: {uniform: [-1, 1]}}",
+            "dist: {randint: [0, 300]}, dtype: int8}",
+            "inputs[0].dist.randint: [0, 300) does not fit int8 (-128 .. 127)",
+        ),
+        (
+            "dist: {uniform: [-1, 1]}}",
+            "dist: {randint: [0, 3]}, dtype: bool}",
+            "inputs[0].dist.randint: [0, 3) does not fit bool (0 .. 1)",
+        ),
+        (
+            "dist: {uniform: [-1, 1]}}",
+            "dist: {choice: [0, 1.5]}, dtype: int32}",
+            "inputs[0].dist.choice: 1.5 is not an integer in int32 range",
+        ),
+        (
+            "  - {name: x,",
+            "  - {name: x, shape: [M], dist: {normal: [0, 1]}}\n  - {name: x,",
+            "inputs[1].name: duplicate input name 'x' (also inputs[0])",
+        ),
+        (
+            "inputs:\n  - {name: x, shape: [M, N], dist: {uniform: [-1, 1]}}\n",
+            "inputs: []\n",
+            "inputs: expected at least 1 item(s), got 0",
+        ),
+        (
+            "  - {M: 4, N: 5}",
+            "  - {M: 4, N: 5}\n  - {M: 4}",
+            "cases[1]: missing symbol 'N' (used by inputs[0].shape[1])",
+        ),
+        (
+            "  - {M: 4, N: 5}",
+            "  - {M: 4, N: 5, dim: 1}",
+            "cases[0].dim: symbol 'dim' is used by no input shape or bound (used: M, N); put keyword arguments under params",
+        ),
+        (
+            "  - {M: 4, N: 5}",
+            "  - {M: 4, N: five}",
+            "cases[0].N: expected an integer, got string 'five'; case keys are integer symbols, put keyword arguments under params",
+        ),
+        (
+            "  - {M: 4, N: 5}",
+            "  - {M: 4, N: 5, params: [1]}",
+            "cases[0].params: expected a mapping of keyword arguments, got a list",
+        ),
+        (
+            "  - {M: 4, N: 5}",
+            "  - {M: 4, N: 5, params: {f: !!set {a}}}",
+            "cases[0].params: f: a set is not a plain value",
+        ),
         ("cases:\n  - {M: 4, N: 5}\n", "cases: []\n", "cases: expected at least 1 item(s), got 0"),
         ("cases:\n  - {M: 4, N: 5}\n", "", "inputs[0].shape[0]: unknown symbol 'M' (case symbols: none)"),
         ("cases:", "thresholds: {float16: {diff9: 1}}\ncases:", "thresholds.float16.diff9: unknown metric 'diff9'"),
-        ("cases:", "thresholds: {float16: {diff1: -1}}\ncases:", "thresholds.float16.diff1: a threshold must be a number >= 0, got -1"),
-        ("cases:", "thresholds: {float16: {diff1: .nan}}\ncases:", "thresholds.float16.diff1: a threshold must be a number >= 0, got nan"),
-        ("cases:", "thresholds: {float16: {diff1: '1e-3'}}\ncases:", "thresholds.float16.diff1: expected a number, got string '1e-3'"),
-        ("cases:", "thresholds: {float16: {diff3: [1e-3]}}\ncases:", "thresholds.float16.diff3: expected 2 values [m1, m2], got 1"),
-        ("cases:", "thresholds: {float16: {diff4: 0.5}}\ncases:", "thresholds.float16.diff4: expected true or false, got number 0.5"),
+        (
+            "cases:",
+            "thresholds: {float16: {diff1: -1}}\ncases:",
+            "thresholds.float16.diff1: a threshold must be a number >= 0, got -1",
+        ),
+        (
+            "cases:",
+            "thresholds: {float16: {diff1: .nan}}\ncases:",
+            "thresholds.float16.diff1: a threshold must be a number >= 0, got nan",
+        ),
+        (
+            "cases:",
+            "thresholds: {float16: {diff1: '1e-3'}}\ncases:",
+            "thresholds.float16.diff1: expected a number, got string '1e-3'",
+        ),
+        (
+            "cases:",
+            "thresholds: {float16: {diff3: [1e-3]}}\ncases:",
+            "thresholds.float16.diff3: expected 2 values [m1, m2], got 1",
+        ),
+        (
+            "cases:",
+            "thresholds: {float16: {diff4: 0.5}}\ncases:",
+            "thresholds.float16.diff4: expected true or false, got number 0.5",
+        ),
         ("cases:", "thresholds: {float12: {diff1: 1}}\ncases:", "thresholds.float12: 'float12' is not one of"),
-        ("cases:", "thresholds: {float64: {diff1: 1}}\ncases:", "thresholds.float64: dtype 'float64' is not tested (dtypes: float16, float32)"),
+        (
+            "cases:",
+            "thresholds: {float64: {diff1: 1}}\ncases:",
+            "thresholds.float64: dtype 'float64' is not tested (dtypes: float16, float32)",
+        ),
         ("cases:", "oracle: {mpmath: 3}\ncases:", "oracle: mpmath: expected a function name, got integer 3"),
-        ("cases:", "oracle: {mpmath: exp, dps: '50'}\ncases:", "oracle: dps: expected an integer >= 20 (decimal digits), got string '50'"),
-            ("cases:", "oracle: {mpmath: exp, dps: 5}\ncases:", "oracle: dps: expected an integer >= 20 (decimal digits), got integer 5"),
-            ("cases:", "oracle: {mpmath: expp}\ncases:", "oracle: mpmath: mpmath oracle: unknown function 'expp'"),
-        ("cases:", "oracle: {mpmath: exp, digits: 50}\ncases:", "oracle: unknown key 'digits' in an mpmath oracle (keys: mpmath, dps)"),
-        ("cases:", "oracle: 3\ncases:", "oracle: expected module:attr or a mapping {mpmath: <function>, dps: <digits>}, got integer 3"),
+        (
+            "cases:",
+            "oracle: {mpmath: exp, dps: '50'}\ncases:",
+            "oracle: dps: expected an integer >= 20 (decimal digits), got string '50'",
+        ),
+        (
+            "cases:",
+            "oracle: {mpmath: exp, dps: 5}\ncases:",
+            "oracle: dps: expected an integer >= 20 (decimal digits), got integer 5",
+        ),
+        ("cases:", "oracle: {mpmath: expp}\ncases:", "oracle: mpmath: mpmath oracle: unknown function 'expp'"),
+        (
+            "cases:",
+            "oracle: {mpmath: exp, digits: 50}\ncases:",
+            "oracle: unknown key 'digits' in an mpmath oracle (keys: mpmath, dps)",
+        ),
+        (
+            "cases:",
+            "oracle: 3\ncases:",
+            "oracle: expected module:attr or a mapping {mpmath: <function>, dps: <digits>}, got integer 3",
+        ),
         ("cases:", "dual_delta: {alpha: 1.5}\ncases:", "dual_delta.alpha: must be < 1, got number 1.5"),
         ("cases:", "dual_delta: {trials: 4}\ncases:", "dual_delta.trials: must be >= 5, got integer 4"),
-        ("cases:", "dual_delta: {enabled: yes}\ncases:", "dual_delta.enabled: expected true or false, got string 'yes'"),
+        (
+            "cases:",
+            "dual_delta: {enabled: yes}\ncases:",
+            "dual_delta.enabled: expected true or false, got string 'yes'",
+        ),
         ("cases:", "dual_delta: {metrics: [diff3]}\ncases:", "dual_delta.metrics[0]: 'diff3' is not a scalar metric"),
         ("cases:", "dual_delta: {metrics: [max_abss]}\ncases:", "dual_delta.metrics[0]: 'max_abss' is not one of"),
         ("cases:", "dual_delta: {factor: 0}\ncases:", "dual_delta.factor: expected a number > 0, got integer 0"),
-        ("cases:", "dual_delta: {factor: {max_abs: -2}}\ncases:", "dual_delta.factor: max_abs: expected a number > 0, got integer -2"),
+        (
+            "cases:",
+            "dual_delta: {factor: {max_abs: -2}}\ncases:",
+            "dual_delta.factor: max_abs: expected a number > 0, got integer -2",
+        ),
         ("cases:", "dual_delta: {factor: {diff4: 2}}\ncases:", "dual_delta.factor: 'diff4' is not a scalar metric"),
         ("cases:", "dual_delta: {seed: 2}\ncases:", "dual_delta.seed: unknown field 'seed'"),
-        ("cases:", "waivers: [{match: 'nothing*', reason: known}]\ncases:", "waivers[0].match: 'nothing*' matches no case id of this operator (e.g. op[float16-M=4-N=5])"),
+        (
+            "cases:",
+            "waivers: [{match: 'nothing*', reason: known}]\ncases:",
+            "waivers[0].match: 'nothing*' matches no case id of this operator (e.g. op[float16-M=4-N=5])",
+        ),
         ("cases:", "waivers: [{match: 'op*'}]\ncases:", "waivers[0].reason: required field is missing"),
     ],
 )
@@ -256,9 +420,17 @@ def test_date_like_param_is_a_string(tmp_path):
 
 
 def test_all_problems_of_all_files_are_collected(tmp_path):
-    write(tmp_path, "a.yaml", edit(edit(MINIMAL, "category: reduction", "category: conv"), "impl: torch:sum", "impl: torch:nope"))
-    write(tmp_path, "b.yaml", edit(edit(MINIMAL, "name: op", "name: op2"), "shape: [M, N]", "shape: [M, Q]")
-          + "trials: -1\nthresholds: {float64: {diff1: 1}}\n")
+    write(
+        tmp_path,
+        "a.yaml",
+        edit(edit(MINIMAL, "category: reduction", "category: conv"), "impl: torch:sum", "impl: torch:nope"),
+    )
+    write(
+        tmp_path,
+        "b.yaml",
+        edit(edit(MINIMAL, "name: op", "name: op2"), "shape: [M, N]", "shape: [M, Q]")
+        + "trials: -1\nthresholds: {float64: {diff1: 1}}\n",
+    )
     write(tmp_path, "c.yaml", "name: x\n  bad: [\n")
     write(tmp_path, "d.yaml", MINIMAL.replace("name: op", "name: fine"))
     specs, problems = load_specs([tmp_path])
@@ -270,9 +442,13 @@ def test_all_problems_of_all_files_are_collected(tmp_path):
     assert "b.yaml: trials: must be >= 1, got integer -1" in lines
     assert "b.yaml: inputs[0].shape[1]: unknown symbol 'Q' (case symbols: M, N)" in lines
     assert "b.yaml: thresholds.float64: dtype 'float64' is not tested (dtypes: float16, float32)" in lines
-    assert ("b.yaml: cases[0].N: symbol 'N' is used by no input shape or bound (used: M, Q); "
-            "put keyword arguments under params") in lines
-    assert any(line.startswith("c.yaml: line 2, column 6: YAML error: mapping values are not allowed") for line in lines)
+    assert (
+        "b.yaml: cases[0].N: symbol 'N' is used by no input shape or bound (used: M, Q); "
+        "put keyword arguments under params"
+    ) in lines
+    assert any(
+        line.startswith("c.yaml: line 2, column 6: YAML error: mapping values are not allowed") for line in lines
+    )
     assert len(lines) == 7
 
 
@@ -289,10 +465,18 @@ def test_unreadable_files_give_problems_not_tracebacks(tmp_path):
     assert specs == []
     text = "\n".join(map(str, problems))
     assert f"{tmp_path / 'binary.yaml'}: cannot read the file" in text
-    assert f"{tmp_path / 'empty.yaml'}: expected a mapping (name, category, impl, ...) at the top level, got an empty file" in text
-    assert f"{tmp_path / 'list.yaml'}: expected a mapping (name, category, impl, ...) at the top level, got a list" in text
+    assert (
+        f"{tmp_path / 'empty.yaml'}: expected a mapping (name, category, impl, ...) at the top level, got an empty file"
+        in text
+    )
+    assert (
+        f"{tmp_path / 'list.yaml'}: expected a mapping (name, category, impl, ...) at the top level, got a list" in text
+    )
     assert f"{tmp_path / 'dup.yaml'}: line 8, column 18: YAML error: duplicate key 'M'" in text
-    assert f"{tmp_path / 'two.yaml'}: line 9, column 1: YAML error: expected a single document in the stream, but found another document" in text
+    assert (
+        f"{tmp_path / 'two.yaml'}: line 9, column 1: YAML error: expected a single document in the stream, but found another document"
+        in text
+    )
     assert (f"{tmp_path / 'imports.yaml'}: impl: cannot import raises.py: RuntimeError: broken on import") in text
     assert f"{tmp_path / 'missing.yaml'}: cannot read the file: No such file or directory" in text
     assert f"{tmp_path / 'emptydir'}: cannot read the file: No such file or directory" in text
@@ -303,7 +487,9 @@ def test_unreadable_files_give_problems_not_tracebacks(tmp_path):
 def test_empty_folder_is_a_problem(tmp_path):
     (tmp_path / "specs").mkdir()
     specs, problems = load_specs([tmp_path / "specs"])
-    assert specs == [] and [str(p) for p in problems] == [f"{tmp_path / 'specs'}: no spec files (*.yaml, *.yml) in this folder"]
+    assert specs == [] and [str(p) for p in problems] == [
+        f"{tmp_path / 'specs'}: no spec files (*.yaml, *.yml) in this folder"
+    ]
 
 
 def test_duplicate_operator_names_across_files(tmp_path):
@@ -315,8 +501,11 @@ def test_duplicate_operator_names_across_files(tmp_path):
 
 
 def test_yaml_is_read_with_yaml_12_scalars(tmp_path):
-    text = edit(MINIMAL, "cases:", "thresholds: {float16: {diff1: 1e-5, diff2: 3E-3, max_ulp: 2}}\n"
-                "params: {mode: no, flag: true, n: 010}\ncases:")
+    text = edit(
+        MINIMAL,
+        "cases:",
+        "thresholds: {float16: {diff1: 1e-5, diff2: 3E-3, max_ulp: 2}}\nparams: {mode: no, flag: true, n: 010}\ncases:",
+    )
     specs, problems = load_specs([write(tmp_path, "op.yaml", text)])
     assert problems == []
     assert specs[0].thresholds == {"float16": {"diff1": 1e-5, "diff2": 3e-3, "max_ulp": 2.0}}
@@ -394,7 +583,10 @@ def test_expression_shapes_and_bounds_per_case(tmp_path):
 
 
 def test_callable_from_a_py_file_next_to_the_spec(tmp_path):
-    write(tmp_path, "kernels/my_kernels.py", """\
+    write(
+        tmp_path,
+        "kernels/my_kernels.py",
+        """\
     import torch
 
     def my_matmul(a, b, scale=1.0):
@@ -404,8 +596,11 @@ def test_callable_from_a_py_file_next_to_the_spec(tmp_path):
         @staticmethod
         def twice(x):
             return 2 * x
-    """)
-    spec_path = write(tmp_path, "kernels/matmul.yaml", edit(EXAMPLE, "impl: torch:matmul", "impl: my_kernels.py:my_matmul"))
+    """,
+    )
+    spec_path = write(
+        tmp_path, "kernels/matmul.yaml", edit(EXAMPLE, "impl: torch:matmul", "impl: my_kernels.py:my_matmul")
+    )
     path_before = list(sys.path)
     fn = resolve_callable("my_kernels.py:my_matmul", spec_path)
     assert sys.path == path_before
@@ -446,11 +641,29 @@ def test_callable_errors(ref, message):
 
 
 def test_discover_sorts_recurses_and_skips_underscore_and_dot_entries(tmp_path):
-    for name in ["b.yaml", "a.yml", "sub/c.yaml", "_private/d.yaml", "_e.yaml", ".hidden/f.yaml", "notes.txt", "sub/_g.yml"]:
+    for name in [
+        "b.yaml",
+        "a.yml",
+        "sub/c.yaml",
+        "_private/d.yaml",
+        "_e.yaml",
+        ".hidden/f.yaml",
+        "notes.txt",
+        "sub/_g.yml",
+    ]:
         write(tmp_path, name, "x: 1\n")
     explicit = tmp_path / "_private" / "d.yaml"
-    assert discover([tmp_path, explicit]) == [tmp_path / "a.yml", tmp_path / "b.yaml", tmp_path / "sub" / "c.yaml", explicit]
-    assert discover([tmp_path / "b.yaml", tmp_path]) == [tmp_path / "b.yaml", tmp_path / "a.yml", tmp_path / "sub" / "c.yaml"]
+    assert discover([tmp_path, explicit]) == [
+        tmp_path / "a.yml",
+        tmp_path / "b.yaml",
+        tmp_path / "sub" / "c.yaml",
+        explicit,
+    ]
+    assert discover([tmp_path / "b.yaml", tmp_path]) == [
+        tmp_path / "b.yaml",
+        tmp_path / "a.yml",
+        tmp_path / "sub" / "c.yaml",
+    ]
 
 
 CASES = """\
@@ -518,7 +731,9 @@ def test_dtype_filter_and_only_glob(tmp_path):
     assert len(expand(specs, only="matmul")) == 9
     assert len(expand(specs, only="mat*")) == 9
     assert [c.id for c in expand(specs, only="matmul[bfloat16-*")] == [
-        "matmul[bfloat16-M=128-N=128-K=128]", "matmul[bfloat16-M=1-N=1-K=32]", "matmul[bfloat16-M=1000-N=3-K=4097]"
+        "matmul[bfloat16-M=128-N=128-K=128]",
+        "matmul[bfloat16-M=1-N=1-K=32]",
+        "matmul[bfloat16-M=1000-N=3-K=4097]",
     ]
     # brackets are literal, so an id is its own pattern
     assert [c.id for c in expand(specs, only="matmul[float16-M=1-N=1-K=32]")] == ["matmul[float16-M=1-N=1-K=32]"]
@@ -526,7 +741,9 @@ def test_dtype_filter_and_only_glob(tmp_path):
         f"matmul[{d}-M=1-N=1-K=32]" for d in ("float16", "bfloat16", "float32")
     ]
     assert [c.id for c in expand(specs, only="ops[float32-N=8#2]")] == ["ops[float32-N=8#2]"]
-    assert [c.id for c in expand(specs, dtypes=["float16"], only="*mode=tanh*")] == ["ops[float16-N=8-alpha=2.5-mode=tanh]"]
+    assert [c.id for c in expand(specs, dtypes=["float16"], only="*mode=tanh*")] == [
+        "ops[float16-N=8-alpha=2.5-mode=tanh]"
+    ]
     assert expand(specs, only="nothing") == []
 
 
@@ -580,8 +797,9 @@ def test_library_expansion_count(library):
     for path in discover([LIBRARY]):
         raw = yaml.safe_load(path.read_text())
         # a case with a preset list is one case per preset
-        expected += len(raw["dtypes"]) * sum(len(c["preset"]) if isinstance(c.get("preset"), list) else 1
-                                             for c in raw["cases"])
+        expected += len(raw["dtypes"]) * sum(
+            len(c["preset"]) if isinstance(c.get("preset"), list) else 1 for c in raw["cases"]
+        )
         if path.parent == LIBRARY and raw["category"] != "quantized":  # vendor_math/: numpy/scipy functions (no
             # bfloat16); a quantized kernel's output dtype is its own (float32 for GGML's)
             assert {"float16", "bfloat16", "float32"} <= set(raw["dtypes"]), path.name
@@ -629,8 +847,8 @@ def _expected_shape(name, s, p):
 
 def test_every_library_case_runs_on_cpu_in_every_dtype(library):
     """One trial of every case in every dtype: right shape and dtype, finite (no float16 overflow)."""
-    from acceptance.spec.inputs import RoleInputs, generate
     from acceptance.formats.quant import packed_shape
+    from acceptance.spec.inputs import RoleInputs, generate
 
     for case in expand([spec for spec in library if spec.tier == "default"]):  # the large tier: LLM shapes
         fn = resolve_callable(case.spec.impl, case.spec.path)
@@ -638,7 +856,9 @@ def test_every_library_case_runs_on_cpu_in_every_dtype(library):
         if isinstance(inputs, RoleInputs):  # quantized inputs: the impl gets the packed blocks
             inputs = inputs.impl
         assert [tuple(t.shape) for t in inputs] == [
-            packed_shape(shape, inp.quant) if inp.quant else shape for shape, inp in zip(case.shapes, case.spec.inputs)]
+            packed_shape(shape, inp.quant) if inp.quant else shape
+            for shape, inp in zip(case.shapes, case.spec.inputs, strict=False)
+        ]
         out = fn(*inputs, **case.params)
         assert tuple(out.shape) == _expected_shape(case.spec.name, case.symbols, case.params), case.id
         assert out.dtype == torch_dtype(case.dtype), case.id

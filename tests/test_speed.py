@@ -77,20 +77,24 @@ def test_fast_rounding_keeps_nan_and_shape(name):
 
 
 def test_command_line_starts_without_torch_or_scipy():
-    code = ("import sys, acceptance.cli.run as c\n"
-            "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'scipy', 'numba', 'pydantic') if m in sys.modules))")
+    code = (
+        "import sys, acceptance.cli.run as c\n"
+        "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'scipy', 'numba', 'pydantic') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_the_runner_leaves_scipy_stats_and_the_metrics_engines_to_be_imported_while_the_worker_starts():
-    code = ("import sys, acceptance.measure.case\n"
-            "print('scipy.stats' in sys.modules, 'acceptance.numerics.stats' in sys.modules,"
-            " 'acceptance.numerics.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
-            "acceptance.measure.case._imported_meanwhile('acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
-            "print('acceptance.numerics.metrics.many' in sys.modules, 'acceptance.numerics.stats' in sys.modules)")
+    code = (
+        "import sys, acceptance.measure.case\n"
+        "print('scipy.stats' in sys.modules, 'acceptance.numerics.stats' in sys.modules,"
+        " 'acceptance.numerics.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
+        "acceptance.measure.case._imported_meanwhile('acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
+        "print('acceptance.numerics.metrics.many' in sys.modules, 'acceptance.numerics.stats' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False"] * 4 + ["True", "True"]
@@ -109,11 +113,13 @@ cases:
 
 
 _MPMATH_SPEC = _PLAIN_SPEC.replace("name: plain_add", "name: plain_exp").replace(
-    "impl: operator:add", "impl: math:exp\noracle: {mpmath: exp, dps: 30}")
+    "impl: operator:add", "impl: math:exp\noracle: {mpmath: exp, dps: 30}"
+)
 
 
-@pytest.mark.parametrize("command", ["list", "validate", "list-mpmath", "validate-mpmath", "compare", "report",
-                                     "report-files"])
+@pytest.mark.parametrize(
+    "command", ["list", "validate", "list-mpmath", "validate-mpmath", "compare", "report", "report-files"]
+)
 def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_path):
     """``list``/``validate`` of a spec whose callables are plain Python (``-mpmath``: with an mpmath oracle, whose
     function name is checked), ``compare``/``report`` of results files (``report-files``: every report file
@@ -121,14 +127,24 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
     spec = tmp_path / "plain_add.yaml"
     spec.write_text(_MPMATH_SPEC if command.endswith("-mpmath") else _PLAIN_SPEC)
     recorded = str(ROOT / "tests" / "fixtures" / "recorded_run.json")
-    files = [x for name in ("html", "junit", "summary", "signoff", "merged") for x in (f"--{name}", str(tmp_path / name))]
-    args = {"list": [str(spec)], "validate": [str(spec)], "list-mpmath": [str(spec)], "validate-mpmath": [str(spec)],
-            "compare": [recorded, recorded],
-            "report": [recorded], "report-files": [recorded, *files]}[command]
+    files = [
+        x for name in ("html", "junit", "summary", "signoff", "merged") for x in (f"--{name}", str(tmp_path / name))
+    ]
+    args = {
+        "list": [str(spec)],
+        "validate": [str(spec)],
+        "list-mpmath": [str(spec)],
+        "validate-mpmath": [str(spec)],
+        "compare": [recorded, recorded],
+        "report": [recorded],
+        "report-files": [recorded, *files],
+    }[command]
     command = command.split("-")[0]
-    code = ("import sys, acceptance.cli.run as c\n"
-            f"try:\n    c.main({[command, *args]!r})\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
-            "print(sorted(m for m in ('torch', 'scipy', 'numba') if m in sys.modules))")
+    code = (
+        "import sys, acceptance.cli.run as c\n"
+        f"try:\n    c.main({[command, *args]!r})\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
+        "print(sorted(m for m in ('torch', 'scipy', 'numba') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = out.stdout.strip().splitlines()
     assert lines[-2] == "exit 0", out.stdout + out.stderr
@@ -154,8 +170,11 @@ VOLATILE_ENV = ("start_time", "end_time", "command_line")
 
 
 def _run(out: Path, *flags: str) -> dict:
-    r = CliRunner().invoke(main, ["run", str(SPEC), "--out", str(out), "--trials", "3", "--dtype", "float16",
-                                  "--only", "*-M=1*", *flags], catch_exceptions=False)
+    r = CliRunner().invoke(
+        main,
+        ["run", str(SPEC), "--out", str(out), "--trials", "3", "--dtype", "float16", "--only", "*-M=1*", *flags],
+        catch_exceptions=False,
+    )
     assert r.exit_code in (0, 1), r.output
     return json.loads((out / "results.json").read_text())
 
@@ -220,8 +239,9 @@ def test_reference_key_ignores_the_impl_and_thresholds_but_not_inputs():
     spec, problems = load_spec(SPEC)
     assert not problems
     case = expand([spec])[0]
-    same = dataclasses.replace(case, spec=dataclasses.replace(case.spec, impl="torch:exp", thresholds={"x": {}},
-                                                              trials=99, timeout=1.0))
+    same = dataclasses.replace(
+        case, spec=dataclasses.replace(case.spec, impl="torch:exp", thresholds={"x": {}}, trials=99, timeout=1.0)
+    )
     assert spec_part(same) == spec_part(case)
     other_seed = dataclasses.replace(case, spec=dataclasses.replace(case.spec, seed=case.spec.seed + 1))
     other_inputs = dataclasses.replace(case, spec=dataclasses.replace(case.spec, inputs=case.spec.inputs[:0]))
@@ -251,9 +271,16 @@ def test_reference_key_covers_case_values_and_emulation_but_not_the_impls_params
     assert len(set(keys) | {spec_part(case)}) == len(variants) + 1
     harmless = [
         dataclasses.replace(case, role_params={"impl": {"dim": 0}}),
-        dataclasses.replace(case, spec=dataclasses.replace(case.spec, deterministic=False, tier="large",
-                                                           perf={"flops": 1},
-                                                           overrides=[Override("*", {"diff1": 1.0}, {}, 0)])),
+        dataclasses.replace(
+            case,
+            spec=dataclasses.replace(
+                case.spec,
+                deterministic=False,
+                tier="large",
+                perf={"flops": 1},
+                overrides=[Override("*", {"diff1": 1.0}, {}, 0)],
+            ),
+        ),
     ]
     assert {spec_part(v) for v in harmless} == {spec_part(case)}
 
@@ -288,8 +315,12 @@ def _library_subset(folder: Path) -> Path:
         spec["cases"], spec["dtypes"] = spec["cases"][:1], spec["dtypes"][:1]
         (folder / f"{name}.yaml").write_text(yaml.safe_dump(spec))
     matmul = yaml.safe_load((ROOT / "operator_specs" / "matmul.yaml").read_text())
-    matmul.update(name="matmul_emulated", dtypes=["float16"], cases=matmul["cases"][1:2],
-                  emulate={"contraction": "matmul", "accumulate": {"dtype": "float32", "chunk": 4}})
+    matmul.update(
+        name="matmul_emulated",
+        dtypes=["float16"],
+        cases=matmul["cases"][1:2],
+        emulate={"contraction": "matmul", "accumulate": {"dtype": "float32", "chunk": 4}},
+    )
     (folder / "matmul_emulated.yaml").write_text(yaml.safe_dump(matmul))
     arctan = yaml.safe_load((ROOT / "operator_specs" / "vendor_math" / "np_arctan.yaml").read_text())
     arctan.update(name="zz_np_arctan", dtypes=["float32"], cases=[{"N": 300, "LO": -10, "HI": 10}])
@@ -298,7 +329,8 @@ def _library_subset(folder: Path) -> Path:
     (folder / "big_add.yaml").write_text(
         "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
         "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {normal: [0, 1]}}\n"
-        "params: {alpha: 1.0}\noracle_params: {alpha: 1}\ncases: [{N: 600001}]\ntrials: 2\nseed: 3\n")
+        "params: {alpha: 1.0}\noracle_params: {alpha: 1}\ncases: [{N: 600001}]\ntrials: 2\nseed: 3\n"
+    )
     return folder
 
 
@@ -307,8 +339,9 @@ def test_results_identical_cold_warm_and_two_jobs_on_diverse_specs(tmp_path, mon
     specs = _library_subset(tmp_path / "specs")
 
     def run(out: str, *flags: str) -> dict:
-        r = CliRunner().invoke(main, ["run", str(specs), "--out", str(tmp_path / out), "--trials", "2", *flags],
-                               catch_exceptions=False)
+        r = CliRunner().invoke(
+            main, ["run", str(specs), "--out", str(tmp_path / out), "--trials", "2", *flags], catch_exceptions=False
+        )
         assert r.exit_code in (0, 1), r.output
         return json.loads((tmp_path / out / "results.json").read_text())
 
@@ -316,8 +349,17 @@ def test_results_identical_cold_warm_and_two_jobs_on_diverse_specs(tmp_path, mon
     warm = run("warm", "--jobs", "1")
     parallel = run("jobs2", "--jobs", "2", "--no-cache")
     ops = sorted({c["operator"] for c in cold["cases"]})
-    assert ops == ["big_add", "index_add", "layer_norm", "matmul", "matmul_emulated", "q4_0_q8_1_matmul", "softmax",
-                   "sum", "zz_np_arctan"]
+    assert ops == [
+        "big_add",
+        "index_add",
+        "layer_norm",
+        "matmul",
+        "matmul_emulated",
+        "q4_0_q8_1_matmul",
+        "softmax",
+        "sum",
+        "zz_np_arctan",
+    ]
     assert cold["cases"][-1]["operator"] == "zz_np_arctan"
     assert not [c["id"] for c in cold["cases"] if c["verdict"] == "error"]
     emulated = next(c for c in cold["cases"] if c["operator"] == "matmul_emulated")
@@ -342,9 +384,9 @@ def test_host_metric_sums_do_not_depend_on_thread_scheduling(monkeypatch):
     b = rng.standard_normal(n).astype(np.float32)
     e = (b + rng.standard_normal(n).astype(np.float32) * 1e-3).astype(np.float32)
     d = np.abs(e.astype(np.float64) - b.astype(np.float64))
-    piece_sums = [np.cumsum(d[i:i + block])[-1] for i in range(0, n, block)]
+    piece_sums = [np.cumsum(d[i : i + block])[-1] for i in range(0, n, block)]
     expected = np.cumsum([0.0] + piece_sums)[-1]
-    piece_b2 = [np.cumsum(b[i:i + block].astype(np.float64) ** 2)[-1] for i in range(0, n, block)]
+    piece_b2 = [np.cumsum(b[i : i + block].astype(np.float64) ** 2)[-1] for i in range(0, n, block)]
     expected_b2 = np.cumsum([0.0] + piece_b2)[-1]
 
     kernel = host._kernel
@@ -386,13 +428,24 @@ def test_diagnosis_in_pieces_equals_one_pass_and_numpy(monkeypatch):
     def record(block):
         monkeypatch.setattr(diagnose, "DIAGNOSIS_BLOCK", block)
         d = diagnose.Diagnosis("float32")
-        d.add(0, 0, torch.from_numpy(e).reshape(40, 25), torch.from_numpy(b).reshape(40, 25),
-              torch.from_numpy(o).reshape(40, 25), tol)
+        d.add(
+            0,
+            0,
+            torch.from_numpy(e).reshape(40, 25),
+            torch.from_numpy(b).reshape(40, 25),
+            torch.from_numpy(o).reshape(40, 25),
+            tol,
+        )
         return d
 
     pieces, whole = record(64), record(1 << 22)
     assert (pieces.worst, pieces.score, pieces.buckets, pieces.bad_fraction, pieces.bad_where) == (
-        whole.worst, whole.score, whole.buckets, whole.bad_fraction, whole.bad_where)
+        whole.worst,
+        whole.score,
+        whole.buckets,
+        whole.bad_fraction,
+        whole.bad_where,
+    )
     e64, b64 = e.astype(np.float64), b.astype(np.float64)
     score = np.abs(e64 - o) / (1 + np.abs(o))
     assert pieces.worst.index == [100 // 25, 100 % 25] and int(np.argmax(score)) == 100
@@ -421,10 +474,10 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
 
     import torch
 
-    from acceptance.session import parallel
-    from acceptance.measure import case as runner
     from acceptance import spec
+    from acceptance.measure import case as runner
     from acceptance.records import CaseResult
+    from acceptance.session import parallel
 
     specs, problems = spec.load_specs(spec.discover([ROOT / "operator_specs"]))
     assert not problems
@@ -450,8 +503,8 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
     monkeypatch.setattr(parallel.forkserver, "context", lambda: None)
     measured = []
     parallel.measure_all(cases, torch.device("cpu"), jobs=2, measured=measured)
-    assert sent[:len(mpmath_ids)] == mpmath_ids  # first, in their own order
-    assert sent[len(mpmath_ids):] == [c.id for c in cases if c.id not in set(mpmath_ids)]
+    assert sent[: len(mpmath_ids)] == mpmath_ids  # first, in their own order
+    assert sent[len(mpmath_ids) :] == [c.id for c in cases if c.id not in set(mpmath_ids)]
     assert [m.id for m, _ in measured] == [c.id for c in cases]
 
 
@@ -478,19 +531,26 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
 
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "exp.yaml").write_text(_DUAL_SPEC)
-    (tmp_path / "s" / "_k.py").write_text("import torch\n\ndef scaled_exp(x):\n"
-                                          "    return torch.exp(x) * (1 + 2 ** -9)\n")
+    (tmp_path / "s" / "_k.py").write_text(
+        "import torch\n\ndef scaled_exp(x):\n    return torch.exp(x) * (1 + 2 ** -9)\n"
+    )
     calls = []
     decide_all = runner.decide_all
     monkeypatch.setattr(runner, "decide_all", lambda *a, **k: calls.append(1) or decide_all(*a, **k))
-    r = CliRunner().invoke(main, ["run", str(tmp_path / "s"), "--out", str(tmp_path / "out"), "--jobs", "1"],
-                           catch_exceptions=False)
+    r = CliRunner().invoke(
+        main, ["run", str(tmp_path / "s"), "--out", str(tmp_path / "out"), "--jobs", "1"], catch_exceptions=False
+    )
     assert r.exit_code in (0, 1), r.output
     assert len(calls) == 1
     cases = json.loads((tmp_path / "out" / "results.json").read_text())["cases"]
     assert [c["id"] for c in cases] == [f"scaled_exp[{d}-N={n}]" for d in ("float16", "float32") for n in (64, 9)]
-    family = [(c["id"], i, f) for c in cases for i, rec in enumerate(c["dual_delta"])
-              for f in ("p_value", "p_worst") if rec[f] is not None]
+    family = [
+        (c["id"], i, f)
+        for c in cases
+        for i, rec in enumerate(c["dual_delta"])
+        for f in ("p_value", "p_worst")
+        if rec[f] is not None
+    ]
     raw = {key: next(c for c in cases if c["id"] == key[0])["dual_delta"][key[1]][key[2]] for key in family}
     ranked = sorted(family, key=lambda key: raw[key])
     m, running, expected = len(ranked), 0.0, {}
@@ -515,17 +575,34 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         "import os, sys, time\n\ndef add(a, b):\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
         "        fh.write(f'{os.getpid()} {os.getppid()} '\n"
-        "                 f'{int(\"scipy.stats\" in sys.modules) + 2 * int(\"acceptance.numerics.metrics.many\" in sys.modules)}\\n')\n"
-        "    time.sleep(0.2)\n    return a + b\n")
+        '                 f\'{int("scipy.stats" in sys.modules) + 2 * int("acceptance.numerics.metrics.many" in sys.modules)}\\n\')\n'
+        "    time.sleep(0.2)\n    return a + b\n"
+    )
     (tmp_path / "s" / "add.yaml").write_text(
         "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
         "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
-        "cases: [{N: 3}, {N: 4}, {N: 5}, {N: 6}, {N: 7}, {N: 8}]\ntrials: 2\nseed: 0\n")
+        "cases: [{N: 3}, {N: 4}, {N: 5}, {N: 6}, {N: 7}, {N: 8}]\ntrials: 2\nseed: 0\n"
+    )
     for jobs in ("2", "1"):
         record.unlink(missing_ok=True)
-        out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "s"), "--out",
-                              str(tmp_path / f"out{jobs}"), "--jobs", jobs, "--no-cache"], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "acceptance",
+                "run",
+                str(tmp_path / "s"),
+                "--out",
+                str(tmp_path / f"out{jobs}"),
+                "--jobs",
+                jobs,
+                "--no-cache",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         rows = {tuple(map(int, line.split())) for line in record.read_text().splitlines()}
         workers = {pid for pid, _, _ in rows}
@@ -537,7 +614,7 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
 
 # ----------------------------------------------------------------------------- the fork server's exit
 
-_PROBE = '''
+_PROBE = """
 import os
 
 
@@ -547,9 +624,9 @@ class _Probe:
 
 
 probe = _Probe()
-'''
+"""
 
-_LAUNCH = '''
+_LAUNCH = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from acceptance.isolation import forkserver
@@ -559,7 +636,7 @@ child = context.Process(target=int)  # the server has run its preload once it fo
 child.start()
 child.join()
 print("server", multiprocessing.forkserver._forkserver._forkserver_pid, flush=True)
-'''
+"""
 
 
 def test_the_fork_server_ends_without_the_interpreters_teardown(tmp_path):
@@ -568,12 +645,22 @@ def test_the_fork_server_ends_without_the_interpreters_teardown(tmp_path):
     alone: it must not appear, while the same probe in a process that exits normally writes it (the
     control)."""
     (tmp_path / "teardown_probe.py").write_text(_PROBE)
-    control = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
-                              "import teardown_probe"], capture_output=True, text=True, timeout=60)
+    control = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import teardown_probe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert control.stdout == "torn down\n"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}  # the server's sys.path
-    out = subprocess.run([sys.executable, "-c", "import multiprocessing.forkserver\n" + _LAUNCH, str(tmp_path)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)  # read until the server ends
+    out = subprocess.run(
+        [sys.executable, "-c", "import multiprocessing.forkserver\n" + _LAUNCH, str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # read until the server ends
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("server ") and "torn down" not in out.stdout, out.stdout
 
@@ -593,10 +680,12 @@ def test_a_job_process_leaves_what_it_inherited_out_of_the_cyclic_collector(tmp_
     """A job's set-up freezes the objects it holds then (``gc.freeze``): torch and the runner's modules are never
     garbage, and the collector's full passes no longer traverse them. Measured in a process that sets up as a
     job does."""
-    code = ("import gc, torch\nfrom acceptance.session import parallel\n"
-            "before = gc.get_freeze_count()\n"
-            "parallel._init(torch.device('cpu'), None, True, None)\n"
-            "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n")
+    code = (
+        "import gc, torch\nfrom acceptance.session import parallel\n"
+        "before = gc.get_freeze_count()\n"
+        "parallel._init(torch.device('cpu'), None, True, None)\n"
+        "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     before, frozen, tracked = map(int, out.stdout.split())
@@ -628,8 +717,13 @@ def _events_of_a_run(tmp_path: Path, monkeypatch, jobs: str) -> list[str]:
     real_meanwhile, real_check = cli._meanwhile, acceptance.isolation.importcheck.load_checked
 
     def meanwhile(work) -> None:
-        events.append("reports" if work is prepare else "stats" if getattr(work, "args", ()) == ("acceptance.numerics.stats",)
-                      else repr(work))
+        events.append(
+            "reports"
+            if work is prepare
+            else "stats"
+            if getattr(work, "args", ()) == ("acceptance.numerics.stats",)
+            else repr(work)
+        )
         real_meanwhile(work)
 
     def load_checked(*args, **kwargs):

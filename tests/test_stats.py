@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from acceptance.numerics import stats
 from acceptance.decide import verdict
+from acceptance.numerics import factors, stats
 from acceptance.records import DualDeltaRecord
 from acceptance.spec import defaults
 
@@ -96,7 +96,7 @@ def test_wilcoxon_exact_p_by_enumeration():
     ranks = sps.rankdata(np.abs(d))
     w_obs = ranks[d > 0].sum()
     # exact null: every sign pattern equally likely
-    ws = [sum(r for r, s in zip(ranks, signs) if s) for signs in itertools.product([0, 1], repeat=6)]
+    ws = [sum(r for r, s in zip(ranks, signs, strict=False) if s) for signs in itertools.product([0, 1], repeat=6)]
     p_exact = np.mean([w >= w_obs for w in ws])
     t = stats.wilcoxon_test(d1, d2, "greater")
     assert t.statistic == w_obs == 19.0
@@ -372,10 +372,10 @@ def test_analyze_rejects_bad_input_naming_the_metric(kwargs, message):
 
 
 def test_default_factors_follow_the_peer_rules():
-    assert defaults.default_factor("max_hyb") == 2.0 and defaults.default_factor("mean_hyb") == 1.5
-    assert defaults.DEFAULT_FACTORS["mse"] == pytest.approx(defaults.DEFAULT_FACTORS["rms"] ** 2)
-    assert defaults.default_factor("my_metric") == defaults.DEFAULT_FACTOR
-    assert set(defaults.DEFAULT_METRICS) <= set(defaults.DEFAULT_FACTORS)
+    assert factors.default_factor("max_hyb") == 2.0 and factors.default_factor("mean_hyb") == 1.5
+    assert factors.DEFAULT_FACTORS["mse"] == pytest.approx(factors.DEFAULT_FACTORS["rms"] ** 2)
+    assert factors.default_factor("my_metric") == factors.DEFAULT_FACTOR
+    assert set(defaults.DEFAULT_METRICS) <= set(factors.DEFAULT_FACTORS)
 
 
 # ----------------------------------------------------------------------------- Holm

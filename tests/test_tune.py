@@ -11,31 +11,55 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from acceptance.decide import proposal as tune_mod
 from acceptance import spec
-from acceptance.session import tunewrite
 from acceptance.cli import main
-from acceptance.errors import OutputError
-from acceptance.spec.expr import parse_real
+from acceptance.decide import proposal as tune_mod
 from acceptance.decide.proposal import Observation, fit_scaling, propose, step_up
+from acceptance.errors import OutputError
+from acceptance.session import tunewrite
+from acceptance.spec.expr import parse_real
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def obs(case_id, value, *, symbols=None, threshold=3e-3, dtype="float16", metric="diff1", seed=0):
-    return Observation("op", dtype, metric, case_id, symbols or {}, seed, 0, value, None, None, threshold,
-                       "float16 reduction default", "op.yaml")
+    return Observation(
+        "op",
+        dtype,
+        metric,
+        case_id,
+        symbols or {},
+        seed,
+        0,
+        value,
+        None,
+        None,
+        threshold,
+        "float16 reduction default",
+        "op.yaml",
+    )
 
 
-@pytest.mark.parametrize("x, expected", [(1.1e-3, 2e-3), (2e-3, 2e-3), (2.01e-3, 5e-3), (6e-3, 1e-2),
-                                         (0.7, 1.0), (1.0, 1.0), (3.3e4, 5e4), (9.99e-8, 1e-7)])
+@pytest.mark.parametrize(
+    "x, expected",
+    [
+        (1.1e-3, 2e-3),
+        (2e-3, 2e-3),
+        (2.01e-3, 5e-3),
+        (6e-3, 1e-2),
+        (0.7, 1.0),
+        (1.0, 1.0),
+        (3.3e4, 5e4),
+        (9.99e-8, 1e-7),
+    ],
+)
 def test_step_up_is_the_next_1_2_5_step(x, expected):
     assert step_up(x) == pytest.approx(expected, rel=1e-15)
 
 
 def test_floor_is_the_dtype_rounding_by_units():
-    assert tune_mod.rounding_floor("diff1", "float16") == 2.0 ** -11
-    assert tune_mod.rounding_floor("nmse", "float32") == 2.0 ** -48
+    assert tune_mod.rounding_floor("diff1", "float16") == 2.0**-11
+    assert tune_mod.rounding_floor("nmse", "float32") == 2.0**-48
     assert tune_mod.rounding_floor("max_ulp", "bfloat16") == 0.5
     assert tune_mod.rounding_floor("max_abs", "float16") == 0.0
 
@@ -57,12 +81,12 @@ def test_proposal_never_below_the_rounding_floor():
 def test_fit_finds_sqrt_and_linear_growth_and_keeps_noise_constant():
     ks = [64, 256, 1024, 4096, 16384]
     jitter = [1.0, 0.83, 0.95, 0.9, 1.0]
-    sq = fit_scaling([({"K": k, "M": 4}, 1e-5 * math.sqrt(k) * j) for k, j in zip(ks, jitter)])
+    sq = fit_scaling([({"K": k, "M": 4}, 1e-5 * math.sqrt(k) * j) for k, j in zip(ks, jitter, strict=False)])
     assert (sq.model, sq.symbol) == ("sqrt", "K")
     assert sq.coefficient == pytest.approx(1e-5)
-    lin = fit_scaling([({"K": k}, 3e-7 * k * j) for k, j in zip(ks, jitter)])
+    lin = fit_scaling([({"K": k}, 3e-7 * k * j) for k, j in zip(ks, jitter, strict=False)])
     assert (lin.model, lin.symbol) == ("linear", "K")
-    flat = fit_scaling([({"K": k}, 1e-4 * j) for k, j in zip(ks, jitter)])
+    flat = fit_scaling([({"K": k}, 1e-4 * j) for k, j in zip(ks, jitter, strict=False)])
     assert flat.model == "constant" and flat.coefficient == 1e-4
 
 
@@ -141,13 +165,16 @@ def test_expression_and_scoped_overrides_resolve_per_case_with_their_source(tmp_
     assert {t.metric: t.value for t in by_id["rowsum[float32-M=4-N=64]"].thresholds} == {"diff1": 3e-3, "diff2": 3e-3}
 
 
-@pytest.mark.parametrize("change, field, words", [
-    ('diff2: "1e-3 * sqrt(K)"', "thresholds.float16.diff2", "uses K, not a symbol of this case"),
-    ('diff2: "1e-3 * exp(N)"', "thresholds.float16.diff2", "function 'exp' is not allowed"),
-    ('diff2: "__import__(1)"', "thresholds.float16.diff2", "function '__import__' is not allowed"),
-    ('diff2: "1e-3 - N"', "thresholds.float16.diff2", "a threshold must be a finite number >= 0"),
-    ('diff2: "1e-3"', "thresholds.float16.diff2", "expected a number, got string '1e-3'"),
-])
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ('diff2: "1e-3 * sqrt(K)"', "thresholds.float16.diff2", "uses K, not a symbol of this case"),
+        ('diff2: "1e-3 * exp(N)"', "thresholds.float16.diff2", "function 'exp' is not allowed"),
+        ('diff2: "__import__(1)"', "thresholds.float16.diff2", "function '__import__' is not allowed"),
+        ('diff2: "1e-3 - N"', "thresholds.float16.diff2", "a threshold must be a finite number >= 0"),
+        ('diff2: "1e-3"', "thresholds.float16.diff2", "expected a number, got string '1e-3'"),
+    ],
+)
 def test_bad_threshold_expressions_name_the_field(tmp_path, change, field, words):
     text = SPEC.replace('diff2: "1e-3 * sqrt(N / 64)"', change)
     _, problems = spec.load_spec(write_spec(tmp_path, text))
@@ -157,13 +184,14 @@ def test_bad_threshold_expressions_name_the_field(tmp_path, change, field, words
 def test_an_override_matching_no_case_is_a_spec_error(tmp_path):
     _, problems = spec.load_spec(write_spec(tmp_path, SPEC.replace("N=4096]", "N=9]")))
     assert [(p.field, p.message.split(" matches")[0]) for p in problems] == [
-        ("overrides[0].match", "'rowsum[float16-M=4-N=9]'")]
+        ("overrides[0].match", "'rowsum[float16-M=4-N=9]'")
+    ]
 
 
 def test_the_verdict_records_which_override_decided(tmp_path):
     s, _ = spec.load_spec(write_spec(tmp_path))
-    from acceptance.measure import case as runner
     from acceptance.device import resolve_device
+    from acceptance.measure import case as runner
 
     cases = runner.run(spec.expand([s], dtypes=["float16"]), resolve_device("cpu"), isolate=False)
     long_ = next(c for c in cases if c.id.endswith("N=4096]"))
@@ -179,9 +207,14 @@ def test_the_verdict_records_which_override_decided(tmp_path):
 def test_write_changes_only_the_threshold_lines_and_keeps_comments(tmp_path):
     path = write_spec(tmp_path)
     before = path.read_bytes()
-    diff = tunewrite.write(path, [tunewrite.Edit("float16", "diff1", 5e-4),
-                                  tunewrite.Edit("float32", "diff2", 2e-7),
-                                  tunewrite.Edit("float16", "diff2", "1e-3 * sqrt(N / 64)")])  # unchanged
+    diff = tunewrite.write(
+        path,
+        [
+            tunewrite.Edit("float16", "diff1", 5e-4),
+            tunewrite.Edit("float32", "diff2", 2e-7),
+            tunewrite.Edit("float16", "diff2", "1e-3 * sqrt(N / 64)"),
+        ],
+    )  # unchanged
     after = path.read_bytes()
     old, new = before.decode().splitlines(), after.decode().splitlines()
     assert new[:14] == old[:14]  # everything up to the thresholds, comments included
@@ -206,23 +239,37 @@ def test_a_tuned_builtin_spec_validates_keeps_its_layout_and_passes_on_fresh_see
     shutil.copy(ROOT / "operator_specs" / "mean.yaml", tmp_path / "mean.yaml")
     path = tmp_path / "mean.yaml"
     before = path.read_text(encoding="utf-8")
-    out = CliRunner().invoke(main, ["tune", str(path), "--dtype", "float16", "--seeds", "2", "--trials", "5",
-                                    "--device", "cpu", "--no-isolation", "--write"])
+    out = CliRunner().invoke(
+        main,
+        [
+            "tune",
+            str(path),
+            "--dtype",
+            "float16",
+            "--seeds",
+            "2",
+            "--trials",
+            "5",
+            "--device",
+            "cpu",
+            "--no-isolation",
+            "--write",
+        ],
+    )
     assert out.exit_code == 0, out.output
     after = path.read_text(encoding="utf-8")
     assert after.startswith(before)  # every original byte kept; the thresholds appended
-    added = after[len(before):].splitlines()
+    added = after[len(before) :].splitlines()
     assert added[0] == "thresholds:" and added[1].startswith("  float16:")
     assert "+thresholds:" in out.output  # the diff is printed
     tuned, problems = spec.load_spec(path)
     assert problems == []
-    from acceptance.measure import case as runner
     from acceptance.device import resolve_device
+    from acceptance.measure import case as runner
 
     for seed in (1000, 1001):  # not the seeds tuned on (0, 1)
         fresh = dataclasses.replace(tuned, seed=seed)
-        results = runner.run(spec.expand([fresh], dtypes=["float16"]), resolve_device("cpu"), trials=5,
-                             isolate=False)
+        results = runner.run(spec.expand([fresh], dtypes=["float16"]), resolve_device("cpu"), trials=5, isolate=False)
         assert all(c.verdict == "pass" for c in results), [(c.id, c.reasons) for c in results]
         assert all(c.source == "spec override" for r in results for c in r.criteria if c.metric in ("diff1", "diff2"))
 
@@ -230,12 +277,43 @@ def test_a_tuned_builtin_spec_validates_keeps_its_layout_and_passes_on_fresh_see
 def test_an_impl_identical_to_its_baseline_is_not_tuned_below_the_baselines_own_error():
     # impl == baseline: every observed error is 0, but the baseline itself is 2.8e-7 from the oracle; a
     # legitimate kernel as close to the oracle (on its other side) must still pass: 2 x 2.8e-7 -> 1e-6
-    group = [Observation("mean", "float32", "diff1", f"mean[float32-M={m}]", {"M": m}, seed, 0, 0.0, 2.8e-7 * f,
-                         2.8e-7 * f, 3e-3, "float32 reduction default", "mean.yaml")
-             for m, f in ((61, 1.0), (1024, 0.5)) for seed in (0, 1)]
+    group = [
+        Observation(
+            "mean",
+            "float32",
+            "diff1",
+            f"mean[float32-M={m}]",
+            {"M": m},
+            seed,
+            0,
+            0.0,
+            2.8e-7 * f,
+            2.8e-7 * f,
+            3e-3,
+            "float32 reduction default",
+            "mean.yaml",
+        )
+        for m, f in ((61, 1.0), (1024, 0.5))
+        for seed in (0, 1)
+    ]
     p = propose(group)
     assert p.proposed == pytest.approx(1e-6, rel=1e-15) and p.floor == pytest.approx(2 * 2.8e-7, rel=1e-15)
     # without a baseline error the dtype's rounding floor u = 2^-24 decides: 2 x 0 -> step_up(5.96e-8) = 1e-7
-    bare = [Observation("mean", "float32", "diff1", "mean[float32-M=61]", {"M": 61}, 0, 0, 0.0, None, None, 3e-3,
-                        "float32 reduction default", "mean.yaml")]
+    bare = [
+        Observation(
+            "mean",
+            "float32",
+            "diff1",
+            "mean[float32-M=61]",
+            {"M": 61},
+            0,
+            0,
+            0.0,
+            None,
+            None,
+            3e-3,
+            "float32 reduction default",
+            "mean.yaml",
+        )
+    ]
     assert propose(bare).proposed == pytest.approx(1e-7, rel=1e-15)

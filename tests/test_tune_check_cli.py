@@ -79,13 +79,15 @@ def test_check_passes_thresholds_that_fit_and_the_slack_factor_is_an_option(tmp_
 
 def test_check_reads_results_files_too(tmp_path):
     spec = _spec(tmp_path / "bad", "0.5", "2")
-    run = CliRunner().invoke(main, ["run", str(spec), "--out", str(tmp_path / "run"), "--device", "cpu",
-                                    "--no-isolation"])
+    run = CliRunner().invoke(
+        main, ["run", str(spec), "--out", str(tmp_path / "run"), "--device", "cpu", "--no-isolation"]
+    )
     assert run.exit_code == 1  # diff1 1 > 0.5 fails the run itself
     out = CliRunner().invoke(main, ["tune", "--from", str(tmp_path / "run"), "--check"])
     assert out.exit_code == 1
     assert _problems(out.output) == [
-        "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case(s))"]
+        "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case(s))"
+    ]
 
 
 @pytest.mark.parametrize("args", [["--max-slack", "0.5"], ["--seeds", "0"]])

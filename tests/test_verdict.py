@@ -45,11 +45,20 @@ def test_bit_exact_categories_are_judged_on_bits(category, dtype):
     assert defaults.thresholds_for(category, dtype) == []  # no metric threshold: the bits criterion decides
     assert not defaults.diff4_enabled(category)
     rules = _rules(category=category, dtype=dtype, thresholds=(), bit_exact=True)
-    case = verdict.decide(_measured(category=category, dtype=dtype, metrics=[{"nan_mismatch": 0, "inf_mismatch": 0}],
-                                    bit_mismatches=[3]), rules)
+    case = verdict.decide(
+        _measured(category=category, dtype=dtype, metrics=[{"nan_mismatch": 0, "inf_mismatch": 0}], bit_mismatches=[3]),
+        rules,
+    )
     assert case.verdict == "fail" and case.reasons[0].startswith("bit_mismatch 3 != 0")
-    assert verdict.decide(_measured(category=category, dtype=dtype, metrics=[{"nan_mismatch": 0, "inf_mismatch": 0}],
-                                    bit_mismatches=[0]), rules).verdict == "pass"
+    assert (
+        verdict.decide(
+            _measured(
+                category=category, dtype=dtype, metrics=[{"nan_mismatch": 0, "inf_mismatch": 0}], bit_mismatches=[0]
+            ),
+            rules,
+        ).verdict
+        == "pass"
+    )
 
 
 def test_spec_override_replaces_and_adds():
@@ -87,21 +96,27 @@ def test_evaluate_diff3_pair():
 def test_a_more_accurate_impl_never_fails_because_of_the_baseline():
     """The baseline is 4e-3 from the oracle; the impl 1e-4 from it and 4.1e-3 from the baseline."""
     worst = [{"diff1": 4.1e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}]
-    closer = _measured(metrics=worst, impl_oracle=[{"diff1": 1e-4, "diff2": 1e-4, "nan_mismatch": 0, "inf_mismatch": 0}],
-                       baseline_oracle=[{"diff1": 4e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}])
+    closer = _measured(
+        metrics=worst,
+        impl_oracle=[{"diff1": 1e-4, "diff2": 1e-4, "nan_mismatch": 0, "inf_mismatch": 0}],
+        baseline_oracle=[{"diff1": 4e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}],
+    )
     case = verdict.decide(closer, _rules())
     assert case.verdict == "pass"
     d1 = next(c for c in case.criteria if c.metric == "diff1")
     assert (d1.against, d1.value) == ("oracle", 1e-4) and "the baseline is further from the oracle" in d1.note
     # closer to the oracle than a bad baseline, but itself outside the tolerance: still a bug
-    worse = closer.model_copy(update={"impl_oracle": [{"diff1": 3.5e-3, "diff2": 1e-4, "nan_mismatch": 0,
-                                                       "inf_mismatch": 0}]})
+    worse = closer.model_copy(
+        update={"impl_oracle": [{"diff1": 3.5e-3, "diff2": 1e-4, "nan_mismatch": 0, "inf_mismatch": 0}]}
+    )
     assert verdict.decide(worse, _rules()).verdict == "fail"
     # further from the oracle than the baseline: decided on the baseline
-    further = closer.model_copy(update={"impl_oracle": [{"diff1": 2e-3, "diff2": 1e-4, "nan_mismatch": 0,
-                                                         "inf_mismatch": 0}],
-                                        "baseline_oracle": [{"diff1": 1e-3, "diff2": 1e-3, "nan_mismatch": 0,
-                                                             "inf_mismatch": 0}]})
+    further = closer.model_copy(
+        update={
+            "impl_oracle": [{"diff1": 2e-3, "diff2": 1e-4, "nan_mismatch": 0, "inf_mismatch": 0}],
+            "baseline_oracle": [{"diff1": 1e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}],
+        }
+    )
     failed = verdict.decide(further, _rules())
     assert failed.verdict == "fail" and "(the impl is the further one)" in failed.reasons[0]
 
@@ -116,8 +131,14 @@ def test_a_more_accurate_impl_never_fails_because_of_the_baseline():
     ],
 )
 def test_diff4_is_a_material_bias_test(impl_shift, baseline_shift, floor, passed):
-    bias = Bias(n=1000, flushed=7, impl_value=impl_shift[0], impl_magnitude=impl_shift[1],
-                baseline_value=baseline_shift[0], baseline_magnitude=baseline_shift[1])
+    bias = Bias(
+        n=1000,
+        flushed=7,
+        impl_value=impl_shift[0],
+        impl_magnitude=impl_shift[1],
+        baseline_value=baseline_shift[0],
+        baseline_magnitude=baseline_shift[1],
+    )
     c = verdict.diff4_criterion(0, Diff4Counts(above=500, below=0, baseline_above=250, baseline_below=250), bias, floor)
     assert c.passed is passed
     assert c.value == [1.0, 0.0, 500.0]  # MLU-OPS's counting is kept as the value
@@ -137,16 +158,35 @@ def test_ulp_rule_scales_with_the_baseline_above_the_floor():
 
 
 def test_failure_words():
-    c = Criterion(metric="diff1", value=4.1e-3, threshold=3e-3, comparison="<=", passed=False,
-                  source="float16 convolution default")
+    c = Criterion(
+        metric="diff1",
+        value=4.1e-3,
+        threshold=3e-3,
+        comparison="<=",
+        passed=False,
+        source="float16 convolution default",
+    )
     assert criterion_text(c) == "diff1 4.1e-3 > 3e-3 (float16 convolution default)"
-    c = Criterion(metric="diff3_2", output=1, value=0.5, threshold=0.0, comparison="==", passed=False,
-                  source="arithmetic default (bit exact)")
+    c = Criterion(
+        metric="diff3_2",
+        output=1,
+        value=0.5,
+        threshold=0.0,
+        comparison="==",
+        passed=False,
+        source="arithmetic default (bit exact)",
+    )
     assert criterion_text(c) == "diff3_2[output 1] 0.5 != 0 (arithmetic default (bit exact))"
     c = Criterion(kind="placement", metric="nan_mismatch", value=3.0, threshold=0.0, comparison="==", passed=False)
     assert criterion_text(c) == "NaN placement differs from the baseline at 3 positions"
-    c = Criterion(kind="diff4", metric="diff4", value=[1.0, 0.0, 120.0], comparison="two-sided", passed=False,
-                  note="material magnitude bias")
+    c = Criterion(
+        kind="diff4",
+        metric="diff4",
+        value=[1.0, 0.0, 120.0],
+        comparison="two-sided",
+        passed=False,
+        note="material magnitude bias",
+    )
     assert criterion_text(c) == "diff4 (1, 0, n=120): material magnitude bias"
 
 
@@ -161,24 +201,42 @@ def test_a_score_threshold_holds_from_below():
 
 
 def _measured(**fields) -> CaseResult:
-    base = dict(id="op[float32]", operator="op", category="reduction", spec_file="op.yaml", dtype="float32",
-                params={}, trials=3, seed=0)
+    base = dict(
+        id="op[float32]",
+        operator="op",
+        category="reduction",
+        spec_file="op.yaml",
+        dtype="float32",
+        params={},
+        trials=3,
+        seed=0,
+    )
     return CaseResult(**(base | fields))
 
 
 def _rules(**fields) -> defaults.Rules:
-    base = dict(category="reduction", dtype="float32", thresholds=tuple(defaults.thresholds_for("reduction", "float32")),
-                diff4=False, dual_delta=None, element_tolerance=3e-3, bit_exact=False)
+    base = dict(
+        category="reduction",
+        dtype="float32",
+        thresholds=tuple(defaults.thresholds_for("reduction", "float32")),
+        diff4=False,
+        dual_delta=None,
+        element_tolerance=3e-3,
+        bit_exact=False,
+    )
     return defaults.Rules(**(base | fields))
 
 
 def test_decide_fails_on_a_threshold_and_says_where():
     worst = {"diff1": 4e-3, "diff2": 1e-3, "nan_mismatch": 0, "inf_mismatch": 0}
-    case = verdict.decide(_measured(metrics=[worst], bad_fraction=0.25, bad_location="all 4 in row 2 of dim 0"),
-                          _rules())
+    case = verdict.decide(
+        _measured(metrics=[worst], bad_fraction=0.25, bad_location="all 4 in row 2 of dim 0"), _rules()
+    )
     assert case.verdict == "fail"
-    assert case.reasons == ["diff1 4e-3 > 3e-3 (float32 reduction default)",
-                            "0.25 of elements over tolerance; all 4 in row 2 of dim 0"]
+    assert case.reasons == [
+        "diff1 4e-3 > 3e-3 (float32 reduction default)",
+        "0.25 of elements over tolerance; all 4 in row 2 of dim 0",
+    ]
     assert case.tolerance_to_pass == {"diff1": 4e-3}
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
+from acceptance.decide.waivers import unmatched, waiver_records
 from acceptance.measure import case as runner
 from acceptance.spec import expand, load_spec
-from acceptance.decide.waivers import unmatched, waiver_records
 
 KERNELS = Path(__file__).parent / "ecosystem_specs" / "kernels.py"
 
@@ -16,9 +16,11 @@ KERNELS = Path(__file__).parent / "ecosystem_specs" / "kernels.py"
 def spec(tmp_path: Path, impl: str, waivers: str) -> Path:
     shutil.copy(KERNELS, tmp_path / "kernels.py")
     path = tmp_path / "op.yaml"
-    path.write_text(f"name: op\ncategory: composite\nimpl: kernels.py:{impl}\nbaseline: kernels.py:square\n"
-                    "dtypes: [float32]\ninputs:\n  - {name: x, shape: [N], dist: {uniform: [1, 2]}}\n"
-                    f"cases: [{{N: 4}}, {{N: 5}}]\ntrials: 2\nwaivers:\n{waivers}")
+    path.write_text(
+        f"name: op\ncategory: composite\nimpl: kernels.py:{impl}\nbaseline: kernels.py:square\n"
+        "dtypes: [float32]\ninputs:\n  - {name: x, shape: [N], dist: {uniform: [1, 2]}}\n"
+        f"cases: [{{N: 4}}, {{N: 5}}]\ntrials: 2\nwaivers:\n{waivers}"
+    )
     return path
 
 
@@ -34,8 +36,11 @@ def test_a_waiver_covers_errors_only_when_it_says_so(tmp_path):
     cases, records = run(plain, date(2026, 1, 1))
     assert [c.verdict for c in cases] == ["error", "error"]
     assert records[0].status == "unmatched"
-    covering = spec(tmp_path, "broken", "  - {match: 'op*', reason: driver bug, covers: [fail, error], "
-                                        "link: 'https://tracker.example/42'}\n")
+    covering = spec(
+        tmp_path,
+        "broken",
+        "  - {match: 'op*', reason: driver bug, covers: [fail, error], link: 'https://tracker.example/42'}\n",
+    )
     cases, records = run(covering, date(2026, 1, 1))
     assert [c.verdict for c in cases] == ["skip", "skip"]
     assert cases[0].reasons[0] == "waived: driver bug" and "kernel not built for this GPU" in cases[0].reasons[1]
@@ -63,7 +68,9 @@ def test_a_waiver_no_case_needed_is_listed_as_unmatched(tmp_path):
 
 
 def test_waiver_fields_are_checked(tmp_path):
-    for bad, message in (("expires: 31.01.2027", "expected a date YYYY-MM-DD"),
-                         ("covers: [skip]", "Input should be 'fail' or 'error'")):
+    for bad, message in (
+        ("expires: 31.01.2027", "expected a date YYYY-MM-DD"),
+        ("covers: [skip]", "Input should be 'fail' or 'error'"),
+    ):
         _, problems = load_spec(spec(tmp_path, "square", f"  - {{match: 'op*', reason: r, {bad}}}\n"))
         assert any(message in str(p) and "waivers[0]" in str(p) for p in problems), problems

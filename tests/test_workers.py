@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from acceptance.measure import engine
 from acceptance.errors import CaseError
 from acceptance.isolation.worker import FLOAT64, IMPL, REFERENCE, Call, Worker
+from acceptance.measure import engine
 
-KERNELS = textwrap.dedent('''
+KERNELS = textwrap.dedent("""
     import os, time
     import torch
 
@@ -42,7 +42,7 @@ KERNELS = textwrap.dedent('''
 
     def pid(x):
         return torch.tensor([os.getpid()])
-''')
+""")
 
 CPU = torch.device("cpu")
 
@@ -62,9 +62,15 @@ def test_a_batch_answers_each_call_in_order_on_its_inputs(kernels):
     x = torch.arange(6, dtype=torch.float32)
     r = torch.arange(6, dtype=torch.float32) + 10
     with Worker() as w:
-        batch = w.submit(0, ((x,), (r,)), [Call("impl", ref(kernels, "double"), IMPL, {}, CPU),
-                                                     Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU),
-                                                     Call("oracle", ref(kernels, "dtype_code"), FLOAT64, {}, CPU)])
+        batch = w.submit(
+            0,
+            ((x,), (r,)),
+            [
+                Call("impl", ref(kernels, "double"), IMPL, {}, CPU),
+                Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU),
+                Call("oracle", ref(kernels, "dtype_code"), FLOAT64, {}, CPU),
+            ],
+        )
         (impl,), _ = batch.next()
         (base,), _ = batch.next()
         (wide,), _ = batch.next()
@@ -77,8 +83,14 @@ def test_a_batch_answers_each_call_in_order_on_its_inputs(kernels):
 def test_one_input_set_serves_every_role(kernels):
     x = torch.linspace(-1, 1, 5, dtype=torch.float16)
     with Worker() as w:
-        batch = w.submit(0, ((x,),), [Call("impl", ref(kernels, "double"), IMPL, {}, CPU),
-                                      Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU)])
+        batch = w.submit(
+            0,
+            ((x,),),
+            [
+                Call("impl", ref(kernels, "double"), IMPL, {}, CPU),
+                Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU),
+            ],
+        )
         (impl,), _ = batch.next()
         (base,), _ = batch.next()
     assert torch.equal(impl, x * 2) and torch.equal(base, x + 1)
@@ -87,8 +99,14 @@ def test_one_input_set_serves_every_role(kernels):
 def test_a_breaking_call_ends_its_batch_and_the_worker_serves_the_next(kernels):
     x = torch.ones(3)
     with Worker() as w:
-        batch = w.submit(2, ((x,),), [Call("impl", ref(kernels, "explode"), IMPL, {}, CPU),
-                                      Call("baseline", ref(kernels, "pid"), REFERENCE, {}, CPU)])
+        batch = w.submit(
+            2,
+            ((x,),),
+            [
+                Call("impl", ref(kernels, "explode"), IMPL, {}, CPU),
+                Call("baseline", ref(kernels, "pid"), REFERENCE, {}, CPU),
+            ],
+        )
         with pytest.raises(CaseError, match=r"^impl raised ValueError: boom \(k\.py:\d+\) in trial 2$"):
             batch.next()
         assert batch.done
@@ -100,9 +118,17 @@ def test_a_breaking_call_ends_its_batch_and_the_worker_serves_the_next(kernels):
 def test_an_in_place_write_is_named_and_nothing_runs_on_the_written_inputs(kernels):
     x = torch.ones(4)
     with Worker() as w:
-        batch = w.submit(1, ((x,),), [Call("impl", ref(kernels, "scale_in_place"), IMPL, {}, CPU),
-                                      Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU)])
-        with pytest.raises(CaseError, match=r"^impl modified input 0 \(`x`\) in place \(4 elements changed\) in trial 1$"):
+        batch = w.submit(
+            1,
+            ((x,),),
+            [
+                Call("impl", ref(kernels, "scale_in_place"), IMPL, {}, CPU),
+                Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU),
+            ],
+        )
+        with pytest.raises(
+            CaseError, match=r"^impl modified input 0 \(`x`\) in place \(4 elements changed\) in trial 1$"
+        ):
             batch.next(names=["x"])
         assert batch.done
     assert torch.equal(x, torch.ones(4))  # the runner's copy is untouched
@@ -111,8 +137,14 @@ def test_an_in_place_write_is_named_and_nothing_runs_on_the_written_inputs(kerne
 def test_an_unread_batch_never_answers_the_next_one(kernels):
     x = torch.full((2,), 5.0)
     with Worker() as w:
-        stale = w.submit(0, ((x,),), [Call("impl", ref(kernels, "double"), IMPL, {}, CPU),
-                                      Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU)])
+        stale = w.submit(
+            0,
+            ((x,),),
+            [
+                Call("impl", ref(kernels, "double"), IMPL, {}, CPU),
+                Call("baseline", ref(kernels, "plus_one"), REFERENCE, {}, CPU),
+            ],
+        )
         stale.next()  # the baseline's answer is never read
         (out,), _ = w.submit(1, ((x,),), [Call("impl", ref(kernels, "sleepy"), IMPL, {}, CPU)]).next()
     assert out.tolist() == [5.0, 5.0]  # not the stale x + 1
@@ -121,16 +153,30 @@ def test_an_unread_batch_never_answers_the_next_one(kernels):
 def test_a_deadline_runs_from_when_the_worker_could_start_the_call(kernels):
     x = torch.zeros(1)
     with Worker() as w:
-        batch = w.submit(0, ((x,),), [Call("impl", ref(kernels, "sleepy"), IMPL, {"seconds": 0.3}, CPU),
-                                      Call("baseline", ref(kernels, "sleepy"), REFERENCE, {"seconds": 0.3}, CPU)])
+        batch = w.submit(
+            0,
+            ((x,),),
+            [
+                Call("impl", ref(kernels, "sleepy"), IMPL, {"seconds": 0.3}, CPU),
+                Call("baseline", ref(kernels, "sleepy"), REFERENCE, {"seconds": 0.3}, CPU),
+            ],
+        )
         time.sleep(1.0)  # the runner is busy: both calls finish meanwhile, within their 0.6 s each
         batch.next(timeout=0.6)
         batch.next(timeout=0.6)
-        late = w.submit(2, ((x,),), [Call("impl", ref(kernels, "sleepy"), IMPL, {"seconds": 0.2}, CPU),
-                                     Call("baseline", ref(kernels, "sleepy"), REFERENCE, {"seconds": 30}, CPU)])
+        late = w.submit(
+            2,
+            ((x,),),
+            [
+                Call("impl", ref(kernels, "sleepy"), IMPL, {"seconds": 0.2}, CPU),
+                Call("baseline", ref(kernels, "sleepy"), REFERENCE, {"seconds": 30}, CPU),
+            ],
+        )
         late.next(timeout=5)
         started = time.monotonic()
-        with pytest.raises(CaseError, match=r"^baseline exceeded the 0\.5 s timeout in trial 2; the worker was killed$"):
+        with pytest.raises(
+            CaseError, match=r"^baseline exceeded the 0\.5 s timeout in trial 2; the worker was killed$"
+        ):
             late.next(timeout=0.5)
         assert time.monotonic() - started < 5
 
@@ -155,12 +201,18 @@ def test_the_engine_gives_the_same_trials_in_a_worker_and_in_process(kernels):
     refs = engine.Roles(*(ref(kernels, n) for n in names))
     fns = engine.Roles(*(resolve_callable(f"k.py:{n}", kernels) for n in names))
     with Worker() as w:
-        remote = [(t.impl, t.baseline, t.oracle) for t in engine.run_trials(
-            refs, make, 5, device=CPU, params={}, oracle=True, executor=w, repeats=1, baseline_repeats=1)]
-    local = [(t.impl, t.baseline, t.oracle) for t in engine.run_trials(
-        fns, make, 5, device=CPU, params={}, oracle=True, repeats=1, baseline_repeats=1)]
+        remote = [
+            (t.impl, t.baseline, t.oracle)
+            for t in engine.run_trials(
+                refs, make, 5, device=CPU, params={}, oracle=True, executor=w, repeats=1, baseline_repeats=1
+            )
+        ]
+    local = [
+        (t.impl, t.baseline, t.oracle)
+        for t in engine.run_trials(fns, make, 5, device=CPU, params={}, oracle=True, repeats=1, baseline_repeats=1)
+    ]
     assert len(remote) == len(local) == 5
-    for t, ((ri, rb, ro), (li, lb, lo)) in enumerate(zip(remote, local)):
+    for t, ((ri, rb, ro), (li, lb, lo)) in enumerate(zip(remote, local, strict=False)):
         x = make(t)[0]
         assert torch.equal(ri[0], x * 2) and torch.equal(li[0], x * 2)
         assert torch.equal(rb[0], x + 1) and torch.equal(lb[0], x + 1)
@@ -187,8 +239,23 @@ def test_jobs_on_cuda_run_the_library_with_one_worker_per_gpu(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "acceptance", "run", "--device", "cuda", "--only", "add*",
-                          "--no-cache", "--out", str(tmp_path)], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acceptance",
+            "run",
+            "--device",
+            "cuda",
+            "--only",
+            "add*",
+            "--no-cache",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     cases = json.loads((tmp_path / "results.json").read_text())["cases"]
     assert cases and all(c["error"] is None and c["verdict"] == "pass" for c in cases)
@@ -200,14 +267,17 @@ def test_a_run_computes_on_the_threads_asked_for_whatever_the_jobs(tmp_path):
     import subprocess
     import sys
 
-    (tmp_path / "kt.py").write_text(textwrap.dedent(f'''
+    (tmp_path / "kt.py").write_text(
+        textwrap.dedent(f"""
         import os, torch
         def add(a, b):
             with open(os.path.join({str(tmp_path)!r}, "threads_%d.txt" % os.getpid()), "w") as f:
                 f.write(str(torch.get_num_threads()))
             return a + b
-    '''))
-    (tmp_path / "t.yaml").write_text(textwrap.dedent('''
+    """)
+    )
+    (tmp_path / "t.yaml").write_text(
+        textwrap.dedent("""
         name: tadd
         category: arithmetic
         impl: kt.py:add
@@ -220,12 +290,26 @@ def test_a_run_computes_on_the_threads_asked_for_whatever_the_jobs(tmp_path):
           - {N: 100}
           - {N: 200}
         trials: 1
-    '''))
+    """)
+    )
     for args, expected in ((["--jobs", "1"], "1"), (["--jobs", "2"], "1"), (["--jobs", "1", "--threads", "2"], "2")):
         for old in tmp_path.glob("threads_*.txt"):
             old.unlink()
-        out = subprocess.run([sys.executable, "-m", "acceptance", "run", str(tmp_path / "t.yaml"), "--no-cache",
-                              "--out", str(tmp_path / "out"), *args], capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "acceptance",
+                "run",
+                str(tmp_path / "t.yaml"),
+                "--no-cache",
+                "--out",
+                str(tmp_path / "out"),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         seen = {p.read_text() for p in tmp_path.glob("threads_*.txt")}
         assert seen == {expected}, (args, seen)

@@ -79,6 +79,7 @@ Size cap and eviction
     wrote since.
 """
 
+from acceptance.cache.entry import DTYPES, FORMAT_VERSION
 from acceptance.cache.keys import (
     KEY_SCHEME,
     FingerprintError,
@@ -88,7 +89,6 @@ from acceptance.cache.keys import (
     file_sha256,
     key,
 )
-from acceptance.cache.entry import DTYPES, FORMAT_VERSION
 from acceptance.cache.store import (
     DEFAULT_MAX_BYTES,
     ENV_VAR,
@@ -100,7 +100,20 @@ from acceptance.cache.store import (
 )
 
 __all__ = [
-    "KEY_SCHEME", "FingerprintError", "callable_fingerprint", "canonical_json", "environment", "file_sha256", "key",
-    "DEFAULT_MAX_BYTES", "DTYPES", "ENV_VAR", "EVICT_TO", "FORMAT_VERSION", "STALE_TEMP_S", "CacheInfo",
-    "ReferenceCache", "default_root",
+    "KEY_SCHEME",
+    "FingerprintError",
+    "callable_fingerprint",
+    "canonical_json",
+    "environment",
+    "file_sha256",
+    "key",
+    "DEFAULT_MAX_BYTES",
+    "DTYPES",
+    "ENV_VAR",
+    "EVICT_TO",
+    "FORMAT_VERSION",
+    "STALE_TEMP_S",
+    "CacheInfo",
+    "ReferenceCache",
+    "default_root",
 ]

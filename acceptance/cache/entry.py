@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import math
 import struct
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import xxhash
@@ -34,9 +35,27 @@ _MAX_HEADER = 1 << 20
 DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
     for name in (
-        "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+        "bool",
+        "uint8",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex32",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
         "float4_e2m1fn_x2",
     )
     if isinstance(getattr(torch, name, None), torch.dtype)
@@ -54,8 +73,9 @@ def prepare(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if t.device.type != "cpu":
             raise ValueError(f"tensors[{i}] is on {t.device}; the reference cache holds CPU tensors")
         if t.layout != torch.strided or t.is_quantized:
-            raise TypeError(f"tensors[{i}]: a {t.layout} tensor of {t.dtype} cannot be cached (strided, "
-                            "non-quantized tensors only)")
+            raise TypeError(
+                f"tensors[{i}]: a {t.layout} tensor of {t.dtype} cannot be cached (strided, non-quantized tensors only)"
+            )
         if dtype_name(t.dtype) not in DTYPES:
             raise TypeError(f"tensors[{i}]: dtype {t.dtype} cannot be cached (supported: {', '.join(DTYPES)})")
         out.append(t.detach())
@@ -136,8 +156,9 @@ def read_entry(f: Any, size: int, key: str) -> tuple[torch.Tensor, ...]:
 
 def entry_header(key: str, tensors: Sequence[torch.Tensor]) -> bytes:
     """The JSON header of an entry of ``tensors`` (validated by :func:`prepare`) under ``key``."""
-    return json.dumps({"key": key, "tensors": [[dtype_name(t.dtype), list(t.shape)] for t in tensors]},
-                      separators=(",", ":")).encode()
+    return json.dumps(
+        {"key": key, "tensors": [[dtype_name(t.dtype), list(t.shape)] for t in tensors]}, separators=(",", ":")
+    ).encode()
 
 
 def entry_size(header: bytes, tensors: Sequence[torch.Tensor]) -> int:

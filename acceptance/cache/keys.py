@@ -12,13 +12,13 @@ import platform
 import sys
 import sysconfig
 import types
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from acceptance import version
-
 
 #: Mixed into every key; a change of the key recipe gives new keys.
 KEY_SCHEME = "acceptance.reference-cache.key/1"
@@ -66,8 +66,10 @@ def _plain(value: Any, where: str) -> Any:
             f"key part {where} is a {type(value).__name__}; tensors and arrays are not allowed in keys "
             "(key on the seed that produced it, or on a hash of its bytes)"
         )
-    raise TypeError(f"key part {where} is a {type(value).__name__}, not JSON data (None, bool, int, float, str, "
-                    "list, tuple, str-keyed dict)")
+    raise TypeError(
+        f"key part {where} is a {type(value).__name__}, not JSON data (None, bool, int, float, str, "
+        "list, tuple, str-keyed dict)"
+    )
 
 
 def _dumps(plain: Any) -> str:
@@ -105,13 +107,13 @@ _MAX_NODES = 200_000
 _MAX_REPR = 4096
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _distributions() -> dict[str, tuple[str, ...]]:
     """Top-level import name -> installed distribution names."""
     return {k: tuple(sorted(set(v))) for k, v in importlib.metadata.packages_distributions().items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _site_dirs() -> tuple[str, ...]:
     import site
 
@@ -121,7 +123,7 @@ def _site_dirs() -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(d) for d in dirs if d))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     return tuple(sorted({os.path.realpath(paths["stdlib"]), os.path.realpath(paths["platstdlib"])}))
@@ -141,9 +143,9 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
-def _distribution(top: str) -> Optional[str]:
-    """"name==version" of the distributions that install the top-level module ``top`` (comma-separated), or
+@functools.cache
+def _distribution(top: str) -> str | None:
+    """ "name==version" of the distributions that install the top-level module ``top`` (comma-separated), or
     ``None``. Memoized like :func:`_distributions`: reading a distribution's METADATA costs ~5 ms, and every
     fingerprint of a callable that reaches numpy or torch asks again."""
     names = _distributions().get(top)
@@ -158,7 +160,7 @@ def _distribution(top: str) -> Optional[str]:
     return ",".join(versions)
 
 
-def _source(module_name: str, filename: Optional[str]) -> dict[str, str]:
+def _source(module_name: str, filename: str | None) -> dict[str, str]:
     """Identity of the code in ``filename`` (of module ``module_name``): the
     distribution version for a file under site-packages, the Python version for
     the standard library and for builtin modules, else the file's SHA-256."""
@@ -217,13 +219,17 @@ def _code_names(code: types.CodeType) -> set[str]:
 
 
 _BUILTIN_CALLABLES = (
-    types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
-    types.MethodWrapperType, types.ClassMethodDescriptorType,
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
 )
 
 
 _TORCH_OPS = tuple(
-    cls for cls in (getattr(torch._ops, n, None) for n in ("OpOverload", "OpOverloadPacket", "HigherOrderOperator"))
+    cls
+    for cls in (getattr(torch._ops, n, None) for n in ("OpOverload", "OpOverloadPacket", "HigherOrderOperator"))
     if isinstance(cls, type)
 )
 
@@ -241,8 +247,11 @@ class _Fingerprinter:
 
     def callable(self, fn: Any, depth: int = 0) -> Any:
         if isinstance(fn, functools.partial):
-            return {"partial": self.callable(fn.func, depth + 1), "args": self.value(fn.args, depth + 1),
-                    "keywords": self.value(fn.keywords, depth + 1)}
+            return {
+                "partial": self.callable(fn.func, depth + 1),
+                "args": self.value(fn.args, depth + 1),
+                "keywords": self.value(fn.keywords, depth + 1),
+            }
         if isinstance(fn, types.MethodType):
             return {"method": self.callable(fn.__func__, depth + 1), "self": self.value(fn.__self__, depth + 1)}
         if isinstance(fn, types.FunctionType):
@@ -284,7 +293,7 @@ class _Fingerprinter:
             out["code"] = _code_digest(code)
         if fn.__closure__:
             cells = {}
-            for name, cell in zip(code.co_freevars, fn.__closure__):
+            for name, cell in zip(code.co_freevars, fn.__closure__, strict=False):
                 try:
                     contents = cell.cell_contents
                 except ValueError:  # an empty cell
@@ -341,8 +350,11 @@ class _Fingerprinter:
             if obj.dtype.hasobject:
                 raise FingerprintError("a NumPy array of Python objects has no stable fingerprint")
             data = np.ascontiguousarray(obj)
-            return {"ndarray": data.dtype.str, "shape": list(data.shape),
-                    "sha256": hashlib.sha256(data.view(np.uint8).reshape(-1)).hexdigest()}
+            return {
+                "ndarray": data.dtype.str,
+                "shape": list(data.shape),
+                "sha256": hashlib.sha256(data.view(np.uint8).reshape(-1)).hexdigest(),
+            }
         if isinstance(obj, (list, tuple)):
             return [self.value(v, depth + 1) for v in obj]
         if isinstance(obj, (set, frozenset)):
@@ -372,9 +384,7 @@ class _Fingerprinter:
             return out
         text = repr(obj)
         if " at 0x" in text or len(text) > _MAX_REPR:
-            raise FingerprintError(
-                f"a {type(obj).__module__}.{type(obj).__qualname__} object has no inspectable state"
-            )
+            raise FingerprintError(f"a {type(obj).__module__}.{type(obj).__qualname__} object has no inspectable state")
         out["repr"] = text
         return out
 
@@ -398,8 +408,11 @@ def _tensor_digest(t: torch.Tensor) -> dict[str, Any]:
     if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
         raise FingerprintError(f"a {t.layout} {t.dtype} tensor on {t.device} has no byte fingerprint")
     data = _contiguous_bytes(t.detach().cpu())
-    return {"tensor": str(t.dtype), "shape": list(t.shape),
-            "sha256": hashlib.sha256(data if data is not None else b"").hexdigest()}
+    return {
+        "tensor": str(t.dtype),
+        "shape": list(t.shape),
+        "sha256": hashlib.sha256(data if data is not None else b"").hexdigest(),
+    }
 
 
 def callable_fingerprint(fn: Callable) -> dict[str, Any]:
@@ -426,7 +439,7 @@ def callable_fingerprint(fn: Callable) -> dict[str, Any]:
     return _Fingerprinter().callable(fn)
 
 
-def _contiguous_bytes(t: torch.Tensor) -> Optional[np.ndarray]:
+def _contiguous_bytes(t: torch.Tensor) -> np.ndarray | None:
     """The bytes of ``t`` in row-major order as a uint8 NumPy view (``None`` when empty)."""
     t = t.resolve_conj().resolve_neg().contiguous()
     if t.numel() == 0:

@@ -12,13 +12,22 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
 import torch
 
-from acceptance.cache.entry import (FORMAT_VERSION, SUFFIX, Corrupt, entry_header, entry_size, nbytes, prepare,
-                                    read_entry, write_entry)
+from acceptance.cache.entry import (
+    FORMAT_VERSION,
+    SUFFIX,
+    Corrupt,
+    entry_header,
+    entry_size,
+    nbytes,
+    prepare,
+    read_entry,
+    write_entry,
+)
 
 log = logging.getLogger("acceptance.cache")
 
@@ -96,8 +105,9 @@ class ReferenceCache:
     still work on the folder). Safe to share between threads and processes.
     """
 
-    def __init__(self, root: Path | str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self, root: Path | str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES, enabled: bool = True
+    ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ValueError(f"max_bytes: expected a positive integer number of bytes, got {max_bytes!r}")
         self.root = Path(root).expanduser() if root is not None else default_root()
@@ -105,7 +115,7 @@ class ReferenceCache:
         self.enabled = bool(enabled)
         self._dir = self.root / f"reference-v{FORMAT_VERSION}"
         self._lock = threading.Lock()
-        self._total: Optional[int] = None  # bytes on disk: last scan plus own writes since
+        self._total: int | None = None  # bytes on disk: last scan plus own writes since
         self._stamp = 0
         self._hits = self._misses = self._corrupt = self._write_errors = 0
         self._unwritable = False  # the folder takes no entry (once seen, writes are not tried)
@@ -113,7 +123,7 @@ class ReferenceCache:
         self._deferring = False  # put_later queues its entries (see defer)
         self._queue: deque[tuple[str, Sequence[torch.Tensor], int]] = deque()  # (key, tensors, bytes), oldest first
         self._queued = 0  # bytes of tensors in the queue
-        self._writer: Optional[threading.Thread] = None  # the thread that writes the queue (see write_behind)
+        self._writer: threading.Thread | None = None  # the thread that writes the queue (see write_behind)
         self._changed = threading.Condition()  # the queue, while a writer thread runs
 
     # ------------------------------------------------------------------ paths and time
@@ -135,7 +145,7 @@ class ReferenceCache:
 
     # ------------------------------------------------------------------ get / put
 
-    def get(self, key: str) -> Optional[tuple[torch.Tensor, ...]]:
+    def get(self, key: str) -> tuple[torch.Tensor, ...] | None:
         """The tensors stored under ``key`` (fresh, contiguous CPU tensors), or
         ``None`` on a miss. A corrupt entry is deleted, counted, and is a miss."""
         path = self.path(key)
@@ -212,9 +222,14 @@ class ReferenceCache:
                 self._unwritable = True
             if exc.errno not in self._reported:  # one line per cause, not one per entry
                 self._reported.add(exc.errno)
-                log.warning("reference cache: cannot write %s: %s%s", path, exc,
-                            "; no further entry is written in this run" if self._unwritable else
-                            "; later entries that fail alike are not reported")
+                log.warning(
+                    "reference cache: cannot write %s: %s%s",
+                    path,
+                    exc,
+                    "; no further entry is written in this run"
+                    if self._unwritable
+                    else "; later entries that fail alike are not reported",
+                )
             try:
                 os.unlink(tmp)
             except OSError:
@@ -362,9 +377,16 @@ class ReferenceCache:
         entries, others, temporary = self._scan()
         with self._lock:
             return CacheInfo(
-                root=self.root, enabled=self.enabled, max_bytes=self.max_bytes, entries=len(entries),
-                bytes=sum(size for _, _, size in entries), stale_bytes=sum(size for _, _, size in others) + temporary,
-                hits=self._hits, misses=self._misses, corrupt=self._corrupt, write_errors=self._write_errors,
+                root=self.root,
+                enabled=self.enabled,
+                max_bytes=self.max_bytes,
+                entries=len(entries),
+                bytes=sum(size for _, _, size in entries),
+                stale_bytes=sum(size for _, _, size in others) + temporary,
+                hits=self._hits,
+                misses=self._misses,
+                corrupt=self._corrupt,
+                write_errors=self._write_errors,
             )
 
     def clear(self) -> int:

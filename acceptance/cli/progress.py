@@ -14,8 +14,9 @@ def progress(total: int, label: str, done: int = 0):
     from acceptance.wording import safe
 
     if sys.stderr.isatty():
-        with click.progressbar(length=total, label=label, file=sys.stderr,
-                               item_show_func=lambda c: safe(c.id, 80) if c else "") as bar:
+        with click.progressbar(
+            length=total, label=label, file=sys.stderr, item_show_func=lambda c: safe(c.id, 80) if c else ""
+        ) as bar:
             bar.update(done)
             yield lambda case, result: bar.update(1, case)
         return
@@ -27,8 +28,9 @@ def progress(total: int, label: str, done: int = 0):
         nonlocal count
         count += 1
         if result.error is not None:
-            click.echo(f"[{count:>{len(str(total))}}/{total}] ERROR {safe(case.id)}: {safe(result.error, 300)}",
-                       err=True)
+            click.echo(
+                f"[{count:>{len(str(total))}}/{total}] ERROR {safe(case.id)}: {safe(result.error, 300)}", err=True
+            )
         elif count % step == 0 or count == total:
             click.echo(f"[{count:>{len(str(total))}}/{total}] {safe(case.id)}", err=True)
 

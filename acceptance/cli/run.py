@@ -20,17 +20,17 @@ import sys
 import threading
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import click
 
-from acceptance.version import __version__
-from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
 from acceptance.cli.progress import progress
+from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
 from acceptance.report import BY_NAME as REPORTERS
 from acceptance.report import REPORTERS as ALL_REPORTERS
 from acceptance.report import Context
 from acceptance.report import prepare as prepare_reports
+from acceptance.version import __version__
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +66,7 @@ def _load(paths: tuple[Path, ...], meanwhile: tuple = ()):
     return specs
 
 
-def resolved_device(device: str) -> "torch.device":
+def resolved_device(device: str) -> torch.device:
     """``--device`` (or ``$ACCEPTANCE_DEVICE``) as a torch device (:func:`acceptance.device.resolve_device`); a
     usage error naming where the value came from otherwise."""
     from click.core import ParameterSource
@@ -89,12 +89,22 @@ def select_tiers(specs, tiers: tuple[str, ...] = ()):
 
 #: ``--device``: the impl's device, an option of run, bench and tune; $ACCEPTANCE_DEVICE sets it for a whole shell
 #: or CI job.
-device_option = click.option("--device", default="auto", show_default=True, envvar="ACCEPTANCE_DEVICE",
-                             show_envvar=True, help="auto | cpu | cuda | cuda:N (impl's device).")
+device_option = click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    envvar="ACCEPTANCE_DEVICE",
+    show_envvar=True,
+    help="auto | cpu | cuda | cuda:N (impl's device).",
+)
 #: ``--tier``: which spec tiers run (repeatable; default: the default tier only).
-tier_option = click.option("--tier", "tiers", multiple=True, type=click.Choice(["default", "large"]),
-                           help="Run specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized "
-                                "shapes).")
+tier_option = click.option(
+    "--tier",
+    "tiers",
+    multiple=True,
+    type=click.Choice(["default", "large"]),
+    help="Run specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized shapes).",
+)
 
 
 class _Group(click.Group):
@@ -117,44 +127,107 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True,
-              help="Folder for results.json, junit.xml and report.html.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_OUT,
+    show_default=True,
+    help="Folder for results.json, junit.xml and report.html.",
+)
 @device_option
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
 @click.option("--seed", type=int, help="Seed (overrides the specs).")
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
 @click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
-@click.option("--shard", metavar="K/N", callback=lambda ctx, param, value: _parse_shard(value),
-              help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.")
-@click.option("--strict", is_flag=True,
-              help="Fail vacuous cases too: nothing compared, or a constant answer where the oracle varies.")
+@click.option(
+    "--shard",
+    metavar="K/N",
+    callback=lambda ctx, param, value: _parse_shard(value),
+    help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Fail vacuous cases too: nothing compared, or a constant answer where the oracle varies.",
+)
 @click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
-@click.option("--no-isolation", is_flag=True,
-              help="Call the code under test in this process (debugging; a crash or exit then ends the run).")
-@click.option("--compare-to", type=click.Path(path_type=Path), metavar="BASE",
-              help="Compare with a base run (results.json or folder): a regression fails the gate.")
-@click.option("--max-slowdown", type=float, default=1.25, show_default=True,
-              help="With --compare-to: fail a case timed in both runs whose median time grew by more than this "
-                   "factor (and whose p10 is above the base run's p90).")
-@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Run every case under N spec seeds (seed, seed+1, ...); each is a case, all must pass.")
-@click.option("--sanitize", is_flag=True,
-              help="Run each impl once more under compute-sanitizer (memcheck, racecheck); needs CUDA and the tool.")
+@click.option(
+    "--no-isolation",
+    is_flag=True,
+    help="Call the code under test in this process (debugging; a crash or exit then ends the run).",
+)
+@click.option(
+    "--compare-to",
+    type=click.Path(path_type=Path),
+    metavar="BASE",
+    help="Compare with a base run (results.json or folder): a regression fails the gate.",
+)
+@click.option(
+    "--max-slowdown",
+    type=float,
+    default=1.25,
+    show_default=True,
+    help="With --compare-to: fail a case timed in both runs whose median time grew by more than this "
+    "factor (and whose p10 is above the base run's p90).",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run every case under N spec seeds (seed, seed+1, ...); each is a case, all must pass.",
+)
+@click.option(
+    "--sanitize",
+    is_flag=True,
+    help="Run each impl once more under compute-sanitizer (memcheck, racecheck); needs CUDA and the tool.",
+)
 @tier_option
-@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
-              help="Cases measured at once, each in its own process and worker [default: the CPU cores; on CUDA "
-                   "one per GPU, and more jobs than GPUs share them].")
-@click.option("--no-cache", is_flag=True,
-              help="Neither read nor write the reference cache (baseline and oracle outputs, and the measurements "
-                   "of impl outputs seen before).")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="torch intra-op threads of each worker (a CPU baseline's last bits can depend on it; part of "
-                   "the reference cache key).")
-def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional[int], only: Optional[str],
-        dtypes_: tuple[str, ...], shard: Optional[tuple[int, int]], strict: bool, resume: bool,
-        no_isolation: bool, seeds: int = 1, sanitize: bool = False, compare_to: Optional[Path] = None,
-        tiers: tuple[str, ...] = (),
-        jobs: Optional[int] = None, no_cache: bool = False, max_slowdown: float = 1.25, threads: int = 1) -> None:
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Cases measured at once, each in its own process and worker [default: the CPU cores; on CUDA "
+    "one per GPU, and more jobs than GPUs share them].",
+)
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Neither read nor write the reference cache (baseline and oracle outputs, and the measurements "
+    "of impl outputs seen before).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="torch intra-op threads of each worker (a CPU baseline's last bits can depend on it; part of "
+    "the reference cache key).",
+)
+def run(
+    paths,
+    out_dir: Path,
+    device: str,
+    trials: int | None,
+    seed: int | None,
+    only: str | None,
+    dtypes_: tuple[str, ...],
+    shard: tuple[int, int] | None,
+    strict: bool,
+    resume: bool,
+    no_isolation: bool,
+    seeds: int = 1,
+    sanitize: bool = False,
+    compare_to: Path | None = None,
+    tiers: tuple[str, ...] = (),
+    jobs: int | None = None,
+    no_cache: bool = False,
+    max_slowdown: float = 1.25,
+    threads: int = 1,
+) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     from acceptance.isolation import forkserver
 
@@ -163,14 +236,14 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     several = not no_isolation and (jobs or (forkserver.cores() if device in ("auto", "cpu") else 1)) > 1
     if not no_isolation or jobs != 1:
         forkserver.start(2 if several else 1)
-    from acceptance.formats import dtypes
-    from acceptance.session import provenance
-    from acceptance.measure import case as runner
     from acceptance import spec
     from acceptance.decide import verdict
-    from acceptance.records import Results
-    from acceptance.session.results import JOURNAL, OutputFolder
     from acceptance.decide.waivers import waiver_records
+    from acceptance.formats import dtypes
+    from acceptance.measure import case as runner
+    from acceptance.records import Results
+    from acceptance.session import provenance
+    from acceptance.session.results import JOURNAL, OutputFolder
 
     unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
     if unknown:
@@ -200,11 +273,13 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         cases = with_seeds(cases, seeds)
     if shard is not None:
         k, n = shard
-        cases = cases[k - 1::n]
+        cases = cases[k - 1 :: n]
     if not cases:
         folder.close()
-        raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}"
-                         f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})")
+        raise UsageError(
+            f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}"
+            f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})"
+        )
 
     start = provenance.now()
     order = {case.id: k for k, case in enumerate(cases)}
@@ -212,7 +287,7 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     measured = [(journaled[case.id], spec.rules_for(case)) for case in cases if case.id in journaled]
     if journaled:
         click.echo(f"resuming: {len(measured)} of {len(cases)} cases already in {folder.path / JOURNAL}", err=True)
-    stopped: Optional[int] = None
+    stopped: int | None = None
 
     def record(case, result) -> None:
         folder.append(result)
@@ -224,24 +299,37 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
     gc.freeze()  # torch, the specs and the modules loaded so far live as long as the run: out of the cyclic
     # collector's full passes, which traversed them every time (0.3 s of this process's CPU on the library)
     try:  # around the handler's removal too: a signal there would otherwise leave as click's "Aborted!" (exit 1)
-        with progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, \
-                _stop_on_sigterm():
-            decided = runner.run(cases, dev, trials=trials, on_case=record, measured=measured, strict=strict,
-                                 isolate=not no_isolation, guard=folder.path, sanitize=sanitize,
-                                 cache=_reference_cache(not no_cache),
-                                 jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
-                                 threads=threads)
+        with progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
+            decided = runner.run(
+                cases,
+                dev,
+                trials=trials,
+                on_case=record,
+                measured=measured,
+                strict=strict,
+                isolate=not no_isolation,
+                guard=folder.path,
+                sanitize=sanitize,
+                cache=_reference_cache(not no_cache),
+                jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
+                threads=threads,
+            )
     except KeyboardInterrupt as exc:
         stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     if decided is None:
         decided = runner.decide_all(measured, strict=strict)  # Holm's adjusted p-values do not depend on the order
     case_results = sorted(decided, key=lambda c: order[c.id])
-    env = provenance.environment(dev, command_line=provenance.command_line(click.get_current_context()), start=start,
-                                 end=provenance.now())
-    res = Results(environment=env, summary=verdict.summarize(case_results, interrupted=stopped),
-                  cases=case_results, interrupted=stopped is not None,
-                  not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [],
-                  waivers=waiver_records(specs, case_results))
+    env = provenance.environment(
+        dev, command_line=provenance.command_line(click.get_current_context()), start=start, end=provenance.now()
+    )
+    res = Results(
+        environment=env,
+        summary=verdict.summarize(case_results, interrupted=stopped),
+        cases=case_results,
+        interrupted=stopped is not None,
+        not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [],
+        waivers=waiver_records(specs, case_results),
+    )
     if base_run is not None:
         res = _with_comparison(res, base_run, str(compare_to), max_slowdown=max_slowdown)
     try:
@@ -254,17 +342,25 @@ def run(paths, out_dir: Path, device: str, trials: Optional[int], seed: Optional
         click.secho(line, fg=colour)
     weak, m, needed = runner.underpowered(case_results)
     if weak:
-        click.secho(f"note: {len(weak)} case(s) have fewer than {needed} trials: their dual-delta sign test cannot "
-                    f"reach alpha after Holm over {m} records, only the worst-trial check can fail them "
-                    f"(raise trials or dual_delta.trials), e.g. {weak[0]}", fg="yellow", err=True)
+        click.secho(
+            f"note: {len(weak)} case(s) have fewer than {needed} trials: their dual-delta sign test cannot "
+            f"reach alpha after Holm over {m} records, only the worst-trial check can fail them "
+            f"(raise trials or dual_delta.trials), e.g. {weak[0]}",
+            fg="yellow",
+            err=True,
+        )
     click.echo("wrote " + ", ".join(str(p) for p in written))
     if stopped:
-        click.secho(f"interrupted after {len(case_results)} of {len(cases)} cases: the results hold those, the run "
-                    f"is not a pass; finish it with --resume", fg="red", err=True)
+        click.secho(
+            f"interrupted after {len(case_results)} of {len(cases)} cases: the results hold those, the run "
+            f"is not a pass; finish it with --resume",
+            fg="red",
+            err=True,
+        )
     sys.exit(res.summary.exit_code)
 
 
-def _jobs(jobs: Optional[int], cases: int, *, isolate: bool, device: "torch.device") -> int:
+def _jobs(jobs: int | None, cases: int, *, isolate: bool, device: torch.device) -> int:
     """``--jobs``, by default the CPU cores on CPU and one per GPU on CUDA (:func:`acceptance.device.default_jobs`);
     one job for a single case or without isolation (the code under test then runs in this process)."""
     import torch
@@ -302,7 +398,7 @@ def _stop_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
+def _parse_shard(value: str | None) -> tuple[int, int] | None:
     if value is None:
         return None
     try:
@@ -317,6 +413,7 @@ def _parse_shard(value: Optional[str]) -> Optional[tuple[int, int]]:
 def _meanwhile(work) -> None:
     """Run ``work()`` in a daemon thread, its errors ignored: work done ahead that the caller would otherwise do
     later itself (an error then surfaces there)."""
+
     def run() -> None:
         try:
             work()
@@ -346,8 +443,9 @@ def write_reports(res: Results, out_dir: Path) -> list[Path]:
         try:
             path.write_text(reporter.render(res, context), encoding="utf-8")
         except Exception as exc:  # a reporter bug must not lose the results
-            click.secho(f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact",
-                        fg="red", err=True)
+            click.secho(
+                f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact", fg="red", err=True
+            )
             continue
         written.append(path)
     return written
@@ -373,14 +471,15 @@ def list_(paths) -> None:
     head = ("operator", "category", "dtypes", "cases", "spec")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip())
 
 
 def _reporter_options(command):
     """One ``--<name> PATH`` option per reporter of the registry."""
     for reporter in reversed(ALL_REPORTERS):
-        command = click.option(f"--{reporter.name}", f"{reporter.name}_path", type=click.Path(path_type=Path),
-                               help=reporter.help)(command)
+        command = click.option(
+            f"--{reporter.name}", f"{reporter.name}_path", type=click.Path(path_type=Path), help=reporter.help
+        )(command)
     return command
 
 
@@ -403,7 +502,9 @@ def report(results_files, merged_path, annotations, artifact_url, **paths) -> No
         digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
     context = Context(results_sha256=digest, artifact_url=artifact_url)
     outputs = [(merged_path, lambda: results_mod.dumps(res))]
-    outputs += [(paths[f"{name}_path"], lambda r=reporter: r.render(res, context)) for name, reporter in REPORTERS.items()]
+    outputs += [
+        (paths[f"{name}_path"], lambda r=reporter: r.render(res, context)) for name, reporter in REPORTERS.items()
+    ]
     for path, render in outputs:
         if path is None:
             continue
@@ -428,7 +529,7 @@ def report(results_files, merged_path, annotations, artifact_url, **paths) -> No
 @click.argument("baseline", type=click.Path(path_type=Path))
 @click.option("--dtype", help="Output dtype for ULP and the diff3 threshold (default: EVALUATED's dtype).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def metrics_cmd(evaluated: Path, baseline: Path, dtype: Optional[str], as_json: bool) -> None:
+def metrics_cmd(evaluated: Path, baseline: Path, dtype: str | None, as_json: bool) -> None:
     """Print every metric for two saved arrays (.npy or .pt)."""
     from acceptance.numerics import metrics
     from acceptance.wording import fmt_value as fmt
@@ -455,13 +556,13 @@ def _jsonable(value):
     return json_float(value)
 
 
-def _compare_base(path: Optional[Path], max_slowdown: float = 1.25):
+def _compare_base(path: Path | None, max_slowdown: float = 1.25):
     """The base run of ``--compare-to``, loaded before anything runs (a bad path or ``--max-slowdown`` is a usage
     error at once)."""
     if path is None:
         return None
-    from acceptance.session import results as results_mod
     from acceptance.cli.tune import check_max_slowdown
+    from acceptance.session import results as results_mod
 
     check_max_slowdown(max_slowdown)
     return results_mod.load_run(path)
@@ -478,6 +579,6 @@ def _with_comparison(res: Results, base: Results, label: str, *, max_slowdown: f
     return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})
 
 
-from acceptance.cli import tune as cli_tune  # noqa: E402,F401  (registers `acceptance tune` and `compare` on the group)
 from acceptance.cli import bench as cli_bench  # noqa: E402,F401  (registers `acceptance bench` on the group)
 from acceptance.cli import cache as cli_cache  # noqa: E402,F401  (registers `acceptance cache info|clear` on the group)
+from acceptance.cli import tune as cli_tune  # noqa: E402,F401  (registers `acceptance tune` and `compare` on the group)

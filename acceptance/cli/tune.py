@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import click
 
@@ -26,26 +25,46 @@ def check_max_slowdown(value: float) -> None:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--only", metavar="GLOB", help="Tune only operators or case ids matching this glob.")
 @click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Tune only this dtype (repeatable).")
-@click.option("--seeds", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Runs per case: the spec's seed + 0, 1, ..., N-1.")
-@click.option("--from", "from_", multiple=True, type=click.Path(path_type=Path), metavar="RESULTS",
-              help="Read results.json files (or folders) instead of running (repeatable).")
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Runs per case: the spec's seed + 0, 1, ..., N-1.",
+)
+@click.option(
+    "--from",
+    "from_",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="RESULTS",
+    help="Read results.json files (or folders) instead of running (repeatable).",
+)
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
 @device_option
-@click.option("--margin", type=click.FloatRange(min=1), default=2.0, show_default=True,
-              help="Safety margin over the largest observed error.")
-@click.option("--max-slack", type=click.FloatRange(min=1), default=100.0, show_default=True,
-              help="--check: a threshold this many times the observed error is too loose.")
+@click.option(
+    "--margin",
+    type=click.FloatRange(min=1),
+    default=2.0,
+    show_default=True,
+    help="Safety margin over the largest observed error.",
+)
+@click.option(
+    "--max-slack",
+    type=click.FloatRange(min=1),
+    default=100.0,
+    show_default=True,
+    help="--check: a threshold this many times the observed error is too loose.",
+)
 @click.option("--write", is_flag=True, help="Write the proposals into the spec files (prints the diff).")
 @click.option("--check", is_flag=True, help="Exit 1 when a threshold is flaky or too loose (for CI).")
 @click.option("--no-isolation", is_flag=True, help="Call the code under test in this process.")
-def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_slack, write, check,
-             no_isolation) -> None:
+def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_slack, write, check, no_isolation) -> None:
     """Propose thresholds from the errors seen over many seeds (or earlier results)."""
-    from acceptance.session import results as results_mod
-    from acceptance.session import tunewrite
     from acceptance.cli.run import _load, resolved_device
     from acceptance.decide.proposal import TuneResult, observations, proposals
+    from acceptance.session import results as results_mod
+    from acceptance.session import tunewrite
     from acceptance.session.tune import run_seeds
 
     if write and from_:
@@ -57,21 +76,38 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
         resolved_device(device)  # a usage error before the specs load
         specs = _load(paths)
         digests = {s.path: tunewrite.sha256_of(s.path) for s in specs}
-        cases = run_seeds(specs, range(seeds), only=only, dtypes=list(dtypes_) or None, device=device,
-                          trials=trials, isolate=not no_isolation,
-                          on_seed=lambda k, n: click.echo(f"seed {k}/{n} done", err=True))
+        cases = run_seeds(
+            specs,
+            range(seeds),
+            only=only,
+            dtypes=list(dtypes_) or None,
+            device=device,
+            trials=trials,
+            isolate=not no_isolation,
+            on_seed=lambda k, n: click.echo(f"seed {k}/{n} done", err=True),
+        )
     if from_ and (only or dtypes_):
         from acceptance.spec import glob_match
 
-        cases = [c for c in cases if (not dtypes_ or c.dtype in dtypes_)
-                 and (not only or glob_match(c.operator, only) or glob_match(c.id, only))]
-    res = TuneResult(tuple(proposals(observations(cases), margin=margin, loose=max_slack)), margin, max_slack,
-                     tuple(sorted({c.seed for c in cases})))
+        cases = [
+            c
+            for c in cases
+            if (not dtypes_ or c.dtype in dtypes_)
+            and (not only or glob_match(c.operator, only) or glob_match(c.id, only))
+        ]
+    res = TuneResult(
+        tuple(proposals(observations(cases), margin=margin, loose=max_slack)),
+        margin,
+        max_slack,
+        tuple(sorted({c.seed for c in cases})),
+    )
     if not res.proposals:
         raise UsageError("nothing to tune: no fixed threshold on a case that ran")
     click.echo(res.table())
-    click.echo(f"proposal: max observed x {margin:g} (never below the dtype's rounding floor), rounded up to "
-               f"1-2-5; seeds {', '.join(map(str, res.seeds))}")
+    click.echo(
+        f"proposal: max observed x {margin:g} (never below the dtype's rounding floor), rounded up to "
+        f"1-2-5; seeds {', '.join(map(str, res.seeds))}"
+    )
     if write:
         for path, edits in tunewrite.edits_for(res.proposals).items():
             if path not in digests:
@@ -88,15 +124,30 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
 @main.command("compare")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
-@click.option("--max-ratio", type=float, default=2.0, show_default=True,
-              help="Flag a case whose error grew by more than this factor, even when it passes.")
-@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path),
-              help="Write the comparison as Markdown (PR comment, job summary); '-' for stdout.")
-@click.option("--max-slowdown", type=float, default=1.25, show_default=True,
-              help="Fail a timed case whose median time grew by more than this factor (and whose p10 is above the "
-                   "base run's p90).")
-def compare_cmd(base: Path, new: Path, max_ratio: float, markdown_path: Optional[Path],
-                max_slowdown: float = 1.25) -> None:
+@click.option(
+    "--max-ratio",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Flag a case whose error grew by more than this factor, even when it passes.",
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(path_type=Path),
+    help="Write the comparison as Markdown (PR comment, job summary); '-' for stdout.",
+)
+@click.option(
+    "--max-slowdown",
+    type=float,
+    default=1.25,
+    show_default=True,
+    help="Fail a timed case whose median time grew by more than this factor (and whose p10 is above the "
+    "base run's p90).",
+)
+def compare_cmd(
+    base: Path, new: Path, max_ratio: float, markdown_path: Path | None, max_slowdown: float = 1.25
+) -> None:
     """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, timings NEW/BASE,
     waivers that can go. Exit 1 on a regression."""
     from acceptance.decide import regression as compare_mod
@@ -105,8 +156,13 @@ def compare_cmd(base: Path, new: Path, max_ratio: float, markdown_path: Optional
     if not max_ratio > 1:
         raise UsageError(f"--max-ratio: must be > 1, got {max_ratio:g}")
     check_max_slowdown(max_slowdown)
-    cmp = compare_mod.compare_results(results_mod.load_run(base), results_mod.load_run(new), max_ratio=max_ratio,
-                                      base_label=str(base), max_slowdown=max_slowdown)
+    cmp = compare_mod.compare_results(
+        results_mod.load_run(base),
+        results_mod.load_run(new),
+        max_ratio=max_ratio,
+        base_label=str(base),
+        max_slowdown=max_slowdown,
+    )
     text = compare_mod.markdown(cmp)
     if markdown_path is not None and str(markdown_path) != "-":
         markdown_path.parent.mkdir(parents=True, exist_ok=True)

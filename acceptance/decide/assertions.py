@@ -21,17 +21,17 @@ and oracle values at full precision.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
+from acceptance.decide.verdict import bits_criteria, threshold_criteria
 from acceptance.formats import dtypes
-from acceptance.numerics import metrics
 from acceptance.measure.diagnose import Diagnosis, bit_mismatches
+from acceptance.numerics import metrics
 from acceptance.records import CaseResult
 from acceptance.spec.defaults import BIT_EXACT_CATEGORIES, Rules, thresholds_for
 from acceptance.spec.model import CATEGORIES
-from acceptance.decide.verdict import bits_criteria, threshold_criteria
 from acceptance.wording import criterion_text, fmt, worst_element_text
 
 
@@ -48,8 +48,15 @@ def _tensor(x: Any, name: str) -> torch.Tensor:
         raise TypeError(f"{name}: expected a tensor or an array, got {type(x).__name__} ({exc})") from None
 
 
-def assert_accurate(actual: Any, expected: Any, *, oracle: Any = None, category: str = "composite",
-                    dtype: Any = None, thresholds: Optional[dict[str, Any]] = None) -> None:
+def assert_accurate(
+    actual: Any,
+    expected: Any,
+    *,
+    oracle: Any = None,
+    category: str = "composite",
+    dtype: Any = None,
+    thresholds: dict[str, Any] | None = None,
+) -> None:
     """Raise :class:`AccuracyError` unless ``actual`` passes the fixed criteria of ``category`` against
     ``expected`` (the same-dtype reference), oracle-aware when ``oracle`` (a float64 result) is given.
 
@@ -70,10 +77,16 @@ def assert_accurate(actual: Any, expected: Any, *, oracle: Any = None, category:
     b = b.to(e.device)
     th = thresholds_for(category, name, thresholds)
     bit_exact = category in BIT_EXACT_CATEGORIES and not thresholds
-    tolerance = 0.0 if bit_exact else min((float(t.value) for t in th if t.metric in ("diff1", "diff2")),
-                                          default=0.0)
-    rules = Rules(category=category, dtype=name, thresholds=tuple(th), diff4=False, dual_delta=None,
-                  element_tolerance=tolerance, bit_exact=bit_exact)
+    tolerance = 0.0 if bit_exact else min((float(t.value) for t in th if t.metric in ("diff1", "diff2")), default=0.0)
+    rules = Rules(
+        category=category,
+        dtype=name,
+        thresholds=tuple(th),
+        diff4=False,
+        dual_delta=None,
+        element_tolerance=tolerance,
+        bit_exact=bit_exact,
+    )
     measured: dict[str, Any] = dict(metrics=[metrics.compute(e, b, dtype=name)])
     rounded = None
     if o is not None:
@@ -83,11 +96,22 @@ def assert_accurate(actual: Any, expected: Any, *, oracle: Any = None, category:
         measured["baseline_oracle"] = [metrics.compute(b, rounded.to(b.device), dtype=name)]
     if bit_exact:
         measured["bit_mismatches"] = [bit_mismatches(e, b, rounded.to(e.device) if rounded is not None else None)]
-    case = CaseResult(id="assert_accurate", operator="assert_accurate", category=category, spec_file="", dtype=name,
-                      params={}, trials=1, seed=0, **{k: [{m: (list(v) if isinstance(v, tuple) else v)
-                                                          for m, v in d.items()} for d in vals]
-                                                      if k != "bit_mismatches" else vals
-                                                      for k, vals in measured.items()})
+    case = CaseResult(
+        id="assert_accurate",
+        operator="assert_accurate",
+        category=category,
+        spec_file="",
+        dtype=name,
+        params={},
+        trials=1,
+        seed=0,
+        **{
+            k: [{m: (list(v) if isinstance(v, tuple) else v) for m, v in d.items()} for d in vals]
+            if k != "bit_mismatches"
+            else vals
+            for k, vals in measured.items()
+        },
+    )
     criteria = threshold_criteria(case, rules) + bits_criteria(case, rules)
     failed = [c for c in criteria if c.passed is False]
     if not failed:
@@ -98,8 +122,10 @@ def assert_accurate(actual: Any, expected: Any, *, oracle: Any = None, category:
     bad = round(diagnosis.bad_fraction * n)
     lines = [f"Tensor-likes are not accurate ({name} {category})!", "", "Failed criteria:"]
     lines += [f"  {criterion_text(c)}" for c in failed]
-    over = (f"Mismatched elements: {bad} / {n} ({fmt(100.0 * bad / n if n else 0.0)}%) with hybrid error "
-            f"|actual - expected| / (1 + |expected|) > {fmt(tolerance)}")
+    over = (
+        f"Mismatched elements: {bad} / {n} ({fmt(100.0 * bad / n if n else 0.0)}%) with hybrid error "
+        f"|actual - expected| / (1 + |expected|) > {fmt(tolerance)}"
+    )
     lines.append(over + (f"; {diagnosis.bad_where}" if diagnosis.bad_where else ""))
     if diagnosis.worst is not None:
         worst = worst_element_text(diagnosis.worst).replace(" (trial 0)", "")

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Optional, Union
 
 import numpy as np
 
@@ -100,18 +100,18 @@ class Observation:
     seed: int
     output: int
     value: float
-    impl_oracle: Optional[float]
-    baseline_oracle: Optional[float]
+    impl_oracle: float | None
+    baseline_oracle: float | None
     threshold: float
     source: str
     spec_file: str
 
 
-def _scalar(x) -> Optional[float]:
+def _scalar(x) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def observed_error(vb: Optional[float], io: Optional[float], bo: Optional[float]) -> float:
+def observed_error(vb: float | None, io: float | None, bo: float | None) -> float:
     """``min(vb, io)`` when the impl is at least as close to the rounded oracle as the baseline (io <= bo), else
     ``vb``; NaN (or missing) counts as +inf."""
     clean = [math.inf if x is None or math.isnan(x) else x for x in (vb, io, bo)]
@@ -138,8 +138,23 @@ def observations(cases: Iterable[CaseResult]) -> list[Observation]:
             vb = _scalar(case.metrics[k].get(c.metric)) if k < len(case.metrics) else None
             io = _scalar(case.impl_oracle[k].get(c.metric)) if k < len(case.impl_oracle) else None
             bo = _scalar(case.baseline_oracle[k].get(c.metric)) if k < len(case.baseline_oracle) else None
-            out.append(Observation(case.operator, case.dtype, c.metric, case.id, symbols, case.seed, k,
-                                   observed_error(vb, io, bo), io, bo, threshold, c.source, case.spec_file))
+            out.append(
+                Observation(
+                    case.operator,
+                    case.dtype,
+                    c.metric,
+                    case.id,
+                    symbols,
+                    case.seed,
+                    k,
+                    observed_error(vb, io, bo),
+                    io,
+                    bo,
+                    threshold,
+                    c.source,
+                    case.spec_file,
+                )
+            )
     return out
 
 
@@ -153,7 +168,7 @@ class Distribution:
     median: float
 
     @classmethod
-    def of(cls, values: Iterable[Optional[float]]) -> Optional["Distribution"]:
+    def of(cls, values: Iterable[float | None]) -> Distribution | None:
         a = np.array([v for v in values if v is not None], dtype=np.float64)
         if a.size == 0:
             return None
@@ -167,7 +182,7 @@ class Fit:
     ``coefficient`` c before the margin and rounding; ``log_slack`` the mean log(envelope / m_i) over the cases."""
 
     model: str
-    symbol: Optional[str]
+    symbol: str | None
     coefficient: float
     log_slack: float
 
@@ -179,7 +194,7 @@ class Fit:
         return math.sqrt(s) if self.model == "sqrt" else s
 
 
-def _envelope(model: str, symbol: Optional[str], per_case: list[tuple[dict[str, int], float]]) -> Optional[Fit]:
+def _envelope(model: str, symbol: str | None, per_case: list[tuple[dict[str, int], float]]) -> Fit | None:
     fit = Fit(model, symbol, 0.0, 0.0)
     positive = [(s, m) for s, m in per_case if m > 0 and math.isfinite(m)]
     if not positive:
@@ -230,15 +245,15 @@ class Proposal:
     current: tuple[float, float]
     source: str
     impl: Distribution
-    baseline: Optional[Distribution]
+    baseline: Distribution | None
     floor: float
     fit: Fit
-    proposed: Union[float, str]
+    proposed: float | str
     slack: float
     cases: int
     seeds: tuple[int, ...]
-    flaky: Optional[str] = None
-    loose: Optional[str] = None
+    flaky: str | None = None
+    loose: str | None = None
     margin: float = MARGIN
 
     def proposed_at(self, symbols: dict[str, int]) -> float:
@@ -267,8 +282,10 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
     first = group[0]
     # never below what the dtype's rounding alone gives, nor below the baseline's own error against the oracle
     # (x margin): an impl as close to the oracle as the baseline passes at b_o, whatever side of it it sits
-    legit = max((o.baseline_oracle for o in group if o.baseline_oracle is not None
-                 and math.isfinite(o.baseline_oracle)), default=0.0)
+    legit = max(
+        (o.baseline_oracle for o in group if o.baseline_oracle is not None and math.isfinite(o.baseline_oracle)),
+        default=0.0,
+    )
     floor = max(rounding_floor(first.metric, first.dtype), margin * legit)
     per_case: dict[str, tuple[dict[str, int], float, float]] = {}
     for o in group:
@@ -276,22 +293,49 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
         per_case[o.case_id] = (symbols, max(m, o.value), min(th, o.threshold))
     fit = fit_scaling([(s, m) for s, m, _ in per_case.values()])
     if fit.model == "constant":
-        proposed: Union[float, str] = step_up(max(margin * fit.coefficient, floor))
+        proposed: float | str = step_up(max(margin * fit.coefficient, floor))
     else:
         lowest = min(float(s[fit.symbol]) for s, _, _ in per_case.values())
         proposed = expression(fit, step_up(margin * fit.coefficient), floor, lowest)
     slack = min(th / max(m, floor) if max(m, floor) > 0 else math.inf for _, m, th in per_case.values())
     over = [(cid, m, th) for cid, (_, m, th) in per_case.items() if not m <= th]
-    flaky = (f"{over[0][0]}: observed {fmt(over[0][1])} > threshold {fmt(over[0][2])}"
-             + (f" (and {len(over) - 1} more case(s))" if len(over) > 1 else "")) if over else None
-    wide = (f"threshold {fmt(min(th for _, _, th in per_case.values()))} is {fmt(slack)}x the observed "
-            f"{fmt(max(max(m for _, m, _ in per_case.values()), floor))} (> {fmt(loose)}x)") if slack > loose else None
+    flaky = (
+        (
+            f"{over[0][0]}: observed {fmt(over[0][1])} > threshold {fmt(over[0][2])}"
+            + (f" (and {len(over) - 1} more case(s))" if len(over) > 1 else "")
+        )
+        if over
+        else None
+    )
+    wide = (
+        (
+            f"threshold {fmt(min(th for _, _, th in per_case.values()))} is {fmt(slack)}x the observed "
+            f"{fmt(max(max(m for _, m, _ in per_case.values()), floor))} (> {fmt(loose)}x)"
+        )
+        if slack > loose
+        else None
+    )
     thresholds = [th for _, _, th in per_case.values()]
     sources = [o.source for o in group]
-    p = Proposal(first.operator, first.dtype, first.metric, first.spec_file, (min(thresholds), max(thresholds)),
-                 max(set(sources), key=sources.count), Distribution.of(o.value for o in group),
-                 Distribution.of(o.baseline_oracle for o in group), floor, fit, proposed, slack, len(per_case),
-                 tuple(sorted({o.seed for o in group})), flaky, wide, margin)
+    p = Proposal(
+        first.operator,
+        first.dtype,
+        first.metric,
+        first.spec_file,
+        (min(thresholds), max(thresholds)),
+        max(set(sources), key=sources.count),
+        Distribution.of(o.value for o in group),
+        Distribution.of(o.baseline_oracle for o in group),
+        floor,
+        fit,
+        proposed,
+        slack,
+        len(per_case),
+        tuple(sorted({o.seed for o in group})),
+        flaky,
+        wide,
+        margin,
+    )
     return p
 
 
@@ -329,14 +373,39 @@ class TuneResult:
 
     def table(self) -> str:
         """The proposals as a plain-text table."""
-        head = ("operator", "dtype", "criterion", "threshold", "source", "impl max", "p99", "median",
-                "baseline max", "proposed", "fit", "slack")
+        head = (
+            "operator",
+            "dtype",
+            "criterion",
+            "threshold",
+            "source",
+            "impl max",
+            "p99",
+            "median",
+            "baseline max",
+            "proposed",
+            "fit",
+            "slack",
+        )
         rows = [head]
         for p in self.proposals:
             b = p.baseline
             fit = "constant" if p.fit.model == "constant" else f"{p.fit.model}({p.fit.symbol})"
-            rows.append((p.operator, p.dtype, f"{p.metric} <=", p.current_text, p.source, fmt(p.impl.max),
-                         fmt(p.impl.p99), fmt(p.impl.median), fmt(b.max) if b else "-",
-                         p.proposed if isinstance(p.proposed, str) else fmt(p.proposed), fit, f"{fmt(p.slack)}x"))
+            rows.append(
+                (
+                    p.operator,
+                    p.dtype,
+                    f"{p.metric} <=",
+                    p.current_text,
+                    p.source,
+                    fmt(p.impl.max),
+                    fmt(p.impl.p99),
+                    fmt(p.impl.median),
+                    fmt(b.max) if b else "-",
+                    p.proposed if isinstance(p.proposed, str) else fmt(p.proposed),
+                    fit,
+                    f"{fmt(p.slack)}x",
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows)

@@ -46,11 +46,18 @@ A slowdown is a regression (the gate fails); a speed-up is only reported.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
-from acceptance.records import (VERDICT_ORDER, CaseComparison, CaseResult, Comparison, MetricRatio, PerfRatio,
-                                PerfRecord, Results)
 from acceptance.decide.proposal import rounding_floor
+from acceptance.records import (
+    VERDICT_ORDER,
+    CaseComparison,
+    CaseResult,
+    Comparison,
+    MetricRatio,
+    PerfRatio,
+    PerfRecord,
+    Results,
+)
 from acceptance.wording import fmt
 
 #: Default factor an error may grow by before a case is flagged.
@@ -63,19 +70,20 @@ METRICS: tuple[str, ...] = ("diff1", "diff2", "max_hyb", "mean_hyb")
 _BAD = ("fail", "error")
 
 
-def _num(d: Optional[dict], metric: str) -> Optional[float]:
+def _num(d: dict | None, metric: str) -> float | None:
     v = d.get(metric) if d else None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return math.inf if math.isnan(v) else float(v)
     return None
 
 
-def _at(rows: list[dict], k: int) -> Optional[dict]:
+def _at(rows: list[dict], k: int) -> dict | None:
     return rows[k] if k < len(rows) else None
 
 
-def metric_ratios(base: CaseResult, new: CaseResult, *, max_ratio: float = MAX_RATIO,
-                  metrics: tuple[str, ...] = METRICS) -> list[MetricRatio]:
+def metric_ratios(
+    base: CaseResult, new: CaseResult, *, max_ratio: float = MAX_RATIO, metrics: tuple[str, ...] = METRICS
+) -> list[MetricRatio]:
     """Every compared metric of every output of one case in both runs (see the module docstring)."""
     out = []
     for k in range(min(len(base.metrics), len(new.metrics))):
@@ -95,8 +103,9 @@ def metric_ratios(base: CaseResult, new: CaseResult, *, max_ratio: float = MAX_R
             if b_b is not None and b_n is not None:
                 normalized = _ratio(_ratio(e_n, max(b_n, f)), _ratio(e_b, max(b_b, f)))
             grew = e_n > f and ratio > max_ratio and (normalized is None or normalized > max_ratio)
-            out.append(MetricRatio(metric=m, output=k, base=e_b, new=e_n, ratio=ratio, normalized=normalized,
-                                   grew=grew))
+            out.append(
+                MetricRatio(metric=m, output=k, base=e_b, new=e_n, ratio=ratio, normalized=normalized, grew=grew)
+            )
     return out
 
 
@@ -107,7 +116,7 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-def _change(base: Optional[str], new: Optional[str]) -> str:
+def _change(base: str | None, new: str | None) -> str:
     if base is None:
         return "new"
     if new is None:
@@ -121,7 +130,7 @@ def _change(base: Optional[str], new: Optional[str]) -> str:
     return "changed"
 
 
-def _time_ratio(base: CaseResult, new: CaseResult) -> Optional[float]:
+def _time_ratio(base: CaseResult, new: CaseResult) -> float | None:
     tb, tn = base.timing.total, new.timing.total
     return tn / tb if tb > 0 and tn > 0 else None
 
@@ -135,13 +144,27 @@ def perf_ratio(base: PerfRecord, new: PerfRecord, *, max_slowdown: float = MAX_S
     note = None
     if (base.device, base.timer) != (new.device, new.timer):
         note = f"timed on {new.device} ({new.timer}), base on {base.device} ({base.timer}): not compared"
-    return PerfRatio(base_median_s=base.median_s, new_median_s=new.median_s, ratio=ratio, base_p90_s=base.p90_s,
-                     new_p10_s=new.p10_s, separated=separated,
-                     slower=note is None and ratio > max_slowdown and separated, note=note)
+    return PerfRatio(
+        base_median_s=base.median_s,
+        new_median_s=new.median_s,
+        ratio=ratio,
+        base_p90_s=base.p90_s,
+        new_p10_s=new.p10_s,
+        separated=separated,
+        slower=note is None and ratio > max_slowdown and separated,
+        note=note,
+    )
 
 
-def compare_results(base: Results, new: Results, *, max_ratio: float = MAX_RATIO, base_label: str = "base",
-                    metrics: tuple[str, ...] = METRICS, max_slowdown: float = MAX_SLOWDOWN) -> Comparison:
+def compare_results(
+    base: Results,
+    new: Results,
+    *,
+    max_ratio: float = MAX_RATIO,
+    base_label: str = "base",
+    metrics: tuple[str, ...] = METRICS,
+    max_slowdown: float = MAX_SLOWDOWN,
+) -> Comparison:
     """NEW compared with BASE: every case id of either, regressions in words (verdicts, error growth, slowdowns),
     waivers that can go."""
     if not max_ratio > 1:
@@ -162,11 +185,22 @@ def compare_results(base: Results, new: Results, *, max_ratio: float = MAX_RATIO
         grew = [r for r in ratios if r.grew]
         worst = max((r.ratio for r in ratios), default=None)
         timed = perf_ratio(b.perf, n.perf, max_slowdown=max_slowdown) if b and n and b.perf and n.perf else None
-        cases.append(CaseComparison(id=cid, operator=one.operator, dtype=one.dtype,
-                                    base_verdict=b.verdict if b else None, new_verdict=n.verdict if n else None,
-                                    change=change, ratios=ratios, worst_ratio=worst, grew=bool(grew),
-                                    time_ratio=_time_ratio(b, n) if b and n else None, perf=timed,
-                                    slower=bool(timed and timed.slower)))
+        cases.append(
+            CaseComparison(
+                id=cid,
+                operator=one.operator,
+                dtype=one.dtype,
+                base_verdict=b.verdict if b else None,
+                new_verdict=n.verdict if n else None,
+                change=change,
+                ratios=ratios,
+                worst_ratio=worst,
+                grew=bool(grew),
+                time_ratio=_time_ratio(b, n) if b and n else None,
+                perf=timed,
+                slower=bool(timed and timed.slower),
+            )
+        )
         if change == "regressed":
             regressions.append(f"{cid}: {b.verdict} -> {n.verdict}")
         elif change == "new" and n.verdict in _BAD:
@@ -175,16 +209,27 @@ def compare_results(base: Results, new: Results, *, max_ratio: float = MAX_RATIO
             r = max(grew, key=lambda r: r.ratio)
             where = f"[{r.output}]" if r.output else ""
             norm = f", {fmt(r.normalized)}x relative to the baseline" if r.normalized is not None else ""
-            regressions.append(f"{cid}: {r.metric}{where} grew {fmt(r.ratio)}x ({fmt(r.base)} -> {fmt(r.new)}"
-                               f"{norm}; allowed {fmt(max_ratio)}x)")
+            regressions.append(
+                f"{cid}: {r.metric}{where} grew {fmt(r.ratio)}x ({fmt(r.base)} -> {fmt(r.new)}"
+                f"{norm}; allowed {fmt(max_ratio)}x)"
+            )
         if timed and timed.slower:
-            regressions.append(f"{cid}: {fmt(timed.ratio)}x slower (median {_seconds(timed.base_median_s)} -> "
-                               f"{_seconds(timed.new_median_s)} per call, p10 {_seconds(timed.new_p10_s)} > base p90 "
-                               f"{_seconds(timed.base_p90_s)}; allowed {fmt(max_slowdown)}x)")
+            regressions.append(
+                f"{cid}: {fmt(timed.ratio)}x slower (median {_seconds(timed.base_median_s)} -> "
+                f"{_seconds(timed.new_median_s)} per call, p10 {_seconds(timed.new_p10_s)} > base p90 "
+                f"{_seconds(timed.base_p90_s)}; allowed {fmt(max_slowdown)}x)"
+            )
     waivers = [c.id for c in new.cases if c.waiver and c.verdict == "pass"]
-    return Comparison(base=base_label, max_ratio=max_ratio, metrics=list(metrics), cases=cases,
-                      regressions=regressions, waivers_passing=waivers, passed=not regressions,
-                      max_slowdown=max_slowdown)
+    return Comparison(
+        base=base_label,
+        max_ratio=max_ratio,
+        metrics=list(metrics),
+        cases=cases,
+        regressions=regressions,
+        waivers_passing=waivers,
+        passed=not regressions,
+        max_slowdown=max_slowdown,
+    )
 
 
 def _seconds(s: float) -> str:
@@ -208,40 +253,58 @@ def regressions_by_case(cmp: Comparison) -> list[tuple[CaseComparison, list[str]
 
 def _md(text: str) -> str:
     """Text safe in a Markdown table cell: pipes, backticks, angle brackets and newlines escaped."""
-    return (str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("<", "&lt;")
-            .replace(">", "&gt;").replace("\n", " "))
+    return (
+        str(text)
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("`", "\\`")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("\n", " ")
+    )
 
 
 def markdown(cmp: Comparison, *, limit: int = 50) -> str:
     """The comparison as GitHub Markdown (a PR comment or job summary): outcome, regressions, verdict changes,
     the largest error ratios, waivers that can go; at most ``limit`` rows per table."""
     moved = [c for c in cmp.cases if c.change != "same"]
-    lines = [f"### Accuracy compared with {_md(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}", "",
-             f"{len(cmp.cases)} cases; {len(moved)} verdict changes; an error may grow {fmt(cmp.max_ratio)}x "
-             f"({', '.join(cmp.metrics)}; impl against the rounded oracle, also relative to the baseline).", ""]
+    lines = [
+        f"### Accuracy compared with {_md(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}",
+        "",
+        f"{len(cmp.cases)} cases; {len(moved)} verdict changes; an error may grow {fmt(cmp.max_ratio)}x "
+        f"({', '.join(cmp.metrics)}; impl against the rounded oracle, also relative to the baseline).",
+        "",
+    ]
     if cmp.regressions:
         lines += ["**Regressions**", ""] + [f"- {_md(r)}" for r in cmp.regressions[:limit]] + [""]
     if moved:
         lines += ["| case | base | new | change |", "|---|---|---|---|"]
-        lines += [f"| {_md(c.id)} | {c.base_verdict or '-'} | {c.new_verdict or '-'} | {c.change} |"
-                  for c in moved[:limit]] + [""]
+        lines += [
+            f"| {_md(c.id)} | {c.base_verdict or '-'} | {c.new_verdict or '-'} | {c.change} |" for c in moved[:limit]
+        ] + [""]
     ranked = sorted((c for c in cmp.cases if c.worst_ratio is not None), key=lambda c: -c.worst_ratio)
     if ranked:
         lines += ["| case | worst NEW/BASE | metric | base | new | flagged |", "|---|---|---|---|---|---|"]
-        for c in ranked[:min(limit, 10)]:
+        for c in ranked[: min(limit, 10)]:
             r = max(c.ratios, key=lambda r: r.ratio)
-            lines.append(f"| {_md(c.id)} | {fmt(r.ratio)}x | {r.metric} | {fmt(r.base)} | {fmt(r.new)} | "
-                         f"{'yes' if c.grew else ''} |")
+            lines.append(
+                f"| {_md(c.id)} | {fmt(r.ratio)}x | {r.metric} | {fmt(r.base)} | {fmt(r.new)} | "
+                f"{'yes' if c.grew else ''} |"
+            )
         lines.append("")
     timed = [c for c in cmp.cases if c.perf is not None]
     if timed:
         allowed = fmt(cmp.max_slowdown or MAX_SLOWDOWN)
-        lines += [f"| case | median NEW/BASE | base | new | new p10 > base p90 | slower (> {allowed}x) |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            f"| case | median NEW/BASE | base | new | new p10 > base p90 | slower (> {allowed}x) |",
+            "|---|---|---|---|---|---|",
+        ]
         for c in sorted(timed, key=lambda c: (not c.slower, -c.perf.ratio))[:limit]:
             p = c.perf
-            lines.append(f"| {_md(c.id)} | {fmt(p.ratio)}x | {_seconds(p.base_median_s)} | {_seconds(p.new_median_s)} "
-                         f"| {'yes' if p.separated else 'no'} | {'yes' if c.slower else _md(p.note or '')} |")
+            lines.append(
+                f"| {_md(c.id)} | {fmt(p.ratio)}x | {_seconds(p.base_median_s)} | {_seconds(p.new_median_s)} "
+                f"| {'yes' if p.separated else 'no'} | {'yes' if c.slower else _md(p.note or '')} |"
+            )
         lines.append("")
     if cmp.waivers_passing:
         lines += ["**Waivers that can go** (the waived case passes)", ""]
@@ -252,6 +315,12 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
 def worse_first(cmp: Comparison) -> list[CaseComparison]:
     """Cases with a regression first, then by largest ratio."""
     order = {"regressed": 0, "new": 1, "removed": 2, "changed": 3, "fixed": 4, "same": 5}
-    return sorted(cmp.cases, key=lambda c: (not c.grew and not c.slower and c.change != "regressed",
-                                            order[c.change], -(c.worst_ratio or 0.0),
-                                            VERDICT_ORDER.get(c.new_verdict or "pass", 3)))
+    return sorted(
+        cmp.cases,
+        key=lambda c: (
+            not c.grew and not c.slower and c.change != "regressed",
+            order[c.change],
+            -(c.worst_ratio or 0.0),
+            VERDICT_ORDER.get(c.new_verdict or "pass", 3),
+        ),
+    )

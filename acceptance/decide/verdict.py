@@ -35,15 +35,23 @@ tolerance (and where they sit) and the worst element.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
+from acceptance.errors import EXIT_FAIL, EXIT_OK
 from acceptance.measure import determinism
 from acceptance.numerics.metrics import diff4_value
-from acceptance.errors import EXIT_FAIL, EXIT_OK
-from acceptance.records import (VERDICT_ORDER, Bias, CaseResult, Comparison, Criterion, Diff4Counts, DualDeltaRecord,
-                                Summary)
+from acceptance.records import (
+    VERDICT_ORDER,
+    Bias,
+    CaseResult,
+    Comparison,
+    Criterion,
+    Diff4Counts,
+    DualDeltaRecord,
+    Summary,
+)
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
 from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
 
@@ -51,7 +59,9 @@ from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_tex
 def _holds(value: Any, threshold: Any, comparison: str) -> bool:
     """NaN-proof comparison: a NaN (or missing) value never holds; pairs hold component by component."""
     if isinstance(threshold, (list, tuple)):
-        return isinstance(value, (list, tuple)) and all(_holds(v, t, comparison) for v, t in zip(value, threshold))
+        return isinstance(value, (list, tuple)) and all(
+            _holds(v, t, comparison) for v, t in zip(value, threshold, strict=False)
+        )
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return False
     if comparison == "==":
@@ -64,15 +74,26 @@ def _holds(value: Any, threshold: Any, comparison: str) -> bool:
 def _as_close(impl: Any, base: Any, comparison: str) -> bool:
     """Whether the impl's value against the oracle is at least as good as the baseline's (NaN never is)."""
     if isinstance(impl, (list, tuple)):
-        return isinstance(base, (list, tuple)) and all(_as_close(a, b, comparison) for a, b in zip(impl, base))
+        return isinstance(base, (list, tuple)) and all(
+            _as_close(a, b, comparison) for a, b in zip(impl, base, strict=False)
+        )
     if impl is None or base is None or math.isnan(impl):
         return False
     return impl >= base if comparison == ">=" else impl <= base
 
 
-def _criterion(kind: str, metric: str, out: int, threshold: Any, comparison: str, source: str,
-               against_baseline: Any, impl_oracle: Optional[dict], baseline_oracle: Optional[dict],
-               dtype: str) -> Criterion:
+def _criterion(
+    kind: str,
+    metric: str,
+    out: int,
+    threshold: Any,
+    comparison: str,
+    source: str,
+    against_baseline: Any,
+    impl_oracle: dict | None,
+    baseline_oracle: dict | None,
+    dtype: str,
+) -> Criterion:
     """One fixed criterion, oracle-aware: it holds on impl vs baseline, or, when the impl is at least as close
     to the oracle (rounded once to the dtype) as the baseline is, on impl vs that oracle."""
     value = list(against_baseline) if isinstance(against_baseline, tuple) else against_baseline
@@ -84,13 +105,19 @@ def _criterion(kind: str, metric: str, out: int, threshold: Any, comparison: str
     bo = baseline_oracle.get(metric) if baseline_oracle else None
     io = list(io) if isinstance(io, tuple) else io
     if io is not None and bo is not None and _as_close(io, bo, comparison) and _holds(io, threshold, comparison):
-        return Criterion(**crit, value=io, passed=True, against="oracle",
-                         note=f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
-                              f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})")
+        return Criterion(
+            **crit,
+            value=io,
+            passed=True,
+            against="oracle",
+            note=f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
+            f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})",
+        )
     note = None
     if io is not None and bo is not None:
-        note = (f"against the oracle rounded to {dtype}: impl {fmt_value(io)}, baseline {fmt_value(bo)}"
-                + ("" if _as_close(io, bo, comparison) else " (the impl is the further one)"))
+        note = f"against the oracle rounded to {dtype}: impl {fmt_value(io)}, baseline {fmt_value(bo)}" + (
+            "" if _as_close(io, bo, comparison) else " (the impl is the further one)"
+        )
     return Criterion(**crit, value=value, passed=False, note=note)
 
 
@@ -101,21 +128,54 @@ def threshold_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
         io = case.impl_oracle[out] if out < len(case.impl_oracle) else None
         bo = case.baseline_oracle[out] if out < len(case.baseline_oracle) else None
         for name in ("nan_mismatch", "inf_mismatch"):
-            criteria.append(_criterion("placement", name, out, 0.0, "==", "NaN/Inf placement must match the baseline",
-                                       float(worst.get(name, 0)), io, bo, rules.dtype))
+            criteria.append(
+                _criterion(
+                    "placement",
+                    name,
+                    out,
+                    0.0,
+                    "==",
+                    "NaN/Inf placement must match the baseline",
+                    float(worst.get(name, 0)),
+                    io,
+                    bo,
+                    rules.dtype,
+                )
+            )
         for th in rules.thresholds:
-            criteria.append(_criterion("threshold", th.metric, out, th.value, th.comparison, th.source,
-                                       worst.get(th.metric), io, bo, rules.dtype))
+            criteria.append(
+                _criterion(
+                    "threshold",
+                    th.metric,
+                    out,
+                    th.value,
+                    th.comparison,
+                    th.source,
+                    worst.get(th.metric),
+                    io,
+                    bo,
+                    rules.dtype,
+                )
+            )
     return criteria
 
 
 def bits_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
     """Bit-exact categories: every element's bits equal the baseline's or the oracle's rounded once to the dtype
     (a fused multiply-add is the correctly rounded result, not a bug); the sign of zero counts, NaNs are equal."""
-    return [Criterion(kind="bits", metric="bit_mismatch", output=out, value=float(count), threshold=0.0,
-                      comparison="==", passed=count == 0,
-                      source=f"{rules.category} default (bit exact: the baseline's or the rounded oracle's bits)")
-            for out, count in enumerate(case.bit_mismatches)]
+    return [
+        Criterion(
+            kind="bits",
+            metric="bit_mismatch",
+            output=out,
+            value=float(count),
+            threshold=0.0,
+            comparison="==",
+            passed=count == 0,
+            source=f"{rules.category} default (bit exact: the baseline's or the rounded oracle's bits)",
+        )
+        for out, count in enumerate(case.bit_mismatches)
+    ]
 
 
 def ulp_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
@@ -129,18 +189,31 @@ def ulp_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
     """
     criteria = []
     for out, u in enumerate(case.ulp):
-        for which, impl, base, floor, free in (("max", u.impl_max, u.baseline_max, rules.floor_max, 0.5),
-                                               ("mean", u.impl_mean, u.baseline_mean, rules.floor_mean, 0.25)):
+        for which, impl, base, floor, free in (
+            ("max", u.impl_max, u.baseline_max, rules.floor_max, 0.5),
+            ("mean", u.impl_mean, u.baseline_mean, rules.floor_mean, 0.25),
+        ):
             factor = default_factor(f"{which}_ulp")
             allowed = max(factor * base, floor or 0.0, free)
             why = f"max({fmt(factor)} x baseline's {fmt(base)}, floor {fmt(floor)}, correctly rounded {fmt(free)})"
-            criteria.append(Criterion(kind="ulp", metric=f"{which}_ulp", output=out, value=impl, threshold=allowed,
-                                      comparison="<=", passed=_holds(impl, allowed, "<="), against="oracle",
-                                      source=f"{rules.category} {rules.dtype} ULP rule", note=f"allowed = {why}"))
+            criteria.append(
+                Criterion(
+                    kind="ulp",
+                    metric=f"{which}_ulp",
+                    output=out,
+                    value=impl,
+                    threshold=allowed,
+                    comparison="<=",
+                    passed=_holds(impl, allowed, "<="),
+                    against="oracle",
+                    source=f"{rules.category} {rules.dtype} ULP rule",
+                    note=f"allowed = {why}",
+                )
+            )
     return criteria
 
 
-def diff4_criterion(out: int, counts: Diff4Counts, bias: Optional[Bias], bias_floor: float) -> Criterion:
+def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor: float) -> Criterion:
     """The diff4 rule as a material-bias test.
 
     MLU-OPS's counts (p1, p2, n) of impl against baseline are the value; the case fails only when the impl's
@@ -149,18 +222,28 @@ def diff4_criterion(out: int, counts: Diff4Counts, bias: Optional[Bias], bias_fl
     flush, not a bias.
     """
     p1, p2, n = diff4_value(counts.above, counts.below)
-    crit = dict(kind="diff4", metric="diff4", output=out, value=[p1, p2, float(n)], comparison="two-sided",
-                source=f"diff4 material-bias rule (floor {fmt(bias_floor)} ulp)")
+    crit = dict(
+        kind="diff4",
+        metric="diff4",
+        output=out,
+        value=[p1, p2, float(n)],
+        comparison="two-sided",
+        source=f"diff4 material-bias rule (floor {fmt(bias_floor)} ulp)",
+    )
     if bias is None or bias.n < DIFF4_MIN_POINTS:
         got = 0 if bias is None else bias.n
         return Criterion(**crit, passed=None, note=f"{got} elements compared with the oracle < {DIFF4_MIN_POINTS}")
-    shifts = {"additive": (bias.impl_value, bias.baseline_value),
-              "magnitude": (bias.impl_magnitude, bias.baseline_magnitude)}
+    shifts = {
+        "additive": (bias.impl_value, bias.baseline_value),
+        "magnitude": (bias.impl_magnitude, bias.baseline_magnitude),
+    }
     material = [k for k, (i, b) in shifts.items() if abs(i) > abs(b) + bias_floor]
     one_sided = n >= DIFF4_MIN_POINTS and (counts.above == 0 or counts.below == 0)
-    words = [f"mean shift against the oracle: impl {fmt(bias.impl_value)} ulp additive, "
-             f"{fmt(bias.impl_magnitude)} of magnitude; baseline {fmt(bias.baseline_value)}, "
-             f"{fmt(bias.baseline_magnitude)}"]
+    words = [
+        f"mean shift against the oracle: impl {fmt(bias.impl_value)} ulp additive, "
+        f"{fmt(bias.impl_magnitude)} of magnitude; baseline {fmt(bias.baseline_value)}, "
+        f"{fmt(bias.baseline_magnitude)}"
+    ]
     if one_sided:
         words.append("every unequal point lies on one side of the baseline")
     if bias.flushed:
@@ -187,8 +270,10 @@ def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
     reasons: list[str] = []
     broken = np.flatnonzero(~np.isfinite(d1) & np.isfinite(d2))
     if broken.size:
-        reasons.append(f"impl error is NaN/inf in {broken.size} of {d1.size} trials where the baseline's is finite "
-                       f"(first: trial {int(broken[0])})")
+        reasons.append(
+            f"impl error is NaN/inf in {broken.size} of {d1.size} trials where the baseline's is finite "
+            f"(first: trial {int(broken[0])})"
+        )
     worst_adjusted = rec.p_worst_adjusted is not None
     p_worst = rec.p_worst_adjusted if worst_adjusted else rec.p_worst
     if p_worst is not None and p_worst < rec.alpha:
@@ -199,16 +284,26 @@ def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
     p = rec.p_adjusted if adjusted else rec.p_value
     if p is not None and p < rec.alpha:
         which = "Holm-adjusted p" if adjusted else "p"
-        reasons.append(f"impl error exceeds max({rec.factor:g} x baseline's, free {rec.free:.3g}) in most trials "
-                       f"(sign test {which}={p:.2g} < alpha {rec.alpha:g})")
+        reasons.append(
+            f"impl error exceeds max({rec.factor:g} x baseline's, free {rec.free:.3g}) in most trials "
+            f"(sign test {which}={p:.2g} < alpha {rec.alpha:g})"
+        )
     return rec.model_copy(update={"passed": not reasons, "reasons": reasons})
 
 
 def dual_delta_criterion(rec: DualDeltaRecord, source: str) -> Criterion:
     """A decided gate as a criterion: the median paired ratio delta_1/delta_2 against the factor."""
-    return Criterion(kind="dual_delta", metric=rec.metric, output=rec.output,
-                     value=rec.ratio.median if rec.ratio is not None else None, threshold=rec.factor,
-                     comparison="non-inferior", passed=rec.passed, source=source, note=rec.conclusion)
+    return Criterion(
+        kind="dual_delta",
+        metric=rec.metric,
+        output=rec.output,
+        value=rec.ratio.median if rec.ratio is not None else None,
+        threshold=rec.factor,
+        comparison="non-inferior",
+        passed=rec.passed,
+        source=source,
+        note=rec.conclusion,
+    )
 
 
 def tolerance_to_pass(criteria: list[Criterion]) -> dict[str, float]:
@@ -239,10 +334,23 @@ def perf_criteria(case: CaseResult) -> list[Criterion]:
     if perf is None or perf.min_speedup is None:
         return []
     passed = perf.speedup is not None and perf.speedup >= perf.min_speedup
-    note = (f"median {perf.median_s:.4g} s against {perf.baseline_median_s:.4g} s for {perf.baseline}"
-            if perf.speedup is not None else "the perf baseline was not timed")
-    return [Criterion(kind="perf", metric="speedup", value=perf.speedup, threshold=perf.min_speedup,
-                      comparison=">=", passed=passed, source="spec perf.min_speedup", note=note)]
+    note = (
+        f"median {perf.median_s:.4g} s against {perf.baseline_median_s:.4g} s for {perf.baseline}"
+        if perf.speedup is not None
+        else "the perf baseline was not timed"
+    )
+    return [
+        Criterion(
+            kind="perf",
+            metric="speedup",
+            value=perf.speedup,
+            threshold=perf.min_speedup,
+            comparison=">=",
+            passed=passed,
+            source="spec perf.min_speedup",
+            note=note,
+        )
+    ]
 
 
 def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResult:
@@ -250,16 +358,19 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
     (nothing compared, or a constant answer where the oracle varies) fails."""
     if case.error is not None:
         if rules.waiver and "error" in rules.waiver_covers:
-            return case.model_copy(update={"verdict": "skip", "reasons": [f"waived: {rules.waiver}", case.error],
-                                           "criteria": []})
+            return case.model_copy(
+                update={"verdict": "skip", "reasons": [f"waived: {rules.waiver}", case.error], "criteria": []}
+            )
         expired = [rules.expired_waiver] if rules.expired_waiver else []
         return case.model_copy(update={"verdict": "error", "reasons": [case.error] + expired, "criteria": []})
     criteria = threshold_criteria(case, rules) + bits_criteria(case, rules) + perf_criteria(case)
     if rules.ulp_check:
         criteria += ulp_criteria(case, rules)
     if rules.diff4:
-        criteria += [diff4_criterion(out, counts, case.bias[out] if out < len(case.bias) else None,
-                                     rules.bias_floor) for out, counts in enumerate(case.diff4_counts)]
+        criteria += [
+            diff4_criterion(out, counts, case.bias[out] if out < len(case.bias) else None, rules.bias_floor)
+            for out, counts in enumerate(case.diff4_counts)
+        ]
     reasons = [criterion_text(c) for c in criteria if c.passed is False]
     records = [dual_delta_gate(rec) for rec in case.dual_delta]
     defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
@@ -273,8 +384,11 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
         reasons.append(f"vacuous (--strict): {case.vacuous}")
     reasons += determinism.reasons(case)
     if reasons and case.oracle_range:
-        reasons.insert(0, f"{case.oracle_range}: the test dtype cannot hold the true result there, so mismatches "
-                          "at those elements come from the inputs' range, not from the impl")
+        reasons.insert(
+            0,
+            f"{case.oracle_range}: the test dtype cannot hold the true result there, so mismatches "
+            "at those elements come from the inputs' range, not from the impl",
+        )
     verdict = "fail" if reasons else "pass"
     if reasons:
         reasons += _where(case)
@@ -282,11 +396,18 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
         verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
     elif verdict == "fail" and rules.expired_waiver:
         reasons.append(rules.expired_waiver)
-    return case.model_copy(update={"verdict": verdict, "reasons": reasons, "criteria": criteria,
-                                   "dual_delta": records, "tolerance_to_pass": tolerance_to_pass(criteria)})
+    return case.model_copy(
+        update={
+            "verdict": verdict,
+            "reasons": reasons,
+            "criteria": criteria,
+            "dual_delta": records,
+            "tolerance_to_pass": tolerance_to_pass(criteria),
+        }
+    )
 
 
-def summarize(cases: list[CaseResult], *, interrupted: Optional[int] = None) -> Summary:
+def summarize(cases: list[CaseResult], *, interrupted: int | None = None) -> Summary:
     """The run's verdict: counts per verdict; the run fails (exit code 1) on any fail or error. A run that did
     not finish is ``interrupted``, never a pass, with the signal's exit code (130 SIGINT, 143 SIGTERM)."""
     counts = {v: 0 for v in VERDICT_ORDER}

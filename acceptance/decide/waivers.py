@@ -11,15 +11,15 @@ and those that expired (their failures count again).
 from __future__ import annotations
 
 from datetime import date
-from typing import Optional
 
 from acceptance.records import CaseResult, WaiverRecord
 from acceptance.spec.cases import glob_match
 from acceptance.spec.model import OperatorSpec
 
 
-def waiver_records(specs: list[OperatorSpec], cases: list[CaseResult], *,
-                   today: Optional[date] = None) -> list[WaiverRecord]:
+def waiver_records(
+    specs: list[OperatorSpec], cases: list[CaseResult], *, today: date | None = None
+) -> list[WaiverRecord]:
     """One record per waiver of ``specs``: ``applied`` with the cases it turned into skip, ``expired`` with the
     failed or errored cases it matches, or ``unmatched``. A case is waived by the first active waiver that
     matches it (as :func:`acceptance.spec.expand` picks it)."""
@@ -29,8 +29,15 @@ def waiver_records(specs: list[OperatorSpec], cases: list[CaseResult], *,
         mine = [c for c in cases if c.spec_file == str(spec.path)]
         for w in spec.waivers:
             matching = [c for c in mine if glob_match(c.id, w.match)]
-            base = dict(spec_file=str(spec.path), operator=spec.name, match=w.match, reason=w.reason,
-                        covers=list(w.covers), expires=w.expires, link=w.link)
+            base = dict(
+                spec_file=str(spec.path),
+                operator=spec.name,
+                match=w.match,
+                reason=w.reason,
+                covers=list(w.covers),
+                expires=w.expires,
+                link=w.link,
+            )
             if w.expired(today):
                 hit = [c.id for c in matching if c.verdict in ("fail", "error")]
                 out.append(WaiverRecord(**base, status="expired", cases=hit))

@@ -30,8 +30,9 @@ once, here, and the torch cast then only copies exactly representable values.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -62,14 +63,14 @@ class DType:
     max: float
     has_inf: bool
     diff3_threshold: float
-    mlu_scale_from: Optional[str] = None
+    mlu_scale_from: str | None = None
     test: bool = False
     input: bool = False
     block: int = 0
     block_bytes: int = 0
 
     @property
-    def torch(self) -> Optional[torch.dtype]:
+    def torch(self) -> torch.dtype | None:
         """The torch dtype, or ``None`` where this torch build lacks it."""
         import torch
 
@@ -87,12 +88,12 @@ class DType:
     @property
     def unit_roundoff(self) -> float:
         """u = 2^-p (0 for exact integer formats)."""
-        return 2.0 ** -self.precision if self.is_float else 0.0
+        return 2.0**-self.precision if self.is_float else 0.0
 
     @property
     def smallest_normal(self) -> float:
         """2^emin (1 for integers)."""
-        return 2.0 ** self.emin if self.is_float else 1.0
+        return 2.0**self.emin if self.is_float else 1.0
 
     @property
     def smallest_subnormal(self) -> float:
@@ -100,8 +101,17 @@ class DType:
         return 2.0 ** (self.emin - self.precision + 1) if self.is_float else 1.0
 
 
-def _float(name: str, bits: int, p: int, emin: int, largest: float, has_inf: bool, th: float,
-           scale_from: Optional[str] = None, test: bool = False) -> DType:
+def _float(
+    name: str,
+    bits: int,
+    p: int,
+    emin: int,
+    largest: float,
+    has_inf: bool,
+    th: float,
+    scale_from: str | None = None,
+    test: bool = False,
+) -> DType:
     return DType(name, "float", bits, p, emin, largest, has_inf, th, scale_from, test=test)
 
 
@@ -113,8 +123,9 @@ def _int(name: str, bits: int, signed: bool) -> DType:
 def _block(name: str) -> DType:
     """The row of a GGML block format: exact codes (``precision`` 1), no rounding of its own here."""
     f = quant.FORMATS[name]
-    return DType(name, "block", f.bits, 1, 0, float(f.max_code), False, 0.0, block=f.block_size,
-                 block_bytes=f.block_bytes)
+    return DType(
+        name, "block", f.bits, 1, 0, float(f.max_code), False, 0.0, block=f.block_size, block_bytes=f.block_bytes
+    )
 
 
 #: Fixed input dtypes a spec input may declare (float inputs follow the test dtype).
@@ -154,8 +165,17 @@ QUANT_DTYPES: tuple[str, ...] = tuple(n for n, d in TABLE.items() if d.kind == "
 #: Fixed input dtypes, by name.
 INPUT_DTYPES: tuple[str, ...] = tuple(n for n in INPUT_NAMES if n in TABLE)
 
-_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16",
-            "fp16": "float16", "fp32": "float32", "fp64": "float64", "long": "int64", "int": "int32"}
+_ALIASES = {
+    "half": "float16",
+    "float": "float32",
+    "double": "float64",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "fp64": "float64",
+    "long": "int64",
+    "int": "int32",
+}
 
 
 def name_of(dtype: Any) -> str:
@@ -174,8 +194,9 @@ def name_of(dtype: Any) -> str:
         try:
             name = np.dtype(dtype).name
         except TypeError:
-            raise ValueError(f"dtype {dtype!r} is not a dtype; use a torch or numpy dtype or a name "
-                             "like 'float16'") from None
+            raise ValueError(
+                f"dtype {dtype!r} is not a dtype; use a torch or numpy dtype or a name like 'float16'"
+            ) from None
     name = _ALIASES.get(name, name)
     if name not in TABLE:
         raise ValueError(f"dtype {dtype!r} is not supported; known: {', '.join(TABLE)}")
@@ -221,13 +242,15 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
 def _round_cast(target: type) -> Callable[[np.ndarray], np.ndarray]:
     """float64 → ``target`` → float64 by NumPy's cast: IEEE round-to-nearest-even from the float64 bits in one
     step (no intermediate format), overflow to ±inf, subnormals, NaN and signed zeros as the format has them."""
+
     def cast(x: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):
             return x.astype(target).astype(np.float64)
+
     return cast
 
 
-def _round_bits(x: np.ndarray, row: "DType") -> np.ndarray:
+def _round_bits(x: np.ndarray, row: DType) -> np.ndarray:
     """:func:`round_to` on the float64 bit pattern: with ``d = 53 - p`` dropped bits, ``u`` the bits of ``|x|``,
     ``r = (u + 2^(d-1) - 1 + bit_d(u)) & ~(2^d - 1)`` is round-to-nearest-even of the significand (a carry moves
     into the exponent as it should). Exact where the format's spacing is ``2^(E-p+1)``, i.e. ``|x| ≥ 2^emin``;
@@ -236,11 +259,11 @@ def _round_bits(x: np.ndarray, row: "DType") -> np.ndarray:
     shape = x.shape
     x = np.ascontiguousarray(x)
     u = x.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
-    r = (u + ((np.uint64(1) << (drop - np.uint64(1))) - np.uint64(1) + ((u >> drop) & np.uint64(1))))
+    r = u + ((np.uint64(1) << (drop - np.uint64(1))) - np.uint64(1) + ((u >> drop) & np.uint64(1)))
     r &= ~((np.uint64(1) << drop) - np.uint64(1))
     out = np.copysign(r.view(np.float64), x)
     with np.errstate(invalid="ignore"):
-        odd = np.flatnonzero(~(np.abs(out) <= row.max) | (np.abs(x) < 2.0 ** row.emin))  # NaN, inf, over, subnormal
+        odd = np.flatnonzero(~(np.abs(out) <= row.max) | (np.abs(x) < 2.0**row.emin))  # NaN, inf, over, subnormal
     if odd.size:
         out.flat[odd] = _round_general(x.flat[odd], row)
     return out.reshape(shape)
@@ -249,11 +272,13 @@ def _round_bits(x: np.ndarray, row: "DType") -> np.ndarray:
 #: Exact rounding by NumPy casts for the formats NumPy has, on the float64 bits for bfloat16; 2-5x faster than
 #: the general formula below, which they equal bit for bit (tests/test_speed.py).
 _FAST: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "float16": _round_cast(np.float16), "float32": _round_cast(np.float32), "bfloat16": lambda x: _round_bits(x, TABLE["bfloat16"]),
+    "float16": _round_cast(np.float16),
+    "float32": _round_cast(np.float32),
+    "bfloat16": lambda x: _round_bits(x, TABLE["bfloat16"]),
 }
 
 
-def _round_general(x: np.ndarray, row: "DType") -> np.ndarray:
+def _round_general(x: np.ndarray, row: DType) -> np.ndarray:
     """:func:`round_to` for any float format of the table, by the formula of its docstring."""
     _, e = np.frexp(x)
     q = np.ldexp(1.0, np.maximum(e.astype(np.int64) - 1, row.emin) - (row.precision - 1))
@@ -288,7 +313,7 @@ def _has_nan(x: np.ndarray) -> bool:
     return bool(np.isnan(x.min()))
 
 
-def _tensor_f32(x: np.ndarray) -> Optional[torch.Tensor]:
+def _tensor_f32(x: np.ndarray) -> torch.Tensor | None:
     """:func:`to_tensor` for float32: NumPy's float64 → float32 cast (IEEE round-to-nearest-even, one step) is
     the tensor's storage. ``None`` (the general path) for an array with a NaN."""
     import torch
@@ -299,7 +324,7 @@ def _tensor_f32(x: np.ndarray) -> Optional[torch.Tensor]:
         return torch.from_numpy(np.ascontiguousarray(x).astype(np.float32).reshape(x.shape))
 
 
-def _tensor_narrow(x: np.ndarray, name: str) -> Optional[torch.Tensor]:
+def _tensor_narrow(x: np.ndarray, name: str) -> torch.Tensor | None:
     """:func:`to_tensor` for float16 and bfloat16 through float32, rounding twice where that is exact.
 
     ``a = float32(x)`` and then torch's float32 → ``name`` cast, both
@@ -335,8 +360,9 @@ def _tensor_narrow(x: np.ndarray, name: str) -> Optional[torch.Tensor]:
 
 #: :func:`to_tensor` by dtype name straight to the tensor's storage (bit for bit the general path's result,
 #: tests/test_fastinputs.py); float64 needs no rounding and the float8 formats take the general path.
-_TENSOR_FAST: dict[str, Callable[[np.ndarray], Optional[torch.Tensor]]] = {
-    "float16": lambda x: _tensor_narrow(x, "float16"), "float32": _tensor_f32,
+_TENSOR_FAST: dict[str, Callable[[np.ndarray], torch.Tensor | None]] = {
+    "float16": lambda x: _tensor_narrow(x, "float16"),
+    "float32": _tensor_f32,
     "bfloat16": lambda x: _tensor_narrow(x, "bfloat16"),
 }
 
@@ -349,7 +375,7 @@ def bits_view(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
-def byte_view(t: torch.Tensor) -> Optional[torch.Tensor]:
+def byte_view(t: torch.Tensor) -> torch.Tensor | None:
     """``t``'s bytes, flat, as a uint8 tensor in row-major order (a view when ``t`` is contiguous), to compare
     or digest two tensors bit for bit; ``None`` for a tensor whose bytes are not its values as they are: not
     strided, quantized, or a conjugate or negative view."""
@@ -363,7 +389,7 @@ def byte_view(t: torch.Tensor) -> Optional[torch.Tensor]:
         return None
 
 
-def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
+def rounded(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
     """A float64 tensor correctly rounded to ``dtype`` (one rounding, ties to even), as a CPU tensor of ``dtype``.
 
     ``None`` when ``dtype`` is float64 or not a floating dtype: there is no
@@ -374,4 +400,3 @@ def rounded(t: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
     if not dtype.is_floating_point or dtype == torch.float64:
         return None
     return to_tensor(t.detach().cpu().to(torch.float64).numpy(), name_of(dtype))
-

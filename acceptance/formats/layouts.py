@@ -25,7 +25,8 @@ offset          row-major, starting one element into its storage (the data    an
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch loads in the functions that use it, so that loading specs starts without it
     import torch
@@ -86,7 +87,9 @@ def apply_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
     if layout == "broadcast":
         dims = _constant_dims(t)
         if not dims:
-            raise _impossible(layout, t, "a dim of size > 1 along which all values are equal (the zero-stride view repeats one slice)")
+            raise _impossible(
+                layout, t, "a dim of size > 1 along which all values are equal (the zero-stride view repeats one slice)"
+            )
         base = t.detach()
         for d in dims:
             base = base.narrow(d, 0, 1)
@@ -180,15 +183,16 @@ def edge_values(symbol_values: Sequence[int], *, max_value: int) -> list[int]:
     return sorted(c for c in candidates if 1 <= c <= max_value)
 
 
-def with_layouts(fn, layouts: Sequence) -> "object":
+def with_layouts(fn, layouts: Sequence) -> object:
     """``fn`` called with input ``i`` in memory layout ``layouts[i]`` (``None``: as given), applied on
     the device the inputs arrive on (a device copy of a strided view would be made contiguous)."""
     import torch
 
-
     def laid_out(*args, **params):
-        args = tuple(apply_layout(a, layout) if layout is not None and isinstance(a, torch.Tensor) else a
-                     for a, layout in zip(args, list(layouts) + [None] * (len(args) - len(layouts))))
+        args = tuple(
+            apply_layout(a, layout) if layout is not None and isinstance(a, torch.Tensor) else a
+            for a, layout in zip(args, list(layouts) + [None] * (len(args) - len(layouts)), strict=False)
+        )
         return fn(*args, **params)
 
     laid_out.__name__ = f"laid_out({getattr(fn, '__name__', 'impl')})"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, NamedTuple, Union
 
 import numpy as np
 
@@ -88,7 +88,7 @@ def _has_inf(dtype: torch.dtype) -> bool:
     return not str(dtype).endswith("fn")
 
 
-def special_values(dtype: DtypeLike) -> list[Union[float, str]]:
+def special_values(dtype: DtypeLike) -> list[float | str]:
     """The ``specials`` values of ``dtype`` in spec form: ``0.0, -0.0``, then both signs of
     the smallest subnormal (``smallest_normal * eps``), the largest subnormal, the smallest
     normal and the largest finite value, then ``"inf", "-inf"`` (where the dtype has them)
@@ -99,7 +99,7 @@ def special_values(dtype: DtypeLike) -> list[Union[float, str]]:
     info = torch.finfo(dt)
     tiny = float(info.smallest_normal)
     sub_min = tiny * float(info.eps)
-    values: list[Union[float, str]] = [0.0, -0.0]
+    values: list[float | str] = [0.0, -0.0]
     for v in (sub_min, tiny - sub_min, tiny, float(info.max)):
         values += [v, -v]
     if _has_inf(dt):
@@ -124,7 +124,13 @@ def preset(name: str, dtype: DtypeLike) -> dict:
     if name == "sparse":
         return {"sparse": {"density": SPARSE_DENSITY, "of": {"uniform": list(RANGES["r0"])}}}
     if name == "specials":
-        return {"specials": {"fraction": SPECIALS_FRACTION, "values": special_values(dt), "of": {"uniform": list(RANGES["r0"])}}}
+        return {
+            "specials": {
+                "fraction": SPECIALS_FRACTION,
+                "values": special_values(dt),
+                "of": {"uniform": list(RANGES["r0"])},
+            }
+        }
     raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
 
 
@@ -146,7 +152,7 @@ class RangeCounts(NamedTuple):
     nonfinite: int
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _limits(dt: torch.dtype) -> tuple[float, float, float, float]:
     """(largest finite, overflow threshold, smallest normal, smallest subnormal)."""
     import torch
@@ -224,7 +230,7 @@ def _fmt(v: float) -> str:
     return f"2**{e}" if v == math.ldexp(1.0, e) else f"{v:g}"
 
 
-def overflow_report(oracle: torch.Tensor, dtype: DtypeLike) -> Optional[str]:
+def overflow_report(oracle: torch.Tensor, dtype: DtypeLike) -> str | None:
     """One line saying where the oracle leaves ``dtype``'s range, or None when it does not.
 
     e.g. ``"oracle exceeds float16 max (65504) at 312 of 4096 elements (|x| >= 65520
@@ -236,7 +242,7 @@ def overflow_report(oracle: torch.Tensor, dtype: DtypeLike) -> Optional[str]:
     return range_text(range_counts(oracle, dtype))
 
 
-def range_text(c: RangeCounts) -> Optional[str]:
+def range_text(c: RangeCounts) -> str | None:
     """:func:`overflow_report`'s line for counts already taken (e.g. summed over trials), or None."""
     import torch
 
@@ -254,7 +260,9 @@ def range_text(c: RangeCounts) -> Optional[str]:
                 f"oracle underflows {c.dtype} (nonzero, |x| <= {_fmt(sub_min / 2)}: rounds to 0) at {c.underflow} {of}"
             )
         if c.subnormal:
-            parts.append(f"oracle is subnormal in {c.dtype} (|x| < {_fmt(tiny)}, reduced precision) at {c.subnormal} {of}")
+            parts.append(
+                f"oracle is subnormal in {c.dtype} (|x| < {_fmt(tiny)}, reduced precision) at {c.subnormal} {of}"
+            )
     if c.nonfinite:
         parts.append(f"oracle is inf or NaN at {c.nonfinite} {of}")
     return "; ".join(parts) if parts else None

@@ -144,19 +144,69 @@ class QuantFormat:
 FORMATS: dict[str, QuantFormat] = {
     f.name: f
     for f in (
-        QuantFormat("q4_0", 2, QK, 18, 4, False, False, 8, "fp16 d | uint8 qs[16]",
-                    "4-bit symmetric: x ~ (c - 8) * d, c in 0..15"),
-        QuantFormat("q4_1", 3, QK, 20, 4, True, False, 0, "fp16 d | fp16 m | uint8 qs[16]",
-                    "4-bit asymmetric: x ~ c * d + m, c in 0..15"),
-        QuantFormat("q5_0", 6, QK, 22, 5, False, False, 16, "fp16 d | uint8 qh[4] | uint8 qs[16]",
-                    "5-bit symmetric: x ~ (c - 16) * d, c in 0..31"),
-        QuantFormat("q5_1", 7, QK, 24, 5, True, False, 0,
-                    "fp16 d | fp16 m | uint8 qh[4] | uint8 qs[16]",
-                    "5-bit asymmetric: x ~ c * d + m, c in 0..31"),
-        QuantFormat("q8_0", 8, QK, 34, 8, False, False, 0, "fp16 d | int8 qs[32]",
-                    "8-bit symmetric: x ~ q * d, q in -127..127"),
-        QuantFormat("q8_1", 9, QK, 36, 8, False, True, 0, "fp16 d | fp16 s | int8 qs[32]",
-                    "8-bit symmetric with s = d * sum(q) for dot products: x ~ q * d"),
+        QuantFormat(
+            "q4_0",
+            2,
+            QK,
+            18,
+            4,
+            False,
+            False,
+            8,
+            "fp16 d | uint8 qs[16]",
+            "4-bit symmetric: x ~ (c - 8) * d, c in 0..15",
+        ),
+        QuantFormat(
+            "q4_1",
+            3,
+            QK,
+            20,
+            4,
+            True,
+            False,
+            0,
+            "fp16 d | fp16 m | uint8 qs[16]",
+            "4-bit asymmetric: x ~ c * d + m, c in 0..15",
+        ),
+        QuantFormat(
+            "q5_0",
+            6,
+            QK,
+            22,
+            5,
+            False,
+            False,
+            16,
+            "fp16 d | uint8 qh[4] | uint8 qs[16]",
+            "5-bit symmetric: x ~ (c - 16) * d, c in 0..31",
+        ),
+        QuantFormat(
+            "q5_1",
+            7,
+            QK,
+            24,
+            5,
+            True,
+            False,
+            0,
+            "fp16 d | fp16 m | uint8 qh[4] | uint8 qs[16]",
+            "5-bit asymmetric: x ~ c * d + m, c in 0..31",
+        ),
+        QuantFormat(
+            "q8_0", 8, QK, 34, 8, False, False, 0, "fp16 d | int8 qs[32]", "8-bit symmetric: x ~ q * d, q in -127..127"
+        ),
+        QuantFormat(
+            "q8_1",
+            9,
+            QK,
+            36,
+            8,
+            False,
+            True,
+            0,
+            "fp16 d | fp16 s | int8 qs[32]",
+            "8-bit symmetric with s = d * sum(q) for dot products: x ~ q * d",
+        ),
     )
 }
 
@@ -377,15 +427,21 @@ def _quantize_q8(x: np.ndarray, out: np.ndarray, f: QuantFormat):
         if np.isinf(idv).any():
             r = np.where(np.isfinite(v), r, np.float32(0))
     q = r.astype(np.int8)
-    out[:, 4 if f.has_sum else 2:] = q.view(np.uint8)
+    out[:, 4 if f.has_sum else 2 :] = q.view(np.uint8)
     if not f.has_sum:
         return d, None
     total = q.sum(axis=1, dtype=np.int32).astype(np.float32)  # `int sum`, then `sum*d` in float
     return d, total * d
 
 
-_QUANTIZERS = {"q4_0": _quantize_symmetric, "q5_0": _quantize_symmetric, "q4_1": _quantize_asymmetric,
-               "q5_1": _quantize_asymmetric, "q8_0": _quantize_q8, "q8_1": _quantize_q8}
+_QUANTIZERS = {
+    "q4_0": _quantize_symmetric,
+    "q5_0": _quantize_symmetric,
+    "q4_1": _quantize_asymmetric,
+    "q5_1": _quantize_asymmetric,
+    "q8_0": _quantize_q8,
+    "q8_1": _quantize_q8,
+}
 
 #: Blocks per step: the temporaries of one step (1 MiB float32 arrays) stay in cache.
 _CHUNK = 8192
@@ -412,8 +468,8 @@ def quantize(array: Any, fmt: str | QuantFormat) -> np.ndarray:
     kernel = _QUANTIZERS[f.name]
     second = "m" if f.has_min else "s"
     for i in range(0, len(blocks), _CHUNK):
-        o = out[i:i + _CHUNK]
-        d, extra = kernel(blocks[i:i + _CHUNK], o, f)
+        o = out[i : i + _CHUNK]
+        d, extra = kernel(blocks[i : i + _CHUNK], o, f)
         o[:, 0:2] = _fp16_bytes(d, "d", f, i, grid)
         if extra is not None:
             o[:, 2:4] = _fp16_bytes(extra, second, f, i, grid)
@@ -427,9 +483,7 @@ def _blocks_input(blocks: Any, f: QuantFormat) -> np.ndarray:
     """The packed blocks as a uint8 array of shape (..., n_blocks, block_bytes), validated."""
     b = _to_numpy(blocks)
     if b.dtype != np.uint8:
-        raise ValueError(
-            f"dequantize({f.name}): packed blocks must be a uint8 array, got dtype {b.dtype}"
-        )
+        raise ValueError(f"dequantize({f.name}): packed blocks must be a uint8 array, got dtype {b.dtype}")
     if b.ndim == 0:
         raise ValueError(f"dequantize({f.name}): packed blocks must have at least one dimension, got a 0-d array")
     unpacked_shape(b.shape, f)  # validates the byte count
@@ -437,7 +491,7 @@ def _blocks_input(blocks: Any, f: QuantFormat) -> np.ndarray:
 
 
 def _f16_field(b: np.ndarray, start: int) -> np.ndarray:
-    return np.ascontiguousarray(b[..., start:start + 2]).view(_F16)[..., 0].astype(np.float32)
+    return np.ascontiguousarray(b[..., start : start + 2]).view(_F16)[..., 0].astype(np.float32)
 
 
 def _unpack_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -450,12 +504,12 @@ def _unpack(b: np.ndarray, f: QuantFormat) -> BlockFields:
     m = _f16_field(b, 2) if f.has_min else None
     s = _f16_field(b, 2) if f.has_sum else None
     if f.bits == 8:
-        codes = np.ascontiguousarray(b[..., 4 if f.has_sum else 2:]).view(np.int8)
+        codes = np.ascontiguousarray(b[..., 4 if f.has_sum else 2 :]).view(np.int8)
     else:
         qs_at = 2 + 2 * f.has_min + 4 * (f.bits == 5)
         codes = _unpack_nibbles(b[..., qs_at:])
         if f.bits == 5:
-            codes |= np.unpackbits(b[..., qs_at - 4:qs_at], axis=-1, bitorder="little") << np.uint8(4)
+            codes |= np.unpackbits(b[..., qs_at - 4 : qs_at], axis=-1, bitorder="little") << np.uint8(4)
     return BlockFields(d, m, s, codes)
 
 
@@ -479,13 +533,14 @@ def dequantize(blocks: Any, fmt: str | QuantFormat) -> np.ndarray:
     y = np.empty((len(flat), QK), dtype=np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN fields give IEEE results, as in C
         for i in range(0, len(flat), _CHUNK):
-            fields = _unpack(flat[i:i + _CHUNK], f)
+            fields = _unpack(flat[i : i + _CHUNK], f)
             d = fields.d[:, None]
             if f.has_min:
-                np.add(fields.codes.astype(np.float32) * d, fields.m[:, None], out=y[i:i + _CHUNK])
+                np.add(fields.codes.astype(np.float32) * d, fields.m[:, None], out=y[i : i + _CHUNK])
             elif f.bits < 8:
-                np.multiply((fields.codes.astype(np.int8) - np.int8(f.zero_point)).astype(np.float32), d,
-                            out=y[i:i + _CHUNK])
+                np.multiply(
+                    (fields.codes.astype(np.int8) - np.int8(f.zero_point)).astype(np.float32), d, out=y[i : i + _CHUNK]
+                )
             else:
-                np.multiply(fields.codes.astype(np.float32), d, out=y[i:i + _CHUNK])
+                np.multiply(fields.codes.astype(np.float32), d, out=y[i : i + _CHUNK])
     return y.reshape(unpacked_shape(b.shape[:-2] + (b.shape[-2] * f.block_bytes,), f))

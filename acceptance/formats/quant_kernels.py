@@ -65,7 +65,8 @@ follows the ``fn(*tensors, **params)`` contract of the runner.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -117,7 +118,7 @@ def _blocks(t: torch.Tensor, block_bytes: int, name: str, fmt: str) -> torch.Ten
 
 def _f16(b: torch.Tensor, start: int) -> torch.Tensor:
     """The fp16 field at byte ``start`` of each block, widened to float32 (little-endian host)."""
-    return b[..., start:start + 2].contiguous().view(torch.float16)[..., 0].float()
+    return b[..., start : start + 2].contiguous().view(torch.float16)[..., 0].float()
 
 
 def unpack_q4_0(w: torch.Tensor) -> Q4_0Fields:
@@ -167,9 +168,7 @@ def _matmul(
     for b0 in range(0, nb, chunk):
         sl = slice(b0, min(nb, b0 + chunk))
         sumi = torch.einsum("mbk,nbk->bmn", cw[:, sl], qa[:, sl])  # integers, exact in float32
-        term = d4[:, sl].T[:, :, None] * (
-            sumi * af.d[:, sl].T[:, None, :] - zero_point * af.s[:, sl].T[:, None, :]
-        )
+        term = d4[:, sl].T[:, :, None] * (sumi * af.d[:, sl].T[:, None, :] - zero_point * af.s[:, sl].T[:, None, :])
         out += term.sum(dim=0)
     return out
 

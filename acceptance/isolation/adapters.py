@@ -40,8 +40,9 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -78,7 +79,7 @@ def default_roles(impl: Any, baseline: Any, oracle: Any) -> tuple[Any, Any, Any]
     return impl, baseline, oracle
 
 
-def setup_of(fn_or_ref: Any) -> Optional[tuple[Any, float]]:
+def setup_of(fn_or_ref: Any) -> tuple[Any, float] | None:
     """What the engine calls to set a role up for a case, with its timeout: ``("setup", ref)`` for a worker
     reference to a declaration, the bound :meth:`Adapter.setup` of an adapter object; ``None`` for a plain
     callable (nothing to set up)."""
@@ -110,7 +111,7 @@ class _LimitLog(logging.Handler):
             _LIMIT_HITS.append(" ".join(line.strip() for line in text.splitlines()[:3]))
 
 
-_HANDLER: Optional[_LimitLog] = None
+_HANDLER: _LimitLog | None = None
 
 
 def _watch_dynamo_log() -> None:
@@ -164,9 +165,16 @@ class _Compiled:
 def _onnx_numpy_dtype(type_name: str) -> Any:
     import numpy as np
 
-    table = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64,
-             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int8)": np.int8,
-             "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+    table = {
+        "tensor(float)": np.float32,
+        "tensor(float16)": np.float16,
+        "tensor(double)": np.float64,
+        "tensor(int64)": np.int64,
+        "tensor(int32)": np.int32,
+        "tensor(int8)": np.int8,
+        "tensor(uint8)": np.uint8,
+        "tensor(bool)": np.bool_,
+    }
     if type_name not in table:
         raise ValueError(f"ONNX input type {type_name} is not supported (supported: {', '.join(table)})")
     return table[type_name]
@@ -178,10 +186,10 @@ class Adapter:
     def __init__(self, decl: dict, spec_path: Path, role: str):
         self.decl, self.spec_path, self.role = dict(decl), Path(spec_path), role
         self.setup_timeout = float(decl.get("setup_timeout", DEFAULT_SETUP_TIMEOUT))
-        self._master: Optional[torch.nn.Module] = None
+        self._master: torch.nn.Module | None = None
         self._session: Any = None
-        self._fn: Optional[Callable] = None
-        self._compiled: Optional[_Compiled] = None
+        self._fn: Callable | None = None
+        self._compiled: _Compiled | None = None
         self._notes: list[str] = []
         self._calls = 0
 
@@ -205,8 +213,9 @@ class Adapter:
                 torch.manual_seed(int(self.decl.get("weights_seed", DEFAULT_WEIGHTS_SEED)))
                 module = cls(*self.decl.get("args", []), **self.decl.get("kwargs", {}))
             if not isinstance(module, torch.nn.Module):
-                raise SpecError(f"{self.role}.module: {self.decl['module']!r} made a {type(module).__name__}, "
-                                "not a torch.nn.Module")
+                raise SpecError(
+                    f"{self.role}.module: {self.decl['module']!r} made a {type(module).__name__}, not a torch.nn.Module"
+                )
             if "weights" in self.decl:
                 state = torch.load(self._path(self.decl["weights"], "weights"), map_location="cpu", weights_only=True)
                 module.load_state_dict(state, strict=True)
@@ -220,30 +229,43 @@ class Adapter:
         try:
             import onnxruntime
         except ImportError:
-            raise SpecError(f"{self.role}.onnx: onnxruntime is not installed (pip install 'acceptance[onnx]')") from None
+            raise SpecError(
+                f"{self.role}.onnx: onnxruntime is not installed (pip install 'acceptance[onnx]')"
+            ) from None
         if self._session is None:
             providers = list(self.decl.get("providers", ["CPUExecutionProvider"]))
             missing = [p for p in providers if p not in onnxruntime.get_available_providers()]
             if missing:
-                raise SpecError(f"{self.role}.providers: {missing[0]} is not available here (available: "
-                                f"{', '.join(onnxruntime.get_available_providers())})")
+                raise SpecError(
+                    f"{self.role}.providers: {missing[0]} is not available here (available: "
+                    f"{', '.join(onnxruntime.get_available_providers())})"
+                )
             options = onnxruntime.SessionOptions()
             options.log_severity_level = 3
-            self._session = onnxruntime.InferenceSession(str(self._path(self.decl["onnx"], "onnx")), options,
-                                                         providers=providers)
+            self._session = onnxruntime.InferenceSession(
+                str(self._path(self.decl["onnx"], "onnx")), options, providers=providers
+            )
         session = self._session
         feeds = [(i.name, _onnx_numpy_dtype(i.type)) for i in session.get_inputs()]
 
         def run(*tensors: torch.Tensor, **params: Any) -> Any:
             if len(tensors) != len(feeds):
-                raise ValueError(f"the ONNX model takes {len(feeds)} inputs ({', '.join(n for n, _ in feeds)}), "
-                                 f"the spec gives {len(tensors)}")
+                raise ValueError(
+                    f"the ONNX model takes {len(feeds)} inputs ({', '.join(n for n, _ in feeds)}), "
+                    f"the spec gives {len(tensors)}"
+                )
             floating = next((t.dtype for t in tensors if t.is_floating_point()), None)
-            arrays = {name: t.detach().cpu().numpy().astype(dtype) for (name, dtype), t in zip(feeds, tensors)}
+            arrays = {
+                name: t.detach().cpu().numpy().astype(dtype) for (name, dtype), t in zip(feeds, tensors, strict=False)
+            }
             outs = session.run(None, arrays)
             device = tensors[0].device
-            made = tuple(torch.from_numpy(o).to(device=device, dtype=floating if floating is not None and
-                                                 o.dtype.kind == "f" else None) for o in outs)
+            made = tuple(
+                torch.from_numpy(o).to(
+                    device=device, dtype=floating if floating is not None and o.dtype.kind == "f" else None
+                )
+                for o in outs
+            )
             return made[0] if len(made) == 1 else made
 
         return run
@@ -289,14 +311,17 @@ class Adapter:
         if new_breaks:
             lines = [line.strip() for line in next(iter(new_breaks)).strip().splitlines() if line.strip()]
             first = "; ".join(lines[:2])
-            self._notes.append(f"torch.compile: {sum(new_breaks.values())} graph break(s) in call {self._calls} "
-                               f"({first})")
+            self._notes.append(
+                f"torch.compile: {sum(new_breaks.values())} graph break(s) in call {self._calls} ({first})"
+            )
         if c.graphs > graphs and self._calls > 1:
-            self._notes.append(f"torch.compile recompiled in call {self._calls} (a guard failed: shapes, dtypes or "
-                               "values differ from an earlier call)")
+            self._notes.append(
+                f"torch.compile recompiled in call {self._calls} (a guard failed: shapes, dtypes or "
+                "values differ from an earlier call)"
+            )
         if c.executions == executions:
             hit = _LIMIT_HITS[hits] if len(_LIMIT_HITS) > hits else (_LIMIT_HITS[-1] if _LIMIT_HITS else None)
-            why = (f"{hit}; Dynamo fell back to eager" if hit else "Dynamo compiled no graph for it")
+            why = f"{hit}; Dynamo fell back to eager" if hit else "Dynamo compiled no graph for it"
             text = f"torch.compile ran call {self._calls} eagerly: {why}"
             if not self.decl.get("allow_eager", False):
                 raise EagerFallback(text + " (raise compile.recompile_limit, or set allow_eager: true)")

@@ -107,8 +107,9 @@ def settle(timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            left = any(open(f"/proc/{pid}/task/{task}/children").read().split()
-                       for task in os.listdir(f"/proc/{pid}/task"))
+            left = any(
+                open(f"/proc/{pid}/task/{task}/children").read().split() for task in os.listdir(f"/proc/{pid}/task")
+            )
         except OSError:  # the server is gone (nothing is left), or there is no /proc to tell
             return os.path.isdir("/proc/self") and not os.path.isdir(f"/proc/{pid}")
         if not left:
@@ -168,8 +169,10 @@ def _launch() -> None:
     except OSError as exc:  # its socket lives in the temporary folder, whose path a socket address can outgrow
         import tempfile
 
-        raise UsageError(f"cannot start the worker processes' fork server: {exc} (its socket goes in "
-                         f"{tempfile.gettempdir()}: set TMPDIR to a shorter folder)") from None
+        raise UsageError(
+            f"cannot start the worker processes' fork server: {exc} (its socket goes in "
+            f"{tempfile.gettempdir()}: set TMPDIR to a shorter folder)"
+        ) from None
     finally:
         for k in added:
             del os.environ[k]

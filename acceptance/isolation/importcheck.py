@@ -18,16 +18,16 @@ Pass an instance as ``imports`` to :func:`acceptance.spec.load_specs`, or call
 
 from __future__ import annotations
 
-from collections import deque
 import multiprocessing.connection
 import os
 import signal
 import threading
+from collections import deque
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from acceptance.isolation import forkserver
 from acceptance.errors import SpecError
+from acceptance.isolation import forkserver
 
 #: Seconds one reference's import may take in the checking process before it is stopped and reported.
 IMPORT_SECONDS = 300.0
@@ -47,7 +47,7 @@ def _check(conn: multiprocessing.connection.Connection, owner: int) -> None:  # 
             os._exit(0)
         try:
             resolve_callable(ref, Path(spec_path))
-            answer: Optional[str] = None
+            answer: str | None = None
         except SpecError as exc:
             answer = str(exc)
         except BaseException as exc:  # e.g. KeyboardInterrupt raised by the module's own code
@@ -68,7 +68,7 @@ def load_checked(files: list[Path], timeout: float = IMPORT_SECONDS) -> tuple[li
     return specs, problems
 
 
-def _ended(code: Optional[int]) -> str:
+def _ended(code: int | None) -> str:
     """How a child process ended, in words: ``exit status 0`` or ``killed by SIGSEGV``."""
     if code is None:
         return "an unknown status"
@@ -88,12 +88,12 @@ class ImportCheck:
     def __init__(self, timeout: float = IMPORT_SECONDS):
         self.timeout = timeout
         self._proc: Any = None
-        self._conn: Optional[multiprocessing.connection.Connection] = None  # set once the child runs
-        self._answers: dict[tuple, Optional[str]] = {}
+        self._conn: multiprocessing.connection.Connection | None = None  # set once the child runs
+        self._answers: dict[tuple, str | None] = {}
         self._sent: deque[tuple] = deque()  # (key, ref, spec_path) asked of the child, in order, unanswered
         self._lock = threading.Lock()  # _sent and _conn, between the caller and the thread starting the child
-        self._starting: Optional[threading.Thread] = None
-        self._failed: Optional[BaseException] = None
+        self._starting: threading.Thread | None = None
+        self._failed: BaseException | None = None
 
     @staticmethod
     def _key(ref: str, spec_path: Path) -> tuple:
@@ -159,8 +159,10 @@ class ImportCheck:
             problem = f"{ref!r}: importing {module!r} did not finish within {self.timeout:g} s; it was stopped"
         except (EOFError, OSError):  # the child ended while importing
             self._proc.join(5)
-            problem = (f"{ref!r}: importing {module!r} ended the process importing it ({_ended(self._proc.exitcode)}):"
-                       " the module exits or crashes at import")
+            problem = (
+                f"{ref!r}: importing {module!r} ended the process importing it ({_ended(self._proc.exitcode)}):"
+                " the module exits or crashes at import"
+            )
         self._answers[key] = problem
         self._sent.popleft()
         self.close()
@@ -198,7 +200,7 @@ class ImportCheck:
             self._conn.close()
         self._proc = self._conn = None
 
-    def __enter__(self) -> "ImportCheck":
+    def __enter__(self) -> ImportCheck:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -20,8 +20,9 @@ import struct
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 import xxhash
@@ -93,11 +94,13 @@ def resolve(ref: Ref) -> Callable:
 def _fingerprinter(fn: Callable) -> Callable[[], torch.Tensor]:
     """A call that returns the SHA-256 of ``fn``'s :func:`acceptance.cache.callable_fingerprint` (hex, as a uint8
     tensor), so that the runner can key cached references without importing the code under test."""
+
     def fingerprint() -> torch.Tensor:
         from acceptance.cache import callable_fingerprint, canonical_json
 
         hexdigest = hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
         return torch.frombuffer(bytearray(hexdigest.encode()), dtype=torch.uint8)
+
     return fingerprint
 
 
@@ -123,7 +126,7 @@ def _changed(now: torch.Tensor, before: torch.Tensor) -> int:
     return int((now != before).sum())
 
 
-def _listed_children() -> Optional[list[str]]:
+def _listed_children() -> list[str] | None:
     """This process's children from ``/proc/self/task/*/children`` (one small file per thread, ~0.1 ms in all,
     where scanning all of /proc takes ~20 ms on a busy host); ``None`` where the kernel does not offer it."""
     me = os.getpid()
@@ -179,7 +182,7 @@ def _children() -> list[int]:
 RUN_FILES = frozenset({"journal.jsonl", ".acceptance.lock"})
 
 
-def snapshot(folder: Optional[Path]) -> dict[str, tuple[int, int]]:
+def snapshot(folder: Path | None) -> dict[str, tuple[int, int]]:
     """(size, mtime in ns) of the files of the output folder ``folder``, but the run's own journal and lock
     (``{}`` for ``None``)."""
     if folder is None:
@@ -226,7 +229,7 @@ class FolderWatch:
         self._before: dict[str, tuple[int, int]] = {}
 
     @classmethod
-    def _inotify(cls, folder: str) -> Optional[int]:
+    def _inotify(cls, folder: str) -> int | None:
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -254,7 +257,7 @@ class FolderWatch:
                 at += self._EVENT.size
                 lost |= bool(mask & self._OVERFLOW)
                 if length:
-                    names.add(os.fsdecode(data[at:at + length].rstrip(b"\0")))
+                    names.add(os.fsdecode(data[at : at + length].rstrip(b"\0")))
                 at += length
 
     def start(self) -> None:
@@ -301,6 +304,7 @@ def die_with(pid: int) -> None:  # pragma: no cover - runs in a worker or a job 
     server's liveness pipe: left alone, a worker of a killed runner would wait for a call forever and keep the
     fork server alive with it. A thread waits on a pidfd of ``pid`` (Linux 5.3+; elsewhere it looks once a
     second) and ends this process's group (a worker leads its own)."""
+
     def wait() -> None:
         try:
             fd = os.pidfd_open(pid)
@@ -324,9 +328,13 @@ def die_with(pid: int) -> None:  # pragma: no cover - runs in a worker or a job 
     threading.Thread(target=wait, name="acceptance-watchdog", daemon=True).start()
 
 
-def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[int],
-          threads: Optional[int] = None, guard: Optional[str] = None,
-          owner: Optional[int] = None) -> None:  # pragma: no cover
+def serve(
+    conn: multiprocessing.connection.Connection,
+    memory_limit: int | None,
+    threads: int | None = None,
+    guard: str | None = None,
+    owner: int | None = None,
+) -> None:  # pragma: no cover
     """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call."""
     os.setsid()
     if owner is not None:
@@ -367,8 +375,17 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
         last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
         for role, ref, which, params, device in calls:
             # float64 copies are the call's own: nothing else reads them, so they need no digest
-            answer = _answer(cache, ref, call_inputs(sets, which), params, device, memory_limit, watch,
-                             digests, check=which != FLOAT64)
+            answer = _answer(
+                cache,
+                ref,
+                call_inputs(sets, which),
+                params,
+                device,
+                memory_limit,
+                watch,
+                digests,
+                check=which != FLOAT64,
+            )
             if answer[0] == "ok":
                 outs = answer[1]
                 if role in last and same_outputs(outs, last[role]):
@@ -394,6 +411,7 @@ def serve(conn: multiprocessing.connection.Connection, memory_limit: Optional[in
             except Exception:  # the cache is best effort: it never costs the worker, or the call after, its life
                 pass
 
+
 #: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
 #: repeat on the same inputs): the runner uses the outputs it already received.
 SAME = "same"
@@ -409,7 +427,7 @@ def same_outputs(a: Tensors, b: Tensors) -> bool:
     are (:func:`acceptance.formats.dtypes.byte_view`)."""
     if len(a) != len(b):
         return False
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x.dtype != y.dtype or x.shape != y.shape:
             return False
         bx, by = dtypes.byte_view(x), dtypes.byte_view(y)
@@ -433,9 +451,17 @@ def _input_sets(made: Any) -> tuple[Tensors, ...]:
     return input_sets(made)
 
 
-def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.device,
-            memory_limit: Optional[int], watch: Optional[FolderWatch] = None,
-            digests: Optional[dict[int, int]] = None, check: bool = True) -> tuple:  # pragma: no cover
+def _answer(
+    cache: dict,
+    ref: Ref,
+    args: tuple,
+    params: dict,
+    device: torch.device,
+    memory_limit: int | None,
+    watch: FolderWatch | None = None,
+    digests: dict[int, int] | None = None,
+    check: bool = True,
+) -> tuple:  # pragma: no cover
     """One call in the worker: ("ok", outputs on the CPU, [(i, input i as it is now)] for the inputs it changed,
     seconds, notes), ("bad", what went wrong) or ("wrote", the files it wrote to the folder ``watch`` looks at,
     which are removed; importing the callable's module counts as the call). ``digests``: the inputs' digests
@@ -464,8 +490,12 @@ def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.devi
             answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
         else:
             after = [_digest(a) for a in args] if check else []
-            changed = [(i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after)) if e != d]
-            digests.update((id(a), e) for a, h, e in zip(args, held, after) if a is h)  # never a copy's: its id
+            changed = [
+                (i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after, strict=False)) if e != d
+            ]
+            digests.update(
+                (id(a), e) for a, h, e in zip(args, held, after, strict=False) if a is h
+            )  # never a copy's: its id
             # could name another tensor once it is freed
             answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, take_notes(fn))
     except SystemExit as exc:
@@ -478,9 +508,9 @@ def _answer(cache: dict, ref: Ref, args: tuple, params: dict, device: torch.devi
             answer = ("bad", f"raised {text}")
     left = _children()
     if left and answer[0] == "ok":
-        answer = ("bad", f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); "
-                         "they were killed")
+        answer = (
+            "bad",
+            f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); they were killed",
+        )
     written = watch.written() if watch is not None else []
     return ("wrote", ", ".join(written)) if written else answer
-
-

@@ -36,8 +36,15 @@ class _Pickler(pickle.Pickler):
     tensors."""
 
     def reducer_override(self, obj: Any) -> Any:
-        if (type(obj) is torch.Tensor and obj.layout == torch.strided and obj.device.type == "cpu"
-                and not obj.is_quantized and not obj.requires_grad and not obj.is_conj() and not obj.is_neg()):
+        if (
+            type(obj) is torch.Tensor
+            and obj.layout == torch.strided
+            and obj.device.type == "cpu"
+            and not obj.is_quantized
+            and not obj.requires_grad
+            and not obj.is_conj()
+            and not obj.is_neg()
+        ):
             flat = obj.detach().contiguous().reshape(-1)
             raw = pickle.PickleBuffer(flat.view(torch.uint8).numpy()) if flat.numel() else b""
             return _tensor_from, (obj.dtype, tuple(obj.shape), raw)
@@ -80,4 +87,4 @@ def recv(conn: multiprocessing.connection.Connection) -> Any:
         buf = bytearray(n)
         conn.recv_bytes_into(buf)
         buffers.append(buf)
-    return pickle.loads(memoryview(head)[8 * (1 + count):], buffers=buffers)
+    return pickle.loads(memoryview(head)[8 * (1 + count) :], buffers=buffers)

@@ -52,23 +52,52 @@ import os
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
 from acceptance.errors import CaseError
 from acceptance.isolation.forkserver import signal_name
-from acceptance.isolation.serve import (FLOAT64, IMPL, REFERENCE, RUN_FILES, SAME, Generate, Ref, _changed, _input_sets, call_inputs, remove_written, resolve, serve, snapshot)
+from acceptance.isolation.serve import (
+    FLOAT64,
+    IMPL,
+    REFERENCE,
+    RUN_FILES,
+    SAME,
+    Generate,
+    Ref,
+    _changed,
+    _input_sets,
+    call_inputs,
+    remove_written,
+    resolve,
+    serve,
+    snapshot,
+)
 from acceptance.isolation.transport import dumps, recv, send, size
 
 Tensors = tuple[torch.Tensor, ...]
 
-__all__ = ["FLOAT64", "IMPL", "REFERENCE", "RUN_FILES", "Ref", "Batch", "Call", "Worker", "WORKER_THREADS",
-           "call_inputs", "remove_written", "resolve", "snapshot"]
+__all__ = [
+    "FLOAT64",
+    "IMPL",
+    "REFERENCE",
+    "RUN_FILES",
+    "Ref",
+    "Batch",
+    "Call",
+    "Worker",
+    "WORKER_THREADS",
+    "call_inputs",
+    "remove_written",
+    "resolve",
+    "snapshot",
+]
 
-_CONTEXT: Optional[multiprocessing.context.BaseContext] = None
+_CONTEXT: multiprocessing.context.BaseContext | None = None
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -92,26 +121,33 @@ class Worker:
     #: the calls run in another process: the engine may send a trial while it measures the previous one
     concurrent = True
 
-    def __init__(self, memory_limit: Optional[int] = None, threads: Optional[int] = None,
-                 guard: Optional[Path] = None):
+    def __init__(self, memory_limit: int | None = None, threads: int | None = None, guard: Path | None = None):
         self.memory_limit, self.threads, self.guard = memory_limit, threads, guard
-        self._proc: Optional[multiprocessing.process.BaseProcess] = None
+        self._proc: multiprocessing.process.BaseProcess | None = None
         self._pending: deque[Batch] = deque()  # submitted batches not finished, in submission order; those sent
         # to the current process are a prefix of it
         self._generation = 0  # bumped when a process starts or is killed: a batch sent to an earlier one is lost
         self._free_at = 0.0  # CLOCK_MONOTONIC: the worker may have started its next call from then on
         self._recipe: Any = None  # the input recipe the worker holds
         #: work for this process while an answer is not ready (one piece per call; whether there was one)
-        self.idle: Optional[Callable[[], bool]] = None
-        self._conn: Optional[multiprocessing.connection.Connection] = None
+        self.idle: Callable[[], bool] | None = None
+        self._conn: multiprocessing.connection.Connection | None = None
         #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
         self.notes: list[str] = []
 
     def _start(self) -> None:
         parent, child = _context().Pipe()
-        proc = _context().Process(target=serve, daemon=True,
-                                  args=(child, self.memory_limit, self.threads,
-                                        str(self.guard) if self.guard is not None else None, os.getpid()))
+        proc = _context().Process(
+            target=serve,
+            daemon=True,
+            args=(
+                child,
+                self.memory_limit,
+                self.threads,
+                str(self.guard) if self.guard is not None else None,
+                os.getpid(),
+            ),
+        )
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
@@ -139,26 +175,38 @@ class Worker:
             self._proc.join(timeout)
         self.close()  # closing the connection again does nothing
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def call(self, role: str, ref: Ref, trial: int, args: Tensors, params: dict, *, device: torch.device,
-             timeout: float = math.inf, limit: Optional[float] = None,
-             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+    def call(
+        self,
+        role: str,
+        ref: Ref,
+        trial: int,
+        args: Tensors,
+        params: dict,
+        *,
+        device: torch.device,
+        timeout: float = math.inf,
+        limit: float | None = None,
+        names: list[str] | None = None,
+    ) -> tuple[Tensors, float]:
         """``fn(*args, **params)`` in the worker within ``timeout`` seconds: (outputs, seconds inside the call).
 
         :class:`CaseError` when it breaks; ``limit`` is the timeout as configured, for the message.
         """
         if self._pending:
-            raise RuntimeError(f"{role}: a call while {len(self._pending)} batch(es) are in flight would be "
-                               "answered after them; read or discard them first")
+            raise RuntimeError(
+                f"{role}: a call while {len(self._pending)} batch(es) are in flight would be "
+                "answered after them; read or discard them first"
+            )
         batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
         return batch.next(timeout=timeout, limit=limit, names=names)
 
-    def submit(self, trial: int, sets: Any, calls: list["Call"]) -> "Batch":
+    def submit(self, trial: int, sets: Any, calls: list[Call]) -> Batch:
         """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
 
         ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
@@ -294,8 +342,9 @@ class Batch:
                 if b._here() or not b._send(small_only=True):
                     break
 
-    def next(self, *, timeout: float = math.inf, limit: Optional[float] = None,
-             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+    def next(
+        self, *, timeout: float = math.inf, limit: float | None = None, names: list[str] | None = None
+    ) -> tuple[Tensors, float]:
         """The next call's (outputs, seconds inside it); ``timeout`` seconds from when the worker could start it
         (the submit, or when the previous answer was read), so a runner busy elsewhere meanwhile never
         shortens it."""
@@ -357,5 +406,6 @@ class Batch:
 
     def _args(self, call: Call) -> Tensors:
         """The inputs ``call`` was given, as the runner holds them (made again from a recipe)."""
-        return call_inputs(self.sets if isinstance(self.sets, tuple) else _input_sets(self.sets(self.trial)),
-                           call.inputs)
+        return call_inputs(
+            self.sets if isinstance(self.sets, tuple) else _input_sets(self.sets(self.trial)), call.inputs
+        )

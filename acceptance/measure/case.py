@@ -20,28 +20,38 @@ import importlib
 import math
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import numpy as np
 import torch
 
-from acceptance.formats import dtypes
-from acceptance.measure import engine, roles as faithful, sanitize as sanitizer
-from acceptance.numerics import metrics
 from acceptance.decide import verdict
-from acceptance.measure.diagnose import (BiasSums, Diagnosis, abs_error, bit_mismatches, constant, flush_changes_nothing, flushed)
 from acceptance.errors import CaseError
-from acceptance.spec.inputs import Recipe
-from acceptance.measure.memo import memo_for
-from acceptance.numerics.metrics import registry
-from acceptance.measure.peers import Peers
-from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
-from acceptance.measure.references import RunReferences
-from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
+from acceptance.formats import dtypes
 from acceptance.isolation.worker import WORKER_THREADS, Worker, remove_written, snapshot
-
+from acceptance.measure import engine
+from acceptance.measure import roles as faithful
+from acceptance.measure import sanitize as sanitizer
+from acceptance.measure.diagnose import (
+    BiasSums,
+    Diagnosis,
+    abs_error,
+    bit_mismatches,
+    constant,
+    flush_changes_nothing,
+    flushed,
+)
+from acceptance.measure.memo import memo_for
+from acceptance.measure.peers import Peers
+from acceptance.measure.references import RunReferences
+from acceptance.numerics import metrics
+from acceptance.numerics.metrics import registry
+from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
+from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
+from acceptance.spec.inputs import Recipe
 
 # ----------------------------------------------------------------------------- one output over trials
 
@@ -67,7 +77,7 @@ def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
         score = name in _SCORES
         if isinstance(value, tuple):
             value = [float(v) for v in value]
-            worst[name] = value if old is None else [_worse(a, b, score) for a, b in zip(old, value)]
+            worst[name] = value if old is None else [_worse(a, b, score) for a, b in zip(old, value, strict=False)]
         else:
             value = float(value)
             worst[name] = value if old is None else _worse(old, value, score)
@@ -114,19 +124,23 @@ class _Output:
             self.free.setdefault(name, []).append(float(free[name]))
         if rules.ulp_check or rules.floor_max is not None or rules.floor_mean is not None:
             if dtypes.lookup(b.dtype) is dtypes.lookup(self.dtype) and all(
-                    flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)):
+                flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)
+            ):
                 ue, ub = eo, bo  # the flushed pairs are (e, o) and (b, o) themselves: the kernel's values alike
             else:
                 fo = flushed(o, self.dtype)
-                ue = batch.compute(flushed(e, self.dtype), fo.to(e.device), dtype=self.dtype,
-                                   names=["max_ulp", "mean_ulp"])
+                ue = batch.compute(
+                    flushed(e, self.dtype), fo.to(e.device), dtype=self.dtype, names=["max_ulp", "mean_ulp"]
+                )
                 ub = batch.compute(flushed(b, self.dtype), fo, dtype=self.dtype, names=["max_ulp", "mean_ulp"])
             self.impl_ulp["max"].append(ue["max_ulp"])
             self.impl_ulp["mean"].append(ue["mean_ulp"])
-            self.ulp = UlpStats(impl_max=max(self.ulp.impl_max, ue["max_ulp"]),
-                                impl_mean=max(self.ulp.impl_mean, ue["mean_ulp"]),
-                                baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
-                                baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]))
+            self.ulp = UlpStats(
+                impl_max=max(self.ulp.impl_max, ue["max_ulp"]),
+                impl_mean=max(self.ulp.impl_mean, ue["mean_ulp"]),
+                baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
+                baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]),
+            )
         if rules.diff4:
             self.bias.add(e, b, o, self.dtype, batch.float64)
         if rules.bit_exact:
@@ -147,18 +161,25 @@ class _Output:
 def _identity(case: Case, trials: int) -> dict[str, Any]:
     spec = case.spec
     return dict(
-        id=case.id, operator=spec.name, category=spec.category, spec_file=str(spec.path), dtype=case.dtype,
+        id=case.id,
+        operator=spec.name,
+        category=spec.category,
+        spec_file=str(spec.path),
+        dtype=case.dtype,
         params={**case.symbols, **({"params": case.case_params} if case.case_params else {})},
-        trials=trials, seed=spec.seed, waiver=case.waiver, description=spec.description,
+        trials=trials,
+        seed=spec.seed,
+        waiver=case.waiver,
+        description=spec.description,
     )
 
 
-def trials_of(case: Case, rules: Rules, trials: Optional[int] = None) -> int:
+def trials_of(case: Case, rules: Rules, trials: int | None = None) -> int:
     """Trials of a case: the command line's, else the spec's dual-delta trials, else the spec's trials."""
     return trials or (rules.dual_delta and rules.dual_delta.trials) or case.spec.trials
 
 
-def _vacuous(outputs: list[_Output]) -> Optional[str]:
+def _vacuous(outputs: list[_Output]) -> str | None:
     """Why a case would pass without having shown anything, or ``None``."""
     compared = sum(int(acc.worst.get("n", 0)) for acc in outputs)
     if not outputs or compared == 0:
@@ -169,7 +190,7 @@ def _vacuous(outputs: list[_Output]) -> Optional[str]:
     return None
 
 
-def _floor_of(metric: str, rules: Rules) -> Optional[float]:
+def _floor_of(metric: str, rules: Rules) -> float | None:
     return rules.floor_max if registry.get(metric).worst_case else rules.floor_mean
 
 
@@ -186,9 +207,16 @@ class Begun:
     trials: engine.TrialRun
 
 
-def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
-          worker: Optional[Worker] = None, references: Optional[RunReferences] = None,
-          ahead: bool = False) -> Optional[Begun | CaseResult]:
+def begin(
+    case: Case,
+    device: torch.device,
+    rules: Rules,
+    *,
+    trials: int | None = None,
+    worker: Worker | None = None,
+    references: RunReferences | None = None,
+    ahead: bool = False,
+) -> Begun | CaseResult | None:
     """Get ``case`` ready for :func:`measure` (its error, as a result, when its callables cannot be resolved).
 
     ``ahead``: the worker may be answering another case meanwhile, so nothing may call it now: ``None`` when
@@ -209,12 +237,24 @@ def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[in
     refs = references.for_case(case, roles, worker) if references is not None else None
     # read from the cache or made where they are used (in the worker: overlapped with measuring the previous trial)
     make: Callable[[int], Any] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
-    run = engine.run_trials(roles, make, n_trials, device=device, params=case.params, references=refs,
-                            oracle=True, repeats=faithful.impl_repeats(case),
-                            baseline_repeats=faithful.BASELINE_RUNS - 1,
-                            timeout=spec.timeout, baseline_timeout=spec.baseline_timeout,
-                            oracle_timeout=spec.oracle_timeout, timing=timing, executor=executor,
-                            names=[inp.name for inp in spec.inputs], role_params=case.role_params)
+    run = engine.run_trials(
+        roles,
+        make,
+        n_trials,
+        device=device,
+        params=case.params,
+        references=refs,
+        oracle=True,
+        repeats=faithful.impl_repeats(case),
+        baseline_repeats=faithful.BASELINE_RUNS - 1,
+        timeout=spec.timeout,
+        baseline_timeout=spec.baseline_timeout,
+        oracle_timeout=spec.oracle_timeout,
+        timing=timing,
+        executor=executor,
+        names=[inp.name for inp in spec.inputs],
+        role_params=case.role_params,
+    )
     if ahead:
         run.start()
     return Begun(case, identity, timing, started, executor, run)
@@ -223,8 +263,9 @@ def begin(case: Case, device: torch.device, rules: Rules, *, trials: Optional[in
 def roles_of(case: Case, *, refs: bool) -> engine.Roles:
     """The callables of ``case`` as it runs them (layouts and emulation applied): worker references
     (``refs``) or the callables themselves."""
-    return engine.Roles(*faithful.wrap_roles(*(role_refs(case.spec) if refs else resolve_roles(case.spec)),
-                                             case, refs=refs))
+    return engine.Roles(
+        *faithful.wrap_roles(*(role_refs(case.spec) if refs else resolve_roles(case.spec)), case, refs=refs)
+    )
 
 
 def known_roles(cases: Iterable[Case]) -> list[engine.Roles]:
@@ -238,17 +279,26 @@ def known_roles(cases: Iterable[Case]) -> list[engine.Roles]:
     return out
 
 
-def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[int] = None,
-            worker: Optional[Worker] = None, references: Optional[RunReferences] = None,
-            begun: Optional[Begun] = None, then: Optional[Callable[[], None]] = None) -> CaseResult:
+def measure(
+    case: Case,
+    device: torch.device,
+    rules: Rules,
+    *,
+    trials: int | None = None,
+    worker: Worker | None = None,
+    references: RunReferences | None = None,
+    begun: Begun | None = None,
+    then: Callable[[], None] | None = None,
+) -> CaseResult:
     """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
     for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
     runner never imports the code under test); without, in this process. ``references``: the run's cache of
     inputs, baseline and oracle outputs (:mod:`acceptance.measure.references`). ``begun``: the case as
     :func:`begin` got it ready; ``then`` is called once every trial of the case is sent to the worker (the
     caller may then send the next case's, see :func:`run`)."""
-    ready = begun if begun is not None else begin(case, device, rules, trials=trials, worker=worker,
-                                                   references=references)
+    ready = (
+        begun if begun is not None else begin(case, device, rules, trials=trials, worker=worker, references=references)
+    )
     if not isinstance(ready, Begun):
         if then is not None:
             then()
@@ -273,7 +323,7 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
             outputs = [_Output(case.dtype) for _ in t.impl]
         extras.add(t)
         for again in t.repeats if atomic else ():
-            for a, e in zip(again, t.impl):
+            for a, e in zip(again, t.impl, strict=False):
                 spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
         for out, acc in enumerate(outputs):
             acc.add(t, out, rules, dd_metrics, peers)
@@ -309,9 +359,19 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
         for name in dd_metrics:
             floor = _floor_of(name, rules)
             impl_ulp = acc.impl_ulp["max" if registry.get(name).worst_case else "mean"] if floor is not None else []
-            records.append(stats.analyze(np.asarray(acc.delta_impl[name]), np.asarray(acc.delta_baseline[name]),
-                                         metric=name, output=out, factor=dd.factors[name], alpha=dd.alpha,
-                                         free=np.asarray(acc.free[name]), floor=floor, impl_ulp=impl_ulp))
+            records.append(
+                stats.analyze(
+                    np.asarray(acc.delta_impl[name]),
+                    np.asarray(acc.delta_baseline[name]),
+                    metric=name,
+                    output=out,
+                    factor=dd.factors[name],
+                    alpha=dd.alpha,
+                    free=np.asarray(acc.free[name]),
+                    floor=floor,
+                    impl_ulp=impl_ulp,
+                )
+            )
     diagnoses = [acc.diagnosis for acc in outputs]
     worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
     bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
@@ -321,15 +381,26 @@ def measure(case: Case, device: torch.device, rules: Rules, *, trials: Optional[
             buckets[k] = buckets.get(k, 0) + v
     timing.total = time.perf_counter() - started
     result = CaseResult(
-        **identity, metrics=[acc.metrics_record() for acc in outputs], worst=worst.worst if worst else None,
-        impl_oracle=[acc.impl_oracle for acc in outputs], baseline_oracle=[acc.baseline_oracle for acc in outputs],
-        ulp=[acc.ulp for acc in outputs] if rules.ulp_check else [], bias=[acc.bias.record() for acc in outputs],
+        **identity,
+        metrics=[acc.metrics_record() for acc in outputs],
+        worst=worst.worst if worst else None,
+        impl_oracle=[acc.impl_oracle for acc in outputs],
+        baseline_oracle=[acc.baseline_oracle for acc in outputs],
+        ulp=[acc.ulp for acc in outputs] if rules.ulp_check else [],
+        bias=[acc.bias.record() for acc in outputs],
         bit_mismatches=[acc.bits for acc in outputs] if rules.bit_exact else [],
-        compared=sum(int(acc.worst.get("n", 0)) for acc in outputs), vacuous=_vacuous(outputs),
+        compared=sum(int(acc.worst.get("n", 0)) for acc in outputs),
+        vacuous=_vacuous(outputs),
         advisory=peers.advisories(n_trials),
-        bad_fraction=bad.bad_fraction if bad else None, bad_location=bad.bad_where if bad else None,
-        rel_error_buckets=buckets, atomic_spread=spread, diff4_counts=[acc.diff4 for acc in outputs],
-        dual_delta=records, timing=timing, **extras.fields(), warnings=executor.notes[noted:],
+        bad_fraction=bad.bad_fraction if bad else None,
+        bad_location=bad.bad_where if bad else None,
+        rel_error_buckets=buckets,
+        atomic_spread=spread,
+        diff4_counts=[acc.diff4 for acc in outputs],
+        dual_delta=records,
+        timing=timing,
+        **extras.fields(),
+        warnings=executor.notes[noted:],
     )
     if memo is not None:
         memo.record(result)
@@ -352,11 +423,21 @@ def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False
     return out
 
 
-def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = None,
-        on_case: Optional[Callable[[Case, CaseResult], None]] = None,
-        measured: Optional[list[tuple[CaseResult, Rules]]] = None, strict: bool = False,
-        isolate: bool = True, guard: Optional[Path] = None, sanitize: bool = False,
-        cache: Any = None, jobs: int = 1, threads: int = WORKER_THREADS) -> list[CaseResult]:
+def run(
+    cases: Iterable[Case],
+    device: torch.device,
+    *,
+    trials: int | None = None,
+    on_case: Callable[[Case, CaseResult], None] | None = None,
+    measured: list[tuple[CaseResult, Rules]] | None = None,
+    strict: bool = False,
+    isolate: bool = True,
+    guard: Path | None = None,
+    sanitize: bool = False,
+    cache: Any = None,
+    jobs: int = 1,
+    threads: int = WORKER_THREADS,
+) -> list[CaseResult]:
     """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
 
     ``measured`` collects (measurement, rules) as they finish, so a caller
@@ -375,20 +456,33 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
     if jobs > 1:
         from acceptance.session import parallel
 
-        loading = _imported_meanwhile("acceptance.numerics.stats")  # for decide_all, while this process waits on the jobs
-        parallel.measure_all(cases, device, jobs=jobs, trials=trials, on_case=on_case, measured=measured,
-                             isolate=isolate, guard=guard, cache=cache, sanitize=sanitize, threads=threads)
+        loading = _imported_meanwhile(
+            "acceptance.numerics.stats"
+        )  # for decide_all, while this process waits on the jobs
+        parallel.measure_all(
+            cases,
+            device,
+            jobs=jobs,
+            trials=trials,
+            on_case=on_case,
+            measured=measured,
+            isolate=isolate,
+            guard=guard,
+            cache=cache,
+            sanitize=sanitize,
+            threads=threads,
+        )
         loading.join()
         return decide_all(measured, strict=strict)
     references = RunReferences(cache)
     done = {m.id for m, _ in measured}
-    worker: Optional[Worker] = None
+    worker: Worker | None = None
     own_threads = torch.get_num_threads()
     if isolate:  # the callables compute in the worker; here only small element-wise passes, which extra
         torch.set_num_threads(1)  # intra-op threads slow down on a busy machine (7x on 2 loaded cores)
     todo = [case for case in cases if case.id not in done]
     folder = None if isolate else guard  # a worker checks the folder around each call itself
-    ahead: Optional[Begun] = None  # the next case, its first trial sent while this one is measured
+    ahead: Begun | None = None  # the next case, its first trial sent while this one is measured
     # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
     # measured in full (and to decide), so they are imported meanwhile: while the worker starts and fingerprints
     # the callables, and while this process waits on the worker's answers; an import of one of them here waits
@@ -408,21 +502,29 @@ def run(cases: Iterable[Case], device: torch.device, *, trials: Optional[int] = 
             begun, ahead = ahead, None
             before = snapshot(folder)
 
-            def then(following: Optional[Case] = todo[i + 1] if i + 1 < len(todo) else None) -> None:
+            def then(following: Case | None = todo[i + 1] if i + 1 < len(todo) else None) -> None:
                 """Send the next case's first trial to the worker once every trial of this one is sent."""
                 nonlocal ahead
                 if following is None or worker is None or sanitize or worker.memory_limit != worker_limit(following):
                     return
                 try:
-                    started = begin(following, device, rules_for(following), trials=trials, worker=worker,
-                                    references=references, ahead=True)
+                    started = begin(
+                        following,
+                        device,
+                        rules_for(following),
+                        trials=trials,
+                        worker=worker,
+                        references=references,
+                        ahead=True,
+                    )
                 except Exception:  # it gets ready in its turn, where its own error is reported
                     return
                 if isinstance(started, Begun):
                     ahead = started
 
-            result = measure(case, device, rules, trials=trials, worker=worker, references=references,
-                             begun=begun, then=then)
+            result = measure(
+                case, device, rules, trials=trials, worker=worker, references=references, begun=begun, then=then
+            )
             if sanitize:
                 result = sanitizer.check(case.id, case.spec.path, result, str(device))
             result = guarded(result, folder, before)
@@ -443,6 +545,7 @@ def _imported_meanwhile(*names: str) -> threading.Thread:
     """A thread importing modules ``names`` in turn (an import error surfaces where the module is next imported). An
     import of the same module elsewhere waits for this one (CPython's per-module import locks); the two threads
     share one core's worth of the GIL while both run Python."""
+
     def load() -> None:
         for name in names:
             try:
@@ -460,16 +563,19 @@ def worker_limit(case: Case) -> int:
     return int(case.spec.memory_limit_gib * 2**30)
 
 
-def guarded(result: CaseResult, guard: Optional[Path], before: dict[str, tuple[int, int]]) -> CaseResult:
+def guarded(result: CaseResult, guard: Path | None, before: dict[str, tuple[int, int]]) -> CaseResult:
     """``result``, or an error when a file of the output folder ``guard`` appeared or changed since the
     snapshot ``before`` (the files are removed). For callables run in this process; a worker checks each call
     itself (:class:`acceptance.isolation.worker.Worker` ``guard``)."""
     touched = remove_written(guard, before) if guard is not None else []
     if not touched:
         return result
-    return result.model_copy(update={
-        "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
-                 "the files were removed"})
+    return result.model_copy(
+        update={
+            "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
+            "the files were removed"
+        }
+    )
 
 
 def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -29,6 +28,7 @@ from acceptance.formats import dtypes
 from acceptance.records import CaseResult, Determinism
 
 KINDS: tuple[str, ...] = ("bitwise", "nan_payloads", "varying")
+
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     t = t.detach().contiguous()
@@ -72,7 +72,7 @@ class RunToRun:
         """Fold one trial: ``first`` the outputs of the first run, ``repeats`` those of the others."""
         self.runs = max(self.runs, 1 + len(repeats))
         for again in repeats:
-            for a, b in zip(first, again):
+            for a, b in zip(first, again, strict=False):
                 kind, spread, n = compare(a, b)
                 if KINDS.index(kind) > KINDS.index(self.kind):
                     self.kind = kind
@@ -80,22 +80,31 @@ class RunToRun:
                 self.differing += n
 
 
-def required(category: str, deterministic: Optional[bool]) -> bool:
+def required(category: str, deterministic: bool | None) -> bool:
     """Whether the impl must be deterministic: the spec's ``deterministic``, else every category but atomic_add."""
     return deterministic if deterministic is not None else category != "atomic_add"
 
 
 def record(impl: RunToRun, baseline: RunToRun, *, must: bool) -> Determinism:
-    return Determinism(impl=impl.kind, impl_spread=impl.spread, impl_differing=impl.differing, runs=impl.runs,
-                       baseline=baseline.kind, baseline_runs=baseline.runs, required=must)
+    return Determinism(
+        impl=impl.kind,
+        impl_spread=impl.spread,
+        impl_differing=impl.differing,
+        runs=impl.runs,
+        baseline=baseline.kind,
+        baseline_runs=baseline.runs,
+        required=must,
+    )
 
 
-def baseline_error(baseline: RunToRun) -> Optional[str]:
+def baseline_error(baseline: RunToRun) -> str | None:
     """The spec error of a baseline that varies run to run, or ``None``."""
     if baseline.kind != "varying":
         return None
-    return (f"spec error: the baseline is not deterministic ({baseline.differing} elements differ between runs on "
-            f"the same inputs, max |run_i - run_1| = {baseline.spread:.6g}); a reference must be reproducible")
+    return (
+        f"spec error: the baseline is not deterministic ({baseline.differing} elements differ between runs on "
+        f"the same inputs, max |run_i - run_1| = {baseline.spread:.6g}); a reference must be reproducible"
+    )
 
 
 def reasons(case: CaseResult) -> list[str]:
@@ -103,6 +112,8 @@ def reasons(case: CaseResult) -> list[str]:
     d = case.determinism
     if d is None or not d.required or d.impl != "varying":
         return []
-    return [f"impl is not deterministic: {d.impl_differing} elements differ between {d.runs} runs on the same "
-            f"inputs (max |run_i - run_1| = {d.impl_spread:.6g}); category {case.category} must be bitwise "
-            f"deterministic (spec `deterministic: false` allows run-to-run variation)"]
+    return [
+        f"impl is not deterministic: {d.impl_differing} elements differ between {d.runs} runs on the same "
+        f"inputs (max |run_i - run_1| = {d.impl_spread:.6g}); category {case.category} must be bitwise "
+        f"deterministic (spec `deterministic: false` allows run-to-run variation)"
+    ]

@@ -11,8 +11,8 @@ element tolerance, with where those elements sit ("all 64 in row 63 of dim 0").
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -43,10 +43,10 @@ def buckets(rel: torch.Tensor) -> dict[str, int]:
     nonzero = rel[rel != 0]
     counts = torch.bincount(torch.bucketize(nonzero, edges, right=True), minlength=len(edges) + 1).tolist()
     labels = [label for label, _ in REL_ERROR_BUCKETS] + [">1"]
-    return {"=0": int(rel.numel() - nonzero.numel()), **dict(zip(labels, counts))}
+    return {"=0": int(rel.numel() - nonzero.numel()), **dict(zip(labels, counts, strict=False))}
 
 
-def locate(bad: torch.Tensor) -> Optional[str]:
+def locate(bad: torch.Tensor) -> str | None:
     """Where the bad elements sit, in words: one row, one column, the tail of the last dim, everywhere."""
     if bad.dim() == 0 or not bool(bad.any()):
         return None
@@ -76,8 +76,10 @@ def spacing(o: torch.Tensor, dtype: str) -> torch.Tensor:
     if not row.is_float:
         return torch.ones_like(o, dtype=torch.float64)
     _, exponent = torch.frexp(o.to(torch.float64).abs())  # |o| = m·2^exponent, 0.5 <= m < 1
-    return torch.ldexp(torch.ones_like(o, dtype=torch.float64),
-                       torch.clamp(exponent.to(torch.int64) - 1, min=row.emin) - (row.precision - 1))
+    return torch.ldexp(
+        torch.ones_like(o, dtype=torch.float64),
+        torch.clamp(exponent.to(torch.int64) - 1, min=row.emin) - (row.precision - 1),
+    )
 
 
 def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
@@ -87,7 +89,7 @@ def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
     return torch.where(x64.abs() < dtypes.lookup(dtype).smallest_normal, torch.zeros_like(x64), x64)
 
 
-def flush_changes_nothing(flat: Optional[np.ndarray], dtype: str) -> bool:
+def flush_changes_nothing(flat: np.ndarray | None, dtype: str) -> bool:
     """Whether :func:`flushed` would leave every value of the flat float64 host array ``flat`` as it is (but the
     sign of a zero): no nonzero magnitude below ``dtype``'s smallest normal. ``False`` for ``None`` (not known)."""
     if flat is None:
@@ -96,7 +98,7 @@ def flush_changes_nothing(flat: Optional[np.ndarray], dtype: str) -> bool:
     return not bool(np.any((magnitude < dtypes.lookup(dtype).smallest_normal) & (magnitude != 0)))
 
 
-def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) -> int:
+def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: torch.Tensor | None) -> int:
     """Elements of ``e`` whose bits equal neither ``b``'s nor ``r``'s (the oracle rounded once to the dtype).
 
     The sign of zero counts; any NaN equals any NaN (payloads are not compared).
@@ -118,20 +120,20 @@ def bit_mismatches(e: torch.Tensor, b: torch.Tensor, r: Optional[torch.Tensor]) 
 #: Where float64 copies of a trial's tensors may already be: a tensor -> its flat float64 host copy, or
 #: ``None`` when there is none (:meth:`acceptance.numerics.metrics.Batch.float64`, whose copies the metrics of the
 #: trial made); the element-wise passes then read those instead of widening each tensor again.
-Float64 = Callable[[torch.Tensor], Optional[np.ndarray]]
+Float64 = Callable[[torch.Tensor], np.ndarray | None]
 
 
-def piece64(x: torch.Tensor, lo: int, f64: Optional[Float64] = None) -> np.ndarray:
+def piece64(x: torch.Tensor, lo: int, f64: Float64 | None = None) -> np.ndarray:
     """Elements ``lo`` to ``lo + DIAGNOSIS_BLOCK`` of the host tensor ``x``, flattened, as float64: ``f64``'s copy
     of ``x`` when ``x`` is that one piece and ``f64`` has one, else a new one (the same values: every format
     widens to float64 exactly)."""
     from acceptance.numerics.metrics import elementwise
 
     found = f64(x) if f64 is not None and lo == 0 and x.numel() <= DIAGNOSIS_BLOCK else None
-    return found if found is not None else elementwise.host_float64(x.reshape(-1)[lo:lo + DIAGNOSIS_BLOCK])
+    return found if found is not None else elementwise.host_float64(x.reshape(-1)[lo : lo + DIAGNOSIS_BLOCK])
 
 
-def _on_host(*tensors: Optional[torch.Tensor]) -> bool:
+def _on_host(*tensors: torch.Tensor | None) -> bool:
     """Whether every given tensor is on the CPU (then the fused host passes of :mod:`.metrics.elementwise` apply)."""
     return all(t is None or t.device.type == "cpu" for t in tensors)
 
@@ -159,8 +161,7 @@ class BiasSums:
     baseline_value: float = 0.0
     baseline_magnitude: float = 0.0
 
-    def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, f64: Optional[Float64] = None
-            ) -> None:
+    def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, f64: Float64 | None = None) -> None:
         """Fold in one trial of one output; ``f64``: where float64 copies of e, b and o may already be (see
         :data:`Float64`)."""
         if not e.is_floating_point() or e.numel() == 0:
@@ -184,8 +185,9 @@ class BiasSums:
         self.baseline_value += float(sb.sum())
         self.baseline_magnitude += float((sb * sign[keep]).sum())
 
-    def _add_host(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str,
-                  f64: Optional[Float64] = None) -> None:
+    def _add_host(
+        self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, f64: Float64 | None = None
+    ) -> None:
         """:meth:`add` of host data: the clipped errors in one fused pass (:func:`elementwise.bias_pass`), summed
         by torch as :meth:`add` sums them (the same values in the same order: the same float64 sums)."""
         from acceptance.numerics.metrics import elementwise
@@ -193,8 +195,9 @@ class BiasSums:
         row = dtypes.lookup(dtype)
         fe, fb, fo = (piece64(x, 0, f64) for x in (e, b, o))  # one piece: see add
         rows = np.empty((4, fe.shape[0]))
-        kept, flush = elementwise.bias_pass(fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin,
-                                            BIAS_CLIP, rows)
+        kept, flush = elementwise.bias_pass(
+            fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin, BIAS_CLIP, rows
+        )
         se, se_sign, sb, sb_sign = torch.from_numpy(rows[:, :kept])
         self.n += kept
         self.flushed += flush
@@ -205,9 +208,14 @@ class BiasSums:
 
     def record(self) -> Bias:
         n = max(self.n, 1)
-        return Bias(n=self.n, flushed=self.flushed, impl_value=self.impl_value / n,
-                    impl_magnitude=self.impl_magnitude / n, baseline_value=self.baseline_value / n,
-                    baseline_magnitude=self.baseline_magnitude / n)
+        return Bias(
+            n=self.n,
+            flushed=self.flushed,
+            impl_value=self.impl_value / n,
+            impl_magnitude=self.impl_magnitude / n,
+            baseline_value=self.baseline_value / n,
+            baseline_magnitude=self.baseline_magnitude / n,
+        )
 
 
 def constant(t: torch.Tensor) -> bool:
@@ -228,14 +236,22 @@ class Diagnosis:
     """
 
     dtype: str
-    worst: Optional[WorstElement] = None
+    worst: WorstElement | None = None
     score: float = -1.0
     buckets: dict[str, int] = field(default_factory=dict)
     bad_fraction: float = 0.0
-    bad_where: Optional[str] = None
+    bad_where: str | None = None
 
-    def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor],
-            tol: float, f64: Optional[Float64] = None) -> None:
+    def add(
+        self,
+        trial: int,
+        out: int,
+        e: torch.Tensor,
+        b: torch.Tensor,
+        o: torch.Tensor | None,
+        tol: float,
+        f64: Float64 | None = None,
+    ) -> None:
         """Fold in one trial of output ``out``; ``tol`` is the element tolerance on the hybrid error; ``f64``:
         where float64 copies of e, b and o may already be (see :data:`Float64`).
 
@@ -252,8 +268,9 @@ class Diagnosis:
             worst, flat, bad = self._scan(flat_e, flat_b, flat_o, tol)
         self._fold(trial, out, e, flat_e, flat_b, flat_o, worst, flat, bad)
 
-    def _scan_host(self, e: torch.Tensor, b: torch.Tensor, o: Optional[torch.Tensor], tol: float,
-                   f64: Optional[Float64] = None) -> tuple[float, int, torch.Tensor]:
+    def _scan_host(
+        self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor | None, tol: float, f64: Float64 | None = None
+    ) -> tuple[float, int, torch.Tensor]:
         """:meth:`_scan` of host data: the same pieces, each in one fused pass (:func:`elementwise.diagnosis_pass`),
         combined alike; ``f64``: where float64 copies of e, b and o may already be (:func:`piece64`)."""
         from acceptance.numerics.metrics import elementwise  # numba loads on first use, not with the report's imports
@@ -264,16 +281,18 @@ class Diagnosis:
         for lo in range(0, e.numel(), DIAGNOSIS_BLOCK):
             fe, fb = piece64(e, lo, f64), piece64(b, lo, f64)
             fo = piece64(o, lo, f64) if o is not None else fe[:0]
-            at, value = elementwise.diagnosis_pass(fe, fb, fo, o is not None, float(tol),
-                                                   elementwise.BUCKET_EDGES, counts, bad[lo:lo + DIAGNOSIS_BLOCK])
+            at, value = elementwise.diagnosis_pass(
+                fe, fb, fo, o is not None, float(tol), elementwise.BUCKET_EDGES, counts, bad[lo : lo + DIAGNOSIS_BLOCK]
+            )
             if flat < 0 or value > worst or (math.isnan(value) and not math.isnan(worst)):  # argmax: first max
                 worst, flat = value, lo + at
-        for k, v in zip(_BUCKET_LABELS, counts.tolist()):
+        for k, v in zip(_BUCKET_LABELS, counts.tolist(), strict=False):
             self.buckets[k] = self.buckets.get(k, 0) + v
         return worst, flat, torch.from_numpy(bad)
 
-    def _scan(self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: Optional[torch.Tensor], tol: float
-              ) -> tuple[float, int, torch.Tensor]:
+    def _scan(
+        self, flat_e: torch.Tensor, flat_b: torch.Tensor, flat_o: torch.Tensor | None, tol: float
+    ) -> tuple[float, int, torch.Tensor]:
         """Add the buckets of one trial; (largest score, its flat index, the over-tolerance mask)."""
         bad = torch.empty(flat_e.numel(), dtype=torch.bool, device=flat_e.device)
         worst, flat = math.nan, -1
@@ -292,22 +311,39 @@ class Diagnosis:
             bad[piece] = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
         return worst, flat, bad
 
-    def _fold(self, trial: int, out: int, e: torch.Tensor, flat_e: torch.Tensor, flat_b: torch.Tensor,
-              flat_o: Optional[torch.Tensor], worst: float, flat: int, bad: torch.Tensor) -> None:
+    def _fold(
+        self,
+        trial: int,
+        out: int,
+        e: torch.Tensor,
+        flat_e: torch.Tensor,
+        flat_b: torch.Tensor,
+        flat_o: torch.Tensor | None,
+        worst: float,
+        flat: int,
+        bad: torch.Tensor,
+    ) -> None:
         """Keep the worst element and the largest over-tolerance fraction so far."""
         if worst > self.score:
             self.score = worst
-            err = abs_error(flat_e[flat:flat + 1], flat_b[flat:flat + 1])
-            rel = rel_error(err, flat_b[flat:flat + 1].to(err.device))
+            err = abs_error(flat_e[flat : flat + 1], flat_b[flat : flat + 1])
+            rel = rel_error(err, flat_b[flat : flat + 1].to(err.device))
             index = [int(i) for i in np.unravel_index(flat, tuple(e.shape))] if e.dim() else []
             value = float(flat_e[flat])
             oracle = float(flat_o[flat]) if flat_o is not None else None
             self.worst = WorstElement(
-                output=out, trial=trial, index=index, evaluated=value, baseline=float(flat_b[flat]),
-                abs_error=float(err[0]), rel_error=float(rel[0]), oracle=oracle,
+                output=out,
+                trial=trial,
+                index=index,
+                evaluated=value,
+                baseline=float(flat_b[flat]),
+                abs_error=float(err[0]),
+                rel_error=float(rel[0]),
+                oracle=oracle,
                 oracle_error=abs(value - oracle) if oracle is not None else None,
                 ulp=abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype))
-                if oracle is not None and math.isfinite(oracle) else None,
+                if oracle is not None and math.isfinite(oracle)
+                else None,
             )
         fraction = float(bad.sum()) / bad.numel()
         if fraction > self.bad_fraction:

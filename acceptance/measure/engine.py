@@ -29,23 +29,23 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
-from acceptance.isolation import adapters
-from acceptance.formats import dtypes
-from acceptance.numerics import metrics
 from acceptance.device import synchronize
 from acceptance.errors import CaseError
-from acceptance.spec.inputs import Recipe, input_sets
-from acceptance.numerics.oracle import float64_inputs
-from acceptance.records import Timing
+from acceptance.formats import dtypes
+from acceptance.isolation import adapters
 from acceptance.isolation.serve import same_outputs
 from acceptance.isolation.worker import FLOAT64, IMPL, REFERENCE, Call, call_inputs
+from acceptance.numerics import metrics
+from acceptance.numerics.oracle import float64_inputs
+from acceptance.records import Timing
+from acceptance.spec.inputs import Recipe, input_sets
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -74,7 +74,7 @@ class Trial:
     inputs: Tensors
     impl: Tensors
     baseline: Tensors
-    oracle: Optional[Tensors]
+    oracle: Tensors | None
     repeats: tuple[Tensors, ...] = ()
     baseline_repeats: tuple[Tensors, ...] = ()
 
@@ -120,8 +120,9 @@ def call(fn: Callable, role: str, trial: int, tensors: Tensors, params: dict) ->
         raise
     except Exception as exc:  # the callable under test may raise anything
         frame = traceback.extract_tb(exc.__traceback__)[-1]
-        raise CaseError(f"{role} raised {type(exc).__name__}: {exc} ({Path(frame.filename).name}:{frame.lineno}) "
-                        f"in trial {trial}") from None
+        raise CaseError(
+            f"{role} raised {type(exc).__name__}: {exc} ({Path(frame.filename).name}:{frame.lineno}) in trial {trial}"
+        ) from None
     return _outputs(value, role, trial)
 
 
@@ -132,9 +133,19 @@ class InProcess:
     def __init__(self) -> None:
         self.notes: list[str] = []
 
-    def call(self, role: str, fn: Callable, trial: int, args: Tensors, params: dict, *, device: torch.device,
-             timeout: float = math.inf, limit: Optional[float] = None,
-             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+    def call(
+        self,
+        role: str,
+        fn: Callable,
+        trial: int,
+        args: Tensors,
+        params: dict,
+        *,
+        device: torch.device,
+        timeout: float = math.inf,
+        limit: float | None = None,
+        names: list[str] | None = None,
+    ) -> tuple[Tensors, float]:
         """(outputs, seconds inside the call)."""
         args = tuple(a.to(device) for a in args)
         synchronize(device)
@@ -145,7 +156,7 @@ class InProcess:
         self.notes += adapters.take_notes(fn)
         return out, time.perf_counter() - started
 
-    def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list[Call]) -> "_Deferred":
+    def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list[Call]) -> _Deferred:
         """The calls of one trial, made one by one as their answers are read (see :class:`acceptance.isolation.worker.Batch`)."""
         return _Deferred(self, trial, sets, calls)
 
@@ -160,31 +171,43 @@ class _Deferred:
     def __init__(self, executor: InProcess, trial: int, sets: tuple[Tensors, ...], calls: list[Call]):
         self.executor, self.trial, self.sets, self.calls, self._read = executor, trial, sets, calls, 0
 
-    def next(self, *, timeout: float = math.inf, limit: Optional[float] = None,
-             names: Optional[list[str]] = None) -> tuple[Tensors, float]:
+    def next(
+        self, *, timeout: float = math.inf, limit: float | None = None, names: list[str] | None = None
+    ) -> tuple[Tensors, float]:
         call = self.calls[self._read]
         self._read += 1
-        return self.executor.call(call.role, call.ref, self.trial, call_inputs(self.sets, call.inputs), call.params,
-                                  device=call.device,
-                                  timeout=timeout, limit=limit, names=names)
+        return self.executor.call(
+            call.role,
+            call.ref,
+            self.trial,
+            call_inputs(self.sets, call.inputs),
+            call.params,
+            device=call.device,
+            timeout=timeout,
+            limit=limit,
+            names=names,
+        )
 
 
-def _check(trial: int, impl: Tensors, base: Tensors, oracle: Optional[Tensors]) -> None:
+def _check(trial: int, impl: Tensors, base: Tensors, oracle: Tensors | None) -> None:
     if len(impl) != len(base):
         raise CaseError(f"impl returned {len(impl)} outputs, the baseline {len(base)} (trial {trial})")
-    for i, (e, b) in enumerate(zip(impl, base)):
+    for i, (e, b) in enumerate(zip(impl, base, strict=False)):
         if tuple(e.shape) != tuple(b.shape):
-            raise CaseError(f"impl output {i} has shape {tuple(e.shape)}, the baseline {tuple(b.shape)} (trial {trial})")
+            raise CaseError(
+                f"impl output {i} has shape {tuple(e.shape)}, the baseline {tuple(b.shape)} (trial {trial})"
+            )
         if e.dtype != b.dtype:
             raise CaseError(f"impl output {i} has dtype {e.dtype}, the baseline {b.dtype} (trial {trial})")
     if oracle is None:
         return
     if len(oracle) != len(base):
         raise CaseError(f"oracle returned {len(oracle)} outputs, the baseline {len(base)} (trial {trial})")
-    for i, (o, b) in enumerate(zip(oracle, base)):
+    for i, (o, b) in enumerate(zip(oracle, base, strict=False)):
         if tuple(o.shape) != tuple(b.shape):
-            raise CaseError(f"oracle output {i} has shape {tuple(o.shape)}, the baseline {tuple(b.shape)} "
-                            f"(trial {trial})")
+            raise CaseError(
+                f"oracle output {i} has shape {tuple(o.shape)}, the baseline {tuple(b.shape)} (trial {trial})"
+            )
 
 
 #: Largest trial (input and output bytes) whose next trial is sent to the worker before it is measured, so
@@ -213,8 +236,8 @@ class _Planned:
     index: int
     reference: Tensors
     batch: Any
-    cached_base: Optional[Tensors]
-    cached_oracle: Optional[Tensors]
+    cached_base: Tensors | None
+    cached_oracle: Tensors | None
 
 
 class TrialRun:
@@ -226,10 +249,26 @@ class TrialRun:
     still in flight (:meth:`acceptance.isolation.worker.Batch.discard`).
     """
 
-    def __init__(self, roles: Roles, make_inputs: Callable[[int], Any], trials: int, *, device: torch.device,
-                 params: dict, oracle: bool, repeats: int, timeout: float, baseline_timeout: float,
-                 oracle_timeout: float, timing: Timing, executor: Any, names: Optional[list[str]],
-                 baseline_repeats: int, role_params: dict[str, dict], references: Any):
+    def __init__(
+        self,
+        roles: Roles,
+        make_inputs: Callable[[int], Any],
+        trials: int,
+        *,
+        device: torch.device,
+        params: dict,
+        oracle: bool,
+        repeats: int,
+        timeout: float,
+        baseline_timeout: float,
+        oracle_timeout: float,
+        timing: Timing,
+        executor: Any,
+        names: list[str] | None,
+        baseline_repeats: int,
+        role_params: dict[str, dict],
+        references: Any,
+    ):
         self.roles, self.make_inputs, self.trials, self.device, self.oracle = roles, make_inputs, trials, device, oracle
         self.repeats, self.baseline_repeats, self.names, self.references = repeats, baseline_repeats, names, references
         self.timeout, self.baseline_timeout, self.oracle_timeout = timeout, baseline_timeout, oracle_timeout
@@ -237,7 +276,7 @@ class TrialRun:
         self.kwargs = {role: {**params, **role_params.get(role, {})} for role in ("impl", "baseline", "oracle")}
         self.ahead = getattr(executor, "concurrent", False)
         self.remote = self.ahead and isinstance(make_inputs, Recipe)
-        self.then: Optional[Callable[[], None]] = None
+        self.then: Callable[[], None] | None = None
         self._planned: deque[_Planned] = deque()
         self._sent = 0  # trials submitted so far
 
@@ -254,8 +293,17 @@ class TrialRun:
             sets = input_sets(self.make_inputs(t))
             reference = sets[-1]
             if t == 0:
-                _setup(roles, sets[0], reference, self.executor, self.kwargs, self.device, self.timing, self.oracle,
-                       self.names)
+                _setup(
+                    roles,
+                    sets[0],
+                    reference,
+                    self.executor,
+                    self.kwargs,
+                    self.device,
+                    self.timing,
+                    self.oracle,
+                    self.names,
+                )
         cached_base = references.get("baseline", t) if references is not None else None
         cached_oracle = references.get("oracle", t) if references is not None and self.oracle else None
         calls = [Call("impl", roles.impl, IMPL, self.kwargs["impl"], self.device)] * (1 + self.repeats)
@@ -324,7 +372,7 @@ class TrialRun:
     def __iter__(self) -> Iterator[Trial]:
         trials = self.trials
         try:
-            for t in range(trials):
+            for _t in range(trials):
                 if not self._planned:
                     self._submit()
                 trial = self._collect(self._planned.popleft())
@@ -339,13 +387,25 @@ class TrialRun:
             getattr(self.references, "close", lambda: None)()  # what was computed is kept, however it ended
 
 
-def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int, *, device: torch.device,
-               params: dict, oracle: bool, repeats: int = 0, timeout: float = math.inf,
-               baseline_timeout: float = math.inf, oracle_timeout: float = math.inf,
-               timing: Optional[Timing] = None, executor: Any = None,
-               names: Optional[list[str]] = None, baseline_repeats: int = 0,
-               role_params: Optional[dict[str, dict]] = None,
-               references: Any = None) -> TrialRun:
+def run_trials(
+    roles: Roles,
+    make_inputs: Callable[[int], Tensors],
+    trials: int,
+    *,
+    device: torch.device,
+    params: dict,
+    oracle: bool,
+    repeats: int = 0,
+    timeout: float = math.inf,
+    baseline_timeout: float = math.inf,
+    oracle_timeout: float = math.inf,
+    timing: Timing | None = None,
+    executor: Any = None,
+    names: list[str] | None = None,
+    baseline_repeats: int = 0,
+    role_params: dict[str, dict] | None = None,
+    references: Any = None,
+) -> TrialRun:
     """The ``trials`` trials of a case, each one's tensors in turn when iterated (see the module docstring).
 
     ``executor`` calls the roles (:class:`InProcess`, the default, or a
@@ -367,16 +427,31 @@ def run_trials(roles: Roles, make_inputs: Callable[[int], Tensors], trials: int,
     :data:`WINDOW` trials when the worker makes the inputs, one otherwise, within :data:`AHEAD_BYTES`.
     Every trial's inputs and results are the same either way.
     """
-    return TrialRun(roles, make_inputs, trials, device=device, params=params, oracle=oracle, repeats=repeats,
-                    timeout=timeout, baseline_timeout=baseline_timeout, oracle_timeout=oracle_timeout,
-                    timing=timing if timing is not None else Timing(),
-                    executor=executor if executor is not None else InProcess(), names=names,
-                    baseline_repeats=baseline_repeats, role_params=role_params or {}, references=references)
+    return TrialRun(
+        roles,
+        make_inputs,
+        trials,
+        device=device,
+        params=params,
+        oracle=oracle,
+        repeats=repeats,
+        timeout=timeout,
+        baseline_timeout=baseline_timeout,
+        oracle_timeout=oracle_timeout,
+        timing=timing if timing is not None else Timing(),
+        executor=executor if executor is not None else InProcess(),
+        names=names,
+        baseline_repeats=baseline_repeats,
+        role_params=role_params or {},
+        references=references,
+    )
 
 
 def needs_setup(roles: Roles, oracle: bool) -> bool:
     """Whether a role is set up on trial 0's inputs before it (they are then made here)."""
-    return any(adapters.setup_of(fn) is not None for fn in (roles.impl, roles.baseline, roles.oracle if oracle else None))
+    return any(
+        adapters.setup_of(fn) is not None for fn in (roles.impl, roles.baseline, roles.oracle if oracle else None)
+    )
 
 
 def _nbytes(trial: Trial) -> int:
@@ -385,25 +460,42 @@ def _nbytes(trial: Trial) -> int:
     return sum(x.numel() * x.element_size() for x in tensors if isinstance(x, torch.Tensor))
 
 
-def _setup(roles: Roles, inputs: Tensors, reference: Tensors, executor: Any, kwargs: dict[str, dict], device: torch.device,
-           timing: Timing, oracle: bool, names: Optional[list[str]]) -> None:
+def _setup(
+    roles: Roles,
+    inputs: Tensors,
+    reference: Tensors,
+    executor: Any,
+    kwargs: dict[str, dict],
+    device: torch.device,
+    timing: Timing,
+    oracle: bool,
+    names: list[str] | None,
+) -> None:
     """Set up each declared role once, on trial 0's inputs (float64 for the oracle), not timed as the role."""
-    for role, fn, where, args in (("impl", roles.impl, device, inputs),
-                                  ("baseline", roles.baseline, torch.device("cpu"), reference),
-                                  ("oracle", roles.oracle if oracle else None, torch.device("cpu"),
-                                   float64_inputs(reference))):
+    for role, fn, where, args in (
+        ("impl", roles.impl, device, inputs),
+        ("baseline", roles.baseline, torch.device("cpu"), reference),
+        ("oracle", roles.oracle if oracle else None, torch.device("cpu"), float64_inputs(reference)),
+    ):
         found = adapters.setup_of(fn)
         if found is None:
             continue
         target, timeout = found
-        _, seconds = executor.call(f"{role} setup", target, 0, args, kwargs[role], device=where, timeout=timeout,
-                                   limit=timeout, names=names)
+        _, seconds = executor.call(
+            f"{role} setup", target, 0, args, kwargs[role], device=where, timeout=timeout, limit=timeout, names=names
+        )
         timing.setup += seconds
 
 
-def against_oracle(e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, names: Optional[list[str]] = None, *,
-                   batch: Optional[metrics.Batch] = None, free: bool = True
-                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], torch.Tensor]:
+def against_oracle(
+    e: torch.Tensor,
+    b: torch.Tensor,
+    o: torch.Tensor,
+    names: list[str] | None = None,
+    *,
+    batch: metrics.Batch | None = None,
+    free: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], torch.Tensor]:
     """One output of one trial against the float64 oracle ``o``: (err(e, o), err(b, o), err(round(o), o), round(o)).
 
     Errors are the metrics ``names`` (all when ``None``) with ULP counted in

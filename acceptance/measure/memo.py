@@ -43,14 +43,14 @@ import functools
 import hashlib
 import importlib.metadata
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import xxhash
 
+from acceptance.cache import key
 from acceptance.formats import dtypes
 from acceptance.measure import engine
-from acceptance.cache import key
 
 #: Bytes of trial tensors a case may hold while its digests match the memo's.
 HOLD_BYTES = 64 << 20
@@ -78,7 +78,7 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def trial_digest(impl: tuple, repeats: tuple, references: tuple = ()) -> Optional[bytes]:
+def trial_digest(impl: tuple, repeats: tuple, references: tuple = ()) -> bytes | None:
     """XXH3-128 of a trial's impl outputs and repeats, then of ``references`` (output tuples: the baseline's,
     its repeats, the oracle's; ``None`` for a role that did not run): dtype, shape and bytes of each tensor, in
     order; ``None`` when one is not a CPU tensor, or its bytes cannot be read as they are
@@ -115,14 +115,20 @@ class Memo:
 
     def __init__(self, cache: Any, entry: str, trials: int):
         self.cache, self.entry, self.trials = cache, entry, trials
-        self.digests: list[Optional[bytes]] = []
+        self.digests: list[bytes | None] = []
         self.held: list[Any] = []
         self._bytes = 0
-        self.expected: Optional[list[bytes]] = None
-        self.stored: Optional[str] = None
+        self.expected: list[bytes] | None = None
+        self.stored: str | None = None
         found = cache.get(entry)
-        if found is not None and len(found) == 2 and found[0].dtype == torch.uint8 and found[0].dim() == 2 \
-                and tuple(found[0].shape) == (trials, _DIGEST) and found[1].dtype == torch.uint8:
+        if (
+            found is not None
+            and len(found) == 2
+            and found[0].dtype == torch.uint8
+            and found[0].dim() == 2
+            and tuple(found[0].shape) == (trials, _DIGEST)
+            and found[1].dtype == torch.uint8
+        ):
             self.expected = [bytes(row) for row in found[0].numpy()]
             self.stored = bytes(found[1].numpy()).decode("utf-8", "replace")
         self.matching = self.expected is not None
@@ -134,8 +140,12 @@ class Memo:
         if self.matching:
             size = _nbytes(trial)
             k = len(self.digests) - 1
-            if (digest is not None and k < len(self.expected) and digest == self.expected[k]
-                    and self._bytes + size <= HOLD_BYTES):
+            if (
+                digest is not None
+                and k < len(self.expected)
+                and digest == self.expected[k]
+                and self._bytes + size <= HOLD_BYTES
+            ):
                 self.held.append(trial)
                 self._bytes += size
                 return True
@@ -147,7 +157,7 @@ class Memo:
         held, self.held, self._bytes = self.held, [], 0
         return held
 
-    def result(self, update: dict[str, Any]) -> Optional[Any]:
+    def result(self, update: dict[str, Any]) -> Any | None:
         """The recorded measurement with ``update`` applied, when every trial matched; else ``None``."""
         if not (self.matching and len(self.held) == self.trials and self.stored is not None):
             return None
@@ -183,7 +193,7 @@ def _text(value: Any) -> str:
     return repr(value)
 
 
-def memo_for(case: Any, rules: Any, references: Any, trials: int, device: torch.device) -> Optional[Memo]:
+def memo_for(case: Any, rules: Any, references: Any, trials: int, device: torch.device) -> Memo | None:
     """The memo of ``case`` (``references``: its :class:`acceptance.measure.references.CaseReferences`), or ``None``
     when it has none: no cache, references not cached, a spec or rules without a stable text form. ``device``
     (the impl's) is part of the key: the outputs of one device are never taken for another's."""
@@ -194,6 +204,13 @@ def memo_for(case: Any, rules: Any, references: Any, trials: int, device: torch.
     text = _text(case) + "|" + _text(rules)  # the case's holds its spec's
     if " at 0x" in text:
         return None
-    entry = key(role="measurement", reference=references.base, fns=references.fns, spec=text, trials=trials,
-                device=device.type, code=code_digest())
+    entry = key(
+        role="measurement",
+        reference=references.base,
+        fns=references.fns,
+        spec=text,
+        trials=trials,
+        device=device.type,
+        code=code_digest(),
+    )
     return Memo(references.cache, entry, trials)

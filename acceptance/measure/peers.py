@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
@@ -37,8 +36,7 @@ ASSERT_CLOSE_TOLERANCES: dict[str, tuple[float, float]] = {
 DYNAMO_TOL = 1e-4
 
 
-def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float,
-                f64: Optional[diagnose.Float64] = None) -> int:
+def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float, f64: diagnose.Float64 | None = None) -> int:
     """Elements failing |e - b| <= atol + rtol·|b| (NaN anywhere fails; equal infinities pass); counted piece by
     piece (:data:`acceptance.measure.diagnose.DIAGNOSIS_BLOCK` elements), so the float64 temporaries stay small.
     ``f64``: where float64 copies of e and b may already be (:data:`acceptance.measure.diagnose.Float64`)."""
@@ -48,8 +46,9 @@ def _mismatches(e: torch.Tensor, b: torch.Tensor, rtol: float, atol: float,
     for lo in range(0, flat_e.numel(), diagnose.DIAGNOSIS_BLOCK):
         piece = slice(lo, lo + diagnose.DIAGNOSIS_BLOCK)
         if diagnose._on_host(e, b):  # one fused pass per piece, the same count
-            count += elementwise.close_mismatches(diagnose.piece64(e, lo, f64), diagnose.piece64(b, lo, f64),
-                                                  rtol, atol)
+            count += elementwise.close_mismatches(
+                diagnose.piece64(e, lo, f64), diagnose.piece64(b, lo, f64), rtol, atol
+            )
             continue
         e64, b64 = flat_e[piece].to(torch.float64), flat_b[piece].to(device=e.device, dtype=torch.float64)
         close = (e64 - b64).abs() <= atol + rtol * b64.abs()
@@ -69,8 +68,16 @@ class Peers:
     dynamo: list[str] = field(default_factory=list)
     flash: list[str] = field(default_factory=list)
 
-    def add(self, trial: int, out: int, e: torch.Tensor, b: torch.Tensor, eo: dict, bo: dict,
-            f64: Optional[diagnose.Float64] = None) -> None:
+    def add(
+        self,
+        trial: int,
+        out: int,
+        e: torch.Tensor,
+        b: torch.Tensor,
+        eo: dict,
+        bo: dict,
+        f64: diagnose.Float64 | None = None,
+    ) -> None:
         """Fold in one trial of one output; ``eo``/``bo`` are the metrics of impl and baseline against the oracle;
         ``f64``: where float64 copies of e and b may already be."""
         where = f"trial {trial}" + (f", output {out}" if out else "")
@@ -88,15 +95,23 @@ class Peers:
 
     def advisories(self, trials: int) -> list[Advisory]:
         rtol, atol = ASSERT_CLOSE_TOLERANCES.get(self.dtype, (0.0, 0.0))
-        close = (f"rtol {fmt(rtol)}, atol {fmt(atol)}: " +
-                 (f"fails in {self.close_fail} of {trials} trials, up to {self.close_worst} of {self.elements} "
-                  "elements" if self.close_fail else "every element within tolerance"))
+        close = f"rtol {fmt(rtol)}, atol {fmt(atol)}: " + (
+            f"fails in {self.close_fail} of {trials} trials, up to {self.close_worst} of {self.elements} elements"
+            if self.close_fail
+            else "every element within tolerance"
+        )
         return [
             Advisory(name="torch.testing.assert_close", passed=not self.close_fail, detail=close),
-            Advisory(name="dynamo fp64 RMSE", passed=not self.dynamo,
-                     detail=_first(self.dynamo, "RMSE vs fp64 within the multiplier of the baseline's")),
-            Advisory(name="FlashAttention 2x max error", passed=not self.flash,
-                     detail=_first(self.flash, "max|e-o| within 2x the baseline's")),
+            Advisory(
+                name="dynamo fp64 RMSE",
+                passed=not self.dynamo,
+                detail=_first(self.dynamo, "RMSE vs fp64 within the multiplier of the baseline's"),
+            ),
+            Advisory(
+                name="FlashAttention 2x max error",
+                passed=not self.flash,
+                detail=_first(self.flash, "max|e-o| within 2x the baseline's"),
+            ),
         ]
 
 
@@ -104,4 +119,3 @@ def _first(found: list[str], otherwise: str) -> str:
     if not found:
         return otherwise
     return found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
-

@@ -43,26 +43,47 @@ import dataclasses
 import functools
 import hashlib
 import math
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
 from acceptance.cache import FingerprintError, ReferenceCache, callable_fingerprint, canonical_json, key
 from acceptance.cache.store import QUEUED_BYTES, shared
-from acceptance.formats import dtypes
 from acceptance.errors import CaseError
-from acceptance.spec.inputs import Recipe
-from acceptance.spec import Case
+from acceptance.formats import dtypes
 from acceptance.isolation.worker import IMPL, Call
+from acceptance.spec import Case
+from acceptance.spec.inputs import Recipe
 
 Tensors = tuple[torch.Tensor, ...]
 
 #: Spec fields that cannot change an input, a baseline output or an oracle output.
-NOT_IN_KEY = frozenset({
-    "path", "name", "category", "description", "impl", "dtypes", "cases", "trials", "thresholds", "floors",
-    "timeout", "baseline_timeout", "oracle_timeout", "memory_limit_gib", "atomic_runs", "dual_delta", "waivers",
-    "overrides", "deterministic", "tier", "perf",
-})
+NOT_IN_KEY = frozenset(
+    {
+        "path",
+        "name",
+        "category",
+        "description",
+        "impl",
+        "dtypes",
+        "cases",
+        "trials",
+        "thresholds",
+        "floors",
+        "timeout",
+        "baseline_timeout",
+        "oracle_timeout",
+        "memory_limit_gib",
+        "atomic_runs",
+        "dual_delta",
+        "waivers",
+        "overrides",
+        "deterministic",
+        "tier",
+        "perf",
+    }
+)
 
 #: Roles whose per-role keyword arguments (``<role>_params``) a reference depends on.
 KEYED_ROLES = ("baseline", "oracle")
@@ -99,13 +120,17 @@ def generator_fingerprint() -> str:
     return _fingerprint_hex(generate)
 
 
-def spec_part(case: Case) -> Optional[str]:
+def spec_part(case: Case) -> str | None:
     """The repr of the spec fields and case values a reference depends on (see the module docstring), or
     ``None`` when a repr shows a memory address (an object without a stable text form: such a case is not
     cached)."""
     fields = {f.name: getattr(case.spec, f.name) for f in dataclasses.fields(case.spec) if f.name not in NOT_IN_KEY}
-    own = {"params": case.params, "symbols": case.symbols, "preset": case.preset,
-           "role_params": {r: case.role_params[r] for r in KEYED_ROLES if r in case.role_params}}
+    own = {
+        "params": case.params,
+        "symbols": case.symbols,
+        "preset": case.preset,
+        "role_params": {r: case.role_params[r] for r in KEYED_ROLES if r in case.role_params},
+    }
     text = repr(sorted(fields.items())) + "|" + repr(_sorted(own))
     return None if " at 0x" in text else text
 
@@ -122,7 +147,7 @@ class CaseReferences:
     input generation (:meth:`inputs`). ``fns`` maps "baseline"/"oracle" to the callable's fingerprint (``None``:
     not cached); ``base`` is ``None`` when the case is not cached at all."""
 
-    def __init__(self, cache: ReferenceCache, base: Optional[dict[str, Any]], fns: dict[str, Optional[str]]):
+    def __init__(self, cache: ReferenceCache, base: dict[str, Any] | None, fns: dict[str, str | None]):
         self.cache = cache
         self.base = base
         self.fns = fns
@@ -130,14 +155,14 @@ class CaseReferences:
         self._fresh: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs computed here, to be packed
         self._fresh_bytes: dict[str, int] = {}  # role -> bytes of its fresh trials
         self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
-        self._recipe: Optional[CachedRecipe] = None  # the case's inputs as this process reads and makes them
+        self._recipe: CachedRecipe | None = None  # the case's inputs as this process reads and makes them
 
     def _stored(self, role: str) -> bool:
         """Whether ``role``'s tensors are cached: the cache is on, the case has its key fields, and the role's
         callable a fingerprint (the inputs need none)."""
         return self.base is not None and self.cache.enabled and (role == "inputs" or self.fns.get(role) is not None)
 
-    def _key(self, role: str, trial: int | str) -> Optional[str]:
+    def _key(self, role: str, trial: int | str) -> str | None:
         if not self._stored(role):
             return None
         return key(role=role, trial=trial, fn=self.fns.get(role), **self.base)
@@ -150,7 +175,7 @@ class CaseReferences:
             self._packed[role] = _unpack(found) if found is not None else {}
         return self._packed[role]
 
-    def get(self, role: str, trial: int) -> Optional[Tensors]:
+    def get(self, role: str, trial: int) -> Tensors | None:
         pack = self._pack(role)
         if trial in pack:
             return pack[trial]
@@ -214,8 +239,10 @@ class CaseReferences:
 def _input_bytes(case: Case) -> int:
     """Bytes of one trial's inputs of ``case`` (none quantized): float inputs in the test dtype, the others
     in their own."""
-    return sum(math.prod(shape) * dtypes.torch_dtype(inp.dtype or case.dtype).itemsize
-               for inp, shape in zip(case.spec.inputs, case.shapes))
+    return sum(
+        math.prod(shape) * dtypes.torch_dtype(inp.dtype or case.dtype).itemsize
+        for inp, shape in zip(case.spec.inputs, case.shapes, strict=False)
+    )
 
 
 class CachedRecipe(Recipe):
@@ -241,19 +268,24 @@ class CachedRecipe(Recipe):
     def __init__(self, case: Case, cache: ReferenceCache, keys: dict[int | str, str], trials: int):
         super().__init__(case)
         self.root, self.max_bytes, self.keys, self.trials = str(cache.root), cache.max_bytes, keys, trials
-        self._store: Optional[ReferenceCache] = cache
+        self._store: ReferenceCache | None = cache
         self._forget()
 
     def _forget(self) -> None:
-        self._pack: Optional[dict[int, Tensors]] = None  # trials read from the pack and not handed out yet
+        self._pack: dict[int, Tensors] | None = None  # trials read from the pack and not handed out yet
         self._read: set[int] = set()  # trials handed out from the pack
         self._made: dict[int, Tensors] = {}  # trials made here, as made (their own copies), for the pack
         self._seen: set[int] = set()  # trials read or made
         self._due = False  # every trial read or made, some made: the pack is to be written
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"case": self.case, "root": self.root, "max_bytes": self.max_bytes, "keys": self.keys,
-                "trials": self.trials}
+        return {
+            "case": self.case,
+            "root": self.root,
+            "max_bytes": self.max_bytes,
+            "keys": self.keys,
+            "trials": self.trials,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -328,7 +360,7 @@ def _unpack(tensors: Tensors) -> dict[int, Tensors]:
         return {}
     out, at = {}, 1
     for t, n in rows:
-        out[t] = tuple(tensors[at:at + n])
+        out[t] = tuple(tensors[at : at + n])
         at += n
     return out
 
@@ -336,23 +368,30 @@ def _unpack(tensors: Tensors) -> dict[int, Tensors]:
 class RunReferences:
     """The cache of one run and the fingerprints found so far (one worker call per distinct callable)."""
 
-    def __init__(self, cache: Optional[ReferenceCache] = None):
+    def __init__(self, cache: ReferenceCache | None = None):
         self.cache = cache if cache is not None else ReferenceCache(enabled=False)
-        self._fps: dict[Any, Optional[str]] = {}
+        self._fps: dict[Any, str | None] = {}
 
-    def _fingerprint(self, role: str, ref: Any, worker: Any) -> Optional[str]:
+    def _fingerprint(self, role: str, ref: Any, worker: Any) -> str | None:
         """Fingerprint of a role's callable: resolved in the worker (``ref`` a :data:`acceptance.isolation.worker.Ref`)
         or, without one, ``ref`` is the callable itself. ``None`` when it cannot be identified."""
         memo = ref if worker is not None else id(ref)
         if memo in self._fps:
             return self._fps[memo]
-        found: Optional[str] = None
+        found: str | None = None
         try:
             if worker is None:
                 found = _fingerprint_hex(ref)
             else:
-                outs, _ = worker.call(f"{role} fingerprint", ("fingerprint", ref), 0, (), {},
-                                      device=torch.device("cpu"), timeout=FINGERPRINT_TIMEOUT)
+                outs, _ = worker.call(
+                    f"{role} fingerprint",
+                    ("fingerprint", ref),
+                    0,
+                    (),
+                    {},
+                    device=torch.device("cpu"),
+                    timeout=FINGERPRINT_TIMEOUT,
+                )
                 found = _answered_hex(outs)
         except (CaseError, FingerprintError, TypeError, ValueError, RecursionError):
             found = None
@@ -378,8 +417,9 @@ class RunReferences:
         if not todo:
             return
         cpu = torch.device("cpu")
-        batch = worker.submit(0, ((),), [Call(f"{role} fingerprint", ("fingerprint", ref), IMPL, {}, cpu)
-                                         for ref, role in todo.items()])
+        batch = worker.submit(
+            0, ((),), [Call(f"{role} fingerprint", ("fingerprint", ref), IMPL, {}, cpu) for ref, role in todo.items()]
+        )
         for ref in todo:
             try:
                 self._fps[ref] = _answered_hex(batch.next(timeout=FINGERPRINT_TIMEOUT)[0])
@@ -411,8 +451,9 @@ class RunReferences:
             return CaseReferences(self.cache, None, {})
         seed = case.spec.seed
         threads = getattr(worker, "threads", None) or torch.get_num_threads()  # where the references compute
-        base = dict(case=case.id, dtype=case.dtype, seed=seed, spec=spec,
-                    generator=generator, threads=threads)
-        fns = {"baseline": self._fingerprint("baseline", roles.baseline, worker),
-               "oracle": self._fingerprint("oracle", roles.oracle, worker)}
+        base = dict(case=case.id, dtype=case.dtype, seed=seed, spec=spec, generator=generator, threads=threads)
+        fns = {
+            "baseline": self._fingerprint("baseline", roles.baseline, worker),
+            "oracle": self._fingerprint("oracle", roles.oracle, worker),
+        }
         return CaseReferences(self.cache, base, fns)

@@ -14,12 +14,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from acceptance.measure import determinism
-from acceptance.numerics.emulate import roles as emulation
 from acceptance.formats import presets
+from acceptance.measure import determinism
 from acceptance.measure.engine import Trial
+from acceptance.numerics.emulate import roles as emulation
 from acceptance.spec import Case
 
 #: Impl runs per trial where an impl is not atomic_add (atomic_add uses the spec's ``atomic_runs``).
@@ -65,26 +65,29 @@ class Extras:
     def add(self, t: Trial) -> None:
         self.impl.add(t.impl, t.repeats)
         self.baseline.add(t.baseline, t.baseline_repeats)
-        for b, o in zip(t.baseline, t.oracle or ()):
+        for b, o in zip(t.baseline, t.oracle or (), strict=False):
             dtype = str(b.dtype).removeprefix("torch.")
             if not b.is_floating_point() or dtype not in presets._FLOAT_DTYPES:
                 continue
             c = presets.range_counts(o, dtype)
             old = self.counts.setdefault(dtype, [0] * 5)
-            self.counts[dtype] = [x + y for x, y in zip(old, c[1:])]
+            self.counts[dtype] = [x + y for x, y in zip(old, c[1:], strict=False)]
 
-    def oracle_range(self) -> Optional[str]:
+    def oracle_range(self) -> str | None:
         # overflow and underflow only: the dtype cannot hold the true result at all (subnormal results it can)
         lines = [presets.range_text(presets.RangeCounts(dt, c[0], c[1], c[2], 0, 0)) for dt, c in self.counts.items()]
         return "; ".join(line for line in lines if line) or None
 
-    def error(self) -> Optional[str]:
+    def error(self) -> str | None:
         return determinism.baseline_error(self.baseline)
 
     def fields(self) -> dict[str, Any]:
         spec = self.case.spec
         em = spec.emulate.get(self.case.dtype)
         must = determinism.required(spec.category, spec.deterministic)
-        return dict(determinism=determinism.record(self.impl, self.baseline, must=must),
-                    emulation=em.describe() if em is not None else None, oracle_range=self.oracle_range(),
-                    layouts=layouts(self.case))
+        return dict(
+            determinism=determinism.record(self.impl, self.baseline, must=must),
+            emulation=em.describe() if em is not None else None,
+            oracle_range=self.oracle_range(),
+            layouts=layouts(self.case),
+        )

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 from acceptance.records import CaseResult
 
@@ -34,7 +33,7 @@ _SUMMARY = re.compile(r"^(ERROR|RACECHECK|LEAK) SUMMARY:\s*(\d+)\s+(error|hazard
 _ERRORS_IN_PARENS = re.compile(r"\((\d+) errors?, (\d+) warnings?\)")
 
 
-def unavailable(device_type: str) -> Optional[str]:
+def unavailable(device_type: str) -> str | None:
     """Why ``--sanitize`` cannot run here, or ``None`` when it can."""
     if device_type != "cuda":
         return f"--sanitize needs a CUDA device (the impl runs on {device_type}); compute-sanitizer checks GPU kernels only"
@@ -51,9 +50,9 @@ def findings(report: str) -> tuple[int, list[str]]:
     ``RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)`` the errors E; when no summary is
     printed (the process died), every ``Error``/``Invalid`` line counts.
     """
-    lines = [line[len(_PREFIX):].strip() for line in report.splitlines() if line.startswith(_PREFIX)]
+    lines = [line[len(_PREFIX) :].strip() for line in report.splitlines() if line.startswith(_PREFIX)]
     lines = [line for line in lines if line and line != "COMPUTE-SANITIZER"]
-    count: Optional[int] = None
+    count: int | None = None
     body = []
     for line in lines:
         m = _SUMMARY.match(line)
@@ -73,8 +72,19 @@ def check(case_id: str, spec_path: Path, result: CaseResult, device: str) -> Cas
     if result.error is not None:
         return result
     for tool in TOOLS:
-        cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20",
-               sys.executable, "-m", "acceptance.measure.sanitize", str(spec_path), case_id, device]
+        cmd = [
+            "compute-sanitizer",
+            "--tool",
+            tool,
+            "--print-limit",
+            "20",
+            sys.executable,
+            "-m",
+            "acceptance.measure.sanitize",
+            str(spec_path),
+            case_id,
+            device,
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -82,8 +92,11 @@ def check(case_id: str, spec_path: Path, result: CaseResult, device: str) -> Cas
         n, first = findings(done.stdout + "\n" + done.stderr)
         if n or (done.returncode != 0 and not first):
             shown = " | ".join(first) or (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return result.model_copy(update={
-                "error": f"compute-sanitizer {tool}: {n} error(s) in the impl (exit status {done.returncode}): {shown}"})
+            return result.model_copy(
+                update={
+                    "error": f"compute-sanitizer {tool}: {n} error(s) in the impl (exit status {done.returncode}): {shown}"
+                }
+            )
     return result
 
 
@@ -92,9 +105,9 @@ def _main(argv: list[str]) -> int:  # pragma: no cover - runs under compute-sani
     import torch
 
     from acceptance.measure import roles as faithful
-    from acceptance.spec.inputs import generate
     from acceptance.spec import expand, load_spec, resolve_roles
     from acceptance.spec.axes import with_seeds
+    from acceptance.spec.inputs import generate
 
     spec_path, case_id, device = argv
     spec, problems = load_spec(Path(spec_path))

@@ -26,8 +26,9 @@ device copy whose time gives the measured copy bandwidth.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -85,8 +86,9 @@ def timed_call(fn: Callable, args: tuple, params: dict, device: torch.device) ->
     return value, time.perf_counter() - started
 
 
-def time_calls(fn: Callable, args: tuple, params: dict, device: torch.device, options: TimerOptions
-               ) -> tuple[Any, list[float], list[float]]:
+def time_calls(
+    fn: Callable, args: tuple, params: dict, device: torch.device, options: TimerOptions
+) -> tuple[Any, list[float], list[float]]:
     """(last value, warm-up call seconds, timed call seconds): the loop of the module docstring."""
     warm: list[float] = []
     value = None
@@ -124,8 +126,10 @@ def copy_probe(size: torch.Tensor) -> torch.Tensor:
     key = (str(size.device), n)
     if key not in _COPY_BUFFERS:
         _COPY_BUFFERS.clear()
-        _COPY_BUFFERS[key] = (torch.ones(n, dtype=torch.uint8, device=size.device),
-                              torch.empty(n, dtype=torch.uint8, device=size.device))
+        _COPY_BUFFERS[key] = (
+            torch.ones(n, dtype=torch.uint8, device=size.device),
+            torch.empty(n, dtype=torch.uint8, device=size.device),
+        )
     src, dst = _COPY_BUFFERS[key]
     dst.copy_(src)
     return dst[:1].clone()

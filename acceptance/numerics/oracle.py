@@ -13,8 +13,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any
 
 import mpmath
 
@@ -115,7 +116,7 @@ def _gelu(ctx: Any, x: Any, approximate: str = "none") -> Any:
 
 #: name -> (high-precision formula (ctx, *args, **params), the float64 torch function for IEEE special points,
 #: by its name under ``torch``). Names not listed map to ``mpmath.<name>`` directly.
-_FUNCTIONS: dict[str, tuple[Fn, Optional[str]]] = {
+_FUNCTIONS: dict[str, tuple[Fn, str | None]] = {
     "exp": (lambda c, x: c.exp(x), "exp"),
     "exp2": (lambda c, x: c.power(2, x), "exp2"),
     "expm1": (lambda c, x: c.expm1(x), "expm1"),
@@ -204,8 +205,7 @@ def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tens
         formula, special = (lambda c, *xs, _f=name: getattr(c, _f)(*xs)), None
     else:
         raise ValueError(
-            f"mpmath oracle: unknown function {name!r}; known: {', '.join(mpmath_names())} "
-            "or any mpmath function name"
+            f"mpmath oracle: unknown function {name!r}; known: {', '.join(mpmath_names())} or any mpmath function name"
         )
     ctx = mpmath.MPContext()
     ctx.dps = dps
@@ -220,14 +220,16 @@ def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tens
             raise ValueError(f"mpmath oracle {name!r}: inputs do not broadcast: {exc}") from None
         columns = [x.reshape(-1).tolist() for x in xs]
         out = []
-        for values in zip(*columns):
+        for values in zip(*columns, strict=False):
             try:
                 out.append(to_float64(formula(ctx, *(ctx.mpf(v) for v in values), **params)))
             except (ValueError, ZeroDivisionError):
                 out.append(math.nan)
         result = torch.tensor(out, dtype=torch.float64).reshape(xs[0].shape)
         if special is not None:
-            mask = torch.tensor([_is_special(v) for v in zip(*columns)], dtype=torch.bool).reshape(result.shape)
+            mask = torch.tensor([_is_special(v) for v in zip(*columns, strict=False)], dtype=torch.bool).reshape(
+                result.shape
+            )
             if mask.any():
                 result = torch.where(mask, _torch_function(special)(*xs, **params), result)
         return result

@@ -22,25 +22,55 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import model_validator
 
-from acceptance.records.base import (SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Model as _Model, Verdict,
-                                     json_float)
+from acceptance.records.base import SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Verdict, json_float
+from acceptance.records.base import Model as _Model
 from acceptance.records.comparison import CaseComparison, Comparison, MetricRatio, PerfRatio
 from acceptance.records.perf import PerfRecord
 from acceptance.records.waivers import WaiverRecord
 
 __all__ = [
-    "SCHEMA_VERSION", "VERDICT_ORDER", "JFloat", "MetricValue", "Verdict", "json_float",
-    "CaseComparison", "Comparison", "MetricRatio", "PerfRatio", "PerfRecord", "WaiverRecord",
-    "Environment", "CriterionKind", "Criterion", "WorstElement", "Describe", "StatTest", "DualDeltaRecord",
-    "Determinism", "Timing", "UlpStats", "Bias", "Advisory", "Diff4Counts", "CaseResult", "Summary", "Results",
-    "sorted_failures_first", "REL_ERROR_BUCKETS",
+    "SCHEMA_VERSION",
+    "VERDICT_ORDER",
+    "JFloat",
+    "MetricValue",
+    "Verdict",
+    "json_float",
+    "CaseComparison",
+    "Comparison",
+    "MetricRatio",
+    "PerfRatio",
+    "PerfRecord",
+    "WaiverRecord",
+    "Environment",
+    "CriterionKind",
+    "Criterion",
+    "WorstElement",
+    "Describe",
+    "StatTest",
+    "DualDeltaRecord",
+    "Determinism",
+    "Timing",
+    "UlpStats",
+    "Bias",
+    "Advisory",
+    "Diff4Counts",
+    "CaseResult",
+    "Summary",
+    "Results",
+    "sorted_failures_first",
+    "REL_ERROR_BUCKETS",
 ]
 
 #: Relative-error buckets of :attr:`CaseResult.rel_error_buckets`, as rocMLIR prints them: label -> upper
 #: bound (exclusive); below them "=0", above them ">1".
 REL_ERROR_BUCKETS: tuple[tuple[str, float], ...] = (
-    ("<1e-6", 1e-6), ("1e-6..1e-5", 1e-5), ("1e-5..1e-4", 1e-4), ("1e-4..1e-3", 1e-3),
-    ("1e-3..1e-2", 1e-2), ("1e-2..1e-1", 1e-1), ("1e-1..1", 1.0),
+    ("<1e-6", 1e-6),
+    ("1e-6..1e-5", 1e-5),
+    ("1e-5..1e-4", 1e-4),
+    ("1e-4..1e-3", 1e-3),
+    ("1e-3..1e-2", 1e-2),
+    ("1e-2..1e-1", 1e-1),
+    ("1e-1..1", 1.0),
 )
 
 
@@ -63,9 +93,9 @@ class Environment(_Model):
     """Device string the impl ran on, e.g. 'cpu', 'cuda:0'."""
     device_name: str
     """Human name, e.g. 'NVIDIA H100 80GB HBM3' or the CPU model."""
-    cuda_version: Optional[str] = None
+    cuda_version: str | None = None
     """CUDA version when the impl ran on a CUDA device."""
-    git_commit: Optional[str] = None
+    git_commit: str | None = None
     """Commit of the working directory, when it is a git checkout."""
     command_line: str = ""
     """The command as typed, rebuilt from its parsed options."""
@@ -94,15 +124,15 @@ class Criterion(_Model):
     value: MetricValue = None
     """The worst value over trials (diff3: [m1, m2]; diff4: [p1, p2, n]; dual_delta: the median paired ratio
     delta_1/delta_2)."""
-    threshold: Union[JFloat, list[JFloat], None] = None
+    threshold: JFloat | list[JFloat] | None = None
     """The threshold ([m1, m2] for diff3; the factor for dual_delta)."""
     comparison: Literal["<=", "==", ">=", "two-sided", "non-inferior"] = "<="
     """How value is held against threshold."""
-    passed: Optional[bool] = None
+    passed: bool | None = None
     """null when not evaluated (note says why, e.g. diff4 with fewer than 100 unequal points)."""
     source: str = ""
     """Where the threshold came from: 'float16 convolution default', 'spec override', ..."""
-    note: Optional[str] = None
+    note: str | None = None
     """More words: why not evaluated, what the other side measured, or a dual-delta conclusion."""
     against: Literal["baseline", "oracle"] = "baseline"
     """What the value was measured against: the baseline, or the oracle (rounded once to the dtype for fixed
@@ -123,15 +153,15 @@ class WorstElement(_Model):
     """The impl's value."""
     baseline: JFloat
     """The baseline's value."""
-    oracle: Optional[JFloat] = None
+    oracle: JFloat | None = None
     """The oracle's value (float64), when the oracle ran."""
     abs_error: JFloat
     """|evaluated - baseline|."""
     rel_error: JFloat
     """|evaluated - baseline| / |baseline|."""
-    oracle_error: Optional[JFloat] = None
+    oracle_error: JFloat | None = None
     """|evaluated - oracle|."""
-    ulp: Optional[JFloat] = None
+    ulp: JFloat | None = None
     """|evaluated - oracle| in units in the last place of the dtype at the oracle's value."""
 
 
@@ -163,13 +193,13 @@ class StatTest(_Model):
 
     name: str
     """ks | wilcoxon | sign | t | shapiro | brown_forsythe | non_inferiority."""
-    statistic: Optional[JFloat] = None
+    statistic: JFloat | None = None
     """The test statistic (null when not run)."""
-    p_value: Optional[JFloat] = None
+    p_value: JFloat | None = None
     """Its p-value (null when not run)."""
     alternative: str = "two-sided"
     """two-sided | greater | less."""
-    note: Optional[str] = None
+    note: str | None = None
     """Why it was not run, or what was left out."""
 
 
@@ -190,7 +220,7 @@ class DualDeltaRecord(_Model):
     """Statistics of delta_1."""
     baseline: Describe
     """Statistics of delta_2."""
-    ratio: Optional[Describe] = None
+    ratio: Describe | None = None
     """Statistics of the paired delta_1/delta_2 where delta_2 > 0."""
     tests: list[StatTest] = []
     """KS, Wilcoxon (both ways), sign, Shapiro-Wilk, paired t, Brown-Forsythe, and the non-inferiority sign test."""
@@ -202,19 +232,19 @@ class DualDeltaRecord(_Model):
     """Level of the tests and of the gate."""
     free: JFloat = 0.0
     """Error always allowed: the output dtype's own rounding of the oracle."""
-    p_value: Optional[JFloat] = None
+    p_value: JFloat | None = None
     """p-value of the non-inferiority sign test."""
-    p_adjusted: Optional[JFloat] = None
+    p_adjusted: JFloat | None = None
     """The same after Holm correction over the run."""
-    p_worst: Optional[JFloat] = None
+    p_worst: JFloat | None = None
     """p-value of the worst-trial test (the impl's worst trial against n draws of factor x the baseline's error)."""
-    p_worst_adjusted: Optional[JFloat] = None
+    p_worst_adjusted: JFloat | None = None
     """The same after Holm correction over the run."""
-    passed: Optional[bool] = None
+    passed: bool | None = None
     """The gate's decision (null until decided)."""
     reasons: list[str] = []
     """Why the gate failed (empty on a pass)."""
-    floor: Optional[JFloat] = None
+    floor: JFloat | None = None
     """Accuracy floor, ulp against the oracle: a trial whose impl error is within it counts as within allowance."""
     impl_ulp: list[JFloat] = []
     """Per trial: the impl's ULP error against the oracle the floor is compared with (max or mean, as the metric)."""
@@ -337,7 +367,7 @@ class CaseResult(_Model):
     """Trials run."""
     seed: int
     """Spec seed (inputs depend on it, the case id and the trial)."""
-    verdict: Optional[Verdict] = None
+    verdict: Verdict | None = None
     """pass | fail | error | skip (null only before the decision)."""
     reasons: list[str] = []
     """Why, in words; non-empty unless pass."""
@@ -355,30 +385,30 @@ class CaseResult(_Model):
     """Per output: the signed error against the oracle (the diff4 rule's material-bias test)."""
     bit_mismatches: list[int] = []
     """Per output, bit-exact categories: elements whose bits match neither the baseline nor the rounded oracle."""
-    compared: Optional[int] = None
+    compared: int | None = None
     """Elements compared numerically over all outputs and trials (0: nothing was compared)."""
-    vacuous: Optional[str] = None
+    vacuous: str | None = None
     """Why the case says nothing, when it does not (no finite element compared, or a constant answer where the
     oracle varies); --strict fails it."""
     advisory: list[Advisory] = []
     """What peers' gates would have said (never deciding)."""
-    worst: Optional[WorstElement] = None
+    worst: WorstElement | None = None
     """The element with the largest |impl - baseline|."""
-    bad_fraction: Optional[JFloat] = None
+    bad_fraction: JFloat | None = None
     """Fraction of elements over tolerance, worst trial."""
-    bad_location: Optional[str] = None
+    bad_location: str | None = None
     """Where the elements over tolerance sit, in words."""
     tolerance_to_pass: dict[str, JFloat] = {}
     """Per failing metric: the smallest threshold that would pass."""
     rel_error_buckets: dict[str, int] = {}
     """Counts of |e-b|/|b| over all trials: '=0', '<1e-6', '1e-6..1e-5', ..., '>1'."""
-    atomic_spread: Optional[JFloat] = None
+    atomic_spread: JFloat | None = None
     """max |run_i - run_j| of impl on the same inputs (atomic_add)."""
-    determinism: Optional[Determinism] = None
+    determinism: Determinism | None = None
     """Run-to-run determinism of impl and baseline (null: not measured)."""
-    emulation: Optional[str] = None
+    emulation: str | None = None
     """The emulation the baseline used, in words (null: the baseline as written)."""
-    oracle_range: Optional[str] = None
+    oracle_range: str | None = None
     """Where the oracle leaves the test dtype's range (overflow, underflow, subnormal results), in words."""
     layouts: dict[str, str] = {}
     """Inputs the impl got in a non-contiguous memory layout: input name -> layout."""
@@ -388,11 +418,11 @@ class CaseResult(_Model):
     """Dual-delta analyses, one per (output, metric)."""
     timing: Timing = Timing()
     """Seconds per role."""
-    waiver: Optional[str] = None
+    waiver: str | None = None
     """The spec's waiver in force for this case; a waived failure has verdict 'skip'."""
-    error: Optional[str] = None
+    error: str | None = None
     """Message when the run of the case broke (verdict 'error')."""
-    perf: Optional[PerfRecord] = None
+    perf: PerfRecord | None = None
     """Timing by ``acceptance bench`` (null from ``acceptance run``)."""
     warnings: list[str] = []
     """What the code under test reported without breaking: torch.compile graph breaks, recompilations, an
@@ -435,13 +465,13 @@ class Results(_Model):
     """The run was stopped before every case ran (Ctrl-C, SIGTERM); not_run lists the rest."""
     not_run: list[str] = []
     """Ids of the cases an interrupted run did not run."""
-    comparison: Optional[Comparison] = None
+    comparison: Comparison | None = None
     """The comparison with a base run (``acceptance run --compare-to``), when asked for."""
     waivers: list[WaiverRecord] = []
     """Every waiver of the specs run, with what it did in this run (applied, unmatched, expired)."""
 
     @model_validator(mode="after")
-    def _decided(self) -> "Results":
+    def _decided(self) -> Results:
         undecided = [c.id for c in self.cases if c.verdict is None]
         if undecided:
             raise ValueError(f"{len(undecided)} case(s) have no verdict, e.g. {undecided[0]}")

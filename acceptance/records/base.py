@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 
@@ -13,7 +13,7 @@ Verdict = Literal["pass", "fail", "error", "skip"]
 VERDICT_ORDER: dict[str, int] = {"fail": 0, "error": 1, "skip": 2, "pass": 3}
 
 
-def json_float(x: float) -> Union[float, str]:
+def json_float(x: float) -> float | str:
     """``inf``, ``-inf`` and ``nan`` as the strings strict JSON can hold; other values unchanged."""
     if isinstance(x, float) and not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")

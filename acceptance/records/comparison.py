@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
-from acceptance.records.base import JFloat, Model as _Model, Verdict
+from acceptance.records.base import JFloat, Verdict
+from acceptance.records.base import Model as _Model
 
 
 class MetricRatio(_Model):
@@ -21,7 +22,7 @@ class MetricRatio(_Model):
     """Its value in the new run."""
     ratio: JFloat
     """max(new, floor) / max(base, floor), floor the dtype's rounding floor of the metric."""
-    normalized: Optional[JFloat] = None
+    normalized: JFloat | None = None
     """The same ratio with each run's impl error divided by its own baseline's error against the oracle (the
     input draw cancels); null without an oracle."""
     grew: bool = False
@@ -45,7 +46,7 @@ class PerfRatio(_Model):
     """new_p10_s > base_p90_s: the new run's fastest tenth of calls is slower than the base run's slowest tenth."""
     slower: bool = False
     """ratio > max_slowdown and separated: a performance regression."""
-    note: Optional[str] = None
+    note: str | None = None
     """Why the timings were not compared (different device or timer), when they were not."""
 
 
@@ -58,21 +59,21 @@ class CaseComparison(_Model):
     """Operator."""
     dtype: str
     """Dtype."""
-    base_verdict: Optional[Verdict] = None
+    base_verdict: Verdict | None = None
     """Verdict in the base run (null: not in it)."""
-    new_verdict: Optional[Verdict] = None
+    new_verdict: Verdict | None = None
     """Verdict in the new run (null: not in it)."""
     change: Literal["same", "regressed", "fixed", "changed", "new", "removed"] = "same"
     """How the verdict moved: regressed (pass or skip to fail or error), fixed (the reverse), new, removed."""
     ratios: list[MetricRatio] = []
     """Per compared metric and output."""
-    worst_ratio: Optional[JFloat] = None
+    worst_ratio: JFloat | None = None
     """The largest ratio NEW/BASE over the metrics."""
     grew: bool = False
     """Some metric's error grew by more than the allowed factor."""
-    time_ratio: Optional[JFloat] = None
+    time_ratio: JFloat | None = None
     """Total case time NEW/BASE, when both runs recorded it (advisory)."""
-    perf: Optional[PerfRatio] = None
+    perf: PerfRatio | None = None
     """The impl's timed calls NEW/BASE, when both runs timed the case (``acceptance bench``)."""
     slower: bool = False
     """The impl slowed down by more than the allowed factor (see :class:`PerfRatio`)."""
@@ -95,6 +96,6 @@ class Comparison(_Model):
     """Waived case ids that pass in the new run: their waiver can go."""
     passed: bool = True
     """No regression."""
-    max_slowdown: Optional[JFloat] = None
+    max_slowdown: JFloat | None = None
     """A timed case may slow down by this factor (median NEW/BASE) before it is a regression; null in comparisons
     written before timings were compared."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
-from acceptance.records.base import JFloat, Model as _Model
+from acceptance.records.base import JFloat
+from acceptance.records.base import Model as _Model
 
 
 class PerfRecord(_Model):
@@ -19,7 +20,7 @@ class PerfRecord(_Model):
     """Timed calls."""
     warmup_runs: int
     """Warm-up calls before them (not in any statistic)."""
-    first_call_s: Optional[JFloat] = None
+    first_call_s: JFloat | None = None
     """Seconds of the first warm-up call (compilation, caches)."""
     median_s: JFloat
     """Median seconds per call."""
@@ -31,25 +32,25 @@ class PerfRecord(_Model):
     """90th percentile, seconds."""
     mean_s: JFloat
     """Mean seconds per call."""
-    flops: Optional[int] = None
+    flops: int | None = None
     """Floating-point operations per call (perf.flops for this case)."""
-    bytes: Optional[int] = None
+    bytes: int | None = None
     """Bytes moved per call (perf.bytes for this case)."""
-    gflops: Optional[JFloat] = None
+    gflops: JFloat | None = None
     """flops / median_s / 1e9."""
-    gbps: Optional[JFloat] = None
+    gbps: JFloat | None = None
     """bytes / median_s / 1e9."""
-    copy_gbps: Optional[JFloat] = None
+    copy_gbps: JFloat | None = None
     """The device's measured copy bandwidth, GB/s (2 x bytes copied / median copy time / 1e9)."""
-    bandwidth_fraction: Optional[JFloat] = None
+    bandwidth_fraction: JFloat | None = None
     """gbps / copy_gbps: the fraction of the measured copy bandwidth (the roofline figure)."""
-    baseline: Optional[str] = None
+    baseline: str | None = None
     """The perf baseline callable (perf.baseline), timed the same way on the same device and inputs."""
-    baseline_runs: Optional[int] = None
+    baseline_runs: int | None = None
     """Its timed calls."""
-    baseline_median_s: Optional[JFloat] = None
+    baseline_median_s: JFloat | None = None
     """Its median seconds per call."""
-    speedup: Optional[JFloat] = None
+    speedup: JFloat | None = None
     """baseline_median_s / median_s."""
-    min_speedup: Optional[JFloat] = None
+    min_speedup: JFloat | None = None
     """The gate: speedup must be >= this (perf.min_speedup)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from acceptance.records.base import Model as _Model
 
@@ -20,9 +20,9 @@ class WaiverRecord(_Model):
     """Why the cases are waived."""
     covers: list[str] = ["fail"]
     """The verdicts it waives: fail, error."""
-    expires: Optional[str] = None
+    expires: str | None = None
     """Last day it applies (ISO date), null for never."""
-    link: Optional[str] = None
+    link: str | None = None
     """Where its fix is tracked."""
     status: Literal["applied", "unmatched", "expired"]
     """applied: it waived a case of this run; unmatched: no case of this run needed it; expired: past its date,

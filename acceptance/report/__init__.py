@@ -9,8 +9,9 @@ line starts without loading Jinja2 or the SVG code.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # pydantic loads only when a reporter renders
     from acceptance.records import Results
@@ -21,8 +22,8 @@ class Context:
     """What a reporter may need beyond the results: the digest of the results.json it renders, a link to
     the uploaded reports."""
 
-    results_sha256: Optional[str] = None
-    artifact_url: Optional[str] = None
+    results_sha256: str | None = None
+    artifact_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,35 @@ class Reporter:
 
 
 REPORTERS: tuple[Reporter, ...] = (
-    Reporter("junit", "junit.xml", "Write JUnit XML (junit-10.xsd) here.", "acceptance.report.junit:render_junit",
-             default=True),
-    Reporter("html", "report.html", "Write the HTML report here.", "acceptance.report.html:render_html",
-             ("results_sha256",), default=True),
-    Reporter("summary", "summary.md", "Write the GitHub job summary (Markdown) here, e.g. \"$GITHUB_STEP_SUMMARY\".",
-             "acceptance.report.github:render_summary", ("artifact_url",)),
-    Reporter("signoff", "signoff.html", "Write the release sign-off here.", "acceptance.report.signoff:render_signoff",
-             ("results_sha256",)),
+    Reporter(
+        "junit",
+        "junit.xml",
+        "Write JUnit XML (junit-10.xsd) here.",
+        "acceptance.report.junit:render_junit",
+        default=True,
+    ),
+    Reporter(
+        "html",
+        "report.html",
+        "Write the HTML report here.",
+        "acceptance.report.html:render_html",
+        ("results_sha256",),
+        default=True,
+    ),
+    Reporter(
+        "summary",
+        "summary.md",
+        'Write the GitHub job summary (Markdown) here, e.g. "$GITHUB_STEP_SUMMARY".',
+        "acceptance.report.github:render_summary",
+        ("artifact_url",),
+    ),
+    Reporter(
+        "signoff",
+        "signoff.html",
+        "Write the release sign-off here.",
+        "acceptance.report.signoff:render_signoff",
+        ("results_sha256",),
+    ),
 )
 
 BY_NAME: dict[str, Reporter] = {r.name: r for r in REPORTERS}

@@ -50,9 +50,16 @@ def bucket_table(cases: list[CaseResult]) -> dict[str, Any]:
                 hidden += 1
                 continue
             shown += 1
-            rows.append({"operator": c.operator, "id": c.id, "emulation": c.emulation or "none (as written)",
-                         "counts": [c.rel_error_buckets.get(k, 0) for k in LABELS],
-                         "bad": at_least_1e3(c.rel_error_buckets), "verdict": c.verdict})
+            rows.append(
+                {
+                    "operator": c.operator,
+                    "id": c.id,
+                    "emulation": c.emulation or "none (as written)",
+                    "counts": [c.rel_error_buckets.get(k, 0) for k in LABELS],
+                    "bad": at_least_1e3(c.rel_error_buckets),
+                    "verdict": c.verdict,
+                }
+            )
         if rows:
             groups.append((label, rows))
     return {"labels": list(LABELS), "groups": groups, "hidden": hidden}

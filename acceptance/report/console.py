@@ -23,12 +23,16 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
         for reason in case.reasons[:MAX_REASONS]:
             lines.append((f"      {safe(reason, width * 4)}", None))
         if len(case.reasons) > MAX_REASONS:
-            lines.append((f"      ... and {len(case.reasons) - MAX_REASONS} more reasons (report.html, results.json)", None))
+            lines.append(
+                (f"      ... and {len(case.reasons) - MAX_REASONS} more reasons (report.html, results.json)", None)
+            )
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
     for case in vacuous[:MAX_REASONS]:
         lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous)}", "yellow"))
     if len(vacuous) > MAX_REASONS:
-        lines.append((f"NOTE  ... and {len(vacuous) - MAX_REASONS} more vacuous passes (--strict fails them)", "yellow"))
+        lines.append(
+            (f"NOTE  ... and {len(vacuous) - MAX_REASONS} more vacuous passes (--strict fails them)", "yellow")
+        )
     per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     categories: dict[str, str] = {}
     for case in results.cases:
@@ -37,23 +41,40 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     if per_op:
         name_w = max(len("operator"), *(len(op) for op in per_op))
         lines.append(("", None))
-        lines.append((f"{'operator':<{name_w}}  {'category':<12} {'pass':>5} {'fail':>5} {'error':>5} {'skip':>5}", None))
+        lines.append(
+            (f"{'operator':<{name_w}}  {'category':<12} {'pass':>5} {'fail':>5} {'error':>5} {'skip':>5}", None)
+        )
         for op in sorted(per_op):
             counts = per_op[op]
             colour = "red" if counts["fail"] or counts["error"] else None
-            lines.append((f"{op:<{name_w}}  {categories[op]:<12} {counts['pass']:>5} {counts['fail']:>5} "
-                          f"{counts['error']:>5} {counts['skip']:>5}", colour))
+            lines.append(
+                (
+                    f"{op:<{name_w}}  {categories[op]:<12} {counts['pass']:>5} {counts['fail']:>5} "
+                    f"{counts['error']:>5} {counts['skip']:>5}",
+                    colour,
+                )
+            )
     cmp = results.comparison
     if cmp is not None:
         lines.append(("", None))
-        lines.append((f"compared with {safe(cmp.base)}: {len(cmp.regressions)} regression(s), "
-                      f"{len(cmp.waivers_passing)} waiver(s) that can go", "red" if cmp.regressions else None))
+        lines.append(
+            (
+                f"compared with {safe(cmp.base)}: {len(cmp.regressions)} regression(s), "
+                f"{len(cmp.waivers_passing)} waiver(s) that can go",
+                "red" if cmp.regressions else None,
+            )
+        )
         lines += [(f"      {safe(r)}", None) for r in cmp.regressions[:MAX_REASONS]]
     emulated = {(c.operator, c.dtype): c.emulation for c in results.cases if c.emulation}
     for (op, dtype), text in sorted(emulated.items()):
         lines.append((f"baseline of {safe(op)} [{dtype}] emulates: {safe(text)}", None))
     s = results.summary
     lines.append(("", None))
-    lines.append((f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "
-                  f"{s.skipped} skipped", "green" if s.verdict == "pass" else "red"))
+    lines.append(
+        (
+            f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "
+            f"{s.skipped} skipped",
+            "green" if s.verdict == "pass" else "red",
+        )
+    )
     return lines

@@ -8,12 +8,11 @@ spec file of each failing case.
 from __future__ import annotations
 
 import re
-from typing import Optional
 
+from acceptance.records import CaseResult, Results, sorted_failures_first
 from acceptance.report import perf
 from acceptance.report.text import deciding_criterion, headline, overall_line
 from acceptance.wording import criterion_text, one_line, visible_controls
-from acceptance.records import CaseResult, Results, sorted_failures_first
 
 CELL_LIMIT = 300
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
@@ -50,7 +49,7 @@ def _row(case: CaseResult) -> str:
     )
 
 
-def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_bytes: int = 900_000) -> str:
+def render_summary(results: Results, *, artifact_url: str | None = None, max_bytes: int = 900_000) -> str:
     """Markdown job summary: verdict, counts, provenance, the timing table of a bench run, a table of failures
     and errors.
 
@@ -74,8 +73,11 @@ def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_
         head += ["", markdown(results.comparison, limit=20).rstrip()]
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
     if vacuous:
-        head += ["", f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
-                 f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: {md_escape(vacuous[0].vacuous)}"]
+        head += [
+            "",
+            f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
+            f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: {md_escape(vacuous[0].vacuous)}",
+        ]
     timings = perf.markdown(results)
     if timings:
         head += ["", timings.rstrip("\n")]
@@ -85,13 +87,22 @@ def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_
         head += ["", *(f"- **{md_escape(op)}**: {md_escape(text, 300)}" for op, text in list(described.items())[:20])]
     stale = [w for w in results.waivers if w.status != "applied"]
     if stale:
-        head += ["", f"Waivers that waived nothing: {len(stale)} ("
-                 + ", ".join(f"{md_escape(w.operator)} `{md_escape(w.match, 80)}` {w.status}" for w in stale[:5])
-                 + (", …" if len(stale) > 5 else "") + ")"]
+        head += [
+            "",
+            f"Waivers that waived nothing: {len(stale)} ("
+            + ", ".join(f"{md_escape(w.operator)} `{md_escape(w.match, 80)}` {w.status}" for w in stale[:5])
+            + (", …" if len(stale) > 5 else "")
+            + ")",
+        ]
     if not bad:
         return "\n".join(head) + "\n"
-    head += ["", "### Failures and errors", "", "| Verdict | Operator | dtype | Case | Deciding metric vs threshold |",
-             "|---|---|---|---|---|"]
+    head += [
+        "",
+        "### Failures and errors",
+        "",
+        "| Verdict | Operator | dtype | Case | Deciding metric vs threshold |",
+        "|---|---|---|---|---|",
+    ]
     text = "\n".join(head) + "\n"
     used = len(text.encode("utf-8"))
     for i, case in enumerate(bad):
@@ -104,11 +115,13 @@ def render_summary(results: Results, *, artifact_url: Optional[str] = None, max_
         text += row
         used += len(row.encode("utf-8"))
     if len(text.encode("utf-8")) > max_bytes:
-        raise ValueError(f"max_bytes={max_bytes} is too small for the summary header ({len(text.encode('utf-8'))} bytes)")
+        raise ValueError(
+            f"max_bytes={max_bytes} is too small for the summary header ({len(text.encode('utf-8'))} bytes)"
+        )
     return text
 
 
-def _more_line(n: int, artifact_url: Optional[str]) -> str:
+def _more_line(n: int, artifact_url: str | None) -> str:
     where = f"[the artifact](<{artifact_url.replace('>', '%3E')}>)" if artifact_url else "the artifact"
     return f"\n… {n} more case{'s' if n != 1 else ''}, see {where}\n"
 
@@ -149,7 +162,7 @@ def annotations(results: Results, *, limit: int = 10) -> list[str]:
         for c in individual
     ]
     if len(bad) > len(individual):
-        rest = bad[len(individual):]
+        rest = bad[len(individual) :]
         out.append(
             _command(
                 rest[0].spec_file,

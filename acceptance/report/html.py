@@ -26,17 +26,17 @@ import base64
 import hashlib
 import math
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
+from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
 from acceptance.report import perf, svg
+from acceptance.report.buckets import bucket_table
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
 from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
 from acceptance.wording import full as full_precision
-from acceptance.report.buckets import bucket_table
-from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
 
 MAX_PLOTTED_CASES = 40
 OPEN_FAILURES = 20
@@ -83,7 +83,7 @@ def _sha256_source(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
-def content_security_policy(css: str, js: Optional[str]) -> str:
+def content_security_policy(css: str, js: str | None) -> str:
     """Nothing may load; only the page's own ``<style>`` (and ``<script>``, when given) run, matched by hash."""
     script = _sha256_source(js) if js is not None else "'none'"
     return (
@@ -92,7 +92,7 @@ def content_security_policy(css: str, js: Optional[str]) -> str:
     )
 
 
-def provenance(results: Results, results_sha256: Optional[str]) -> list[tuple[str, Optional[str]]]:
+def provenance(results: Results, results_sha256: str | None) -> list[tuple[str, str | None]]:
     """(label, value) rows: commit, device, software versions, times, command line, results.json digest."""
     env = results.environment
     device = f"{env.device} — {env.device_name}" + (f" (CUDA {env.cuda_version})" if env.cuda_version else "")
@@ -113,7 +113,7 @@ def provenance(results: Results, results_sha256: Optional[str]) -> list[tuple[st
     ]
 
 
-def page_context(results: Results, results_sha256: Optional[str], css: str, js: Optional[str]) -> dict[str, Any]:
+def page_context(results: Results, results_sha256: str | None, css: str, js: str | None) -> dict[str, Any]:
     """What every page (report, sign-off) shows at the top."""
     s = results.summary
     return {
@@ -128,7 +128,7 @@ def page_context(results: Results, results_sha256: Optional[str], css: str, js: 
     }
 
 
-def _sort_number(x: Optional[float]) -> str:
+def _sort_number(x: float | None) -> str:
     """A ``data-sort`` value for numeric columns: missing sorts last, nan first (as the worst)."""
     if x is None:
         return "Infinity"
@@ -137,13 +137,13 @@ def _sort_number(x: Optional[float]) -> str:
     return repr(x) if math.isfinite(x) else ("Infinity" if x > 0 else "-Infinity")
 
 
-def _margin_text(m: Optional[float]) -> str:
+def _margin_text(m: float | None) -> str:
     if m is None:
         return "—"
     return "∞" if m == math.inf else f"×{fmt(m)}"
 
 
-def _deciding(case: CaseResult) -> tuple[str, Optional[float]]:
+def _deciding(case: CaseResult) -> tuple[str, float | None]:
     """The table's deciding column: the deciding criterion (fail/pass) or the headline (error/skip), and its margin."""
     c = deciding_criterion(case)
     if case.verdict in ("error", "skip") or c is None:
@@ -184,16 +184,21 @@ def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> dict[str, An
     """One dual-delta record; ``full`` adds the descriptive-statistics and test tables (else means and maxima only)."""
     stats = ["n", "mean", "median", "std", "p50", "p90", "p99", "max", "min"]
     describe = [("δ1 impl", d.impl), ("δ2 baseline", d.baseline)] + ([("δ1/δ2", d.ratio)] if d.ratio else [])
-    compact = [] if full else [
-        ("δ1 mean / max", f"{fmt(d.impl.mean)} / {fmt(d.impl.max)}"),
-        ("δ2 mean / max", f"{fmt(d.baseline.mean)} / {fmt(d.baseline.max)}"),
-    ]
+    compact = (
+        []
+        if full
+        else [
+            ("δ1 mean / max", f"{fmt(d.impl.mean)} / {fmt(d.impl.max)}"),
+            ("δ2 mean / max", f"{fmt(d.baseline.mean)} / {fmt(d.baseline.max)}"),
+        ]
+    )
     return {
         "title": f"{d.metric} (output {d.output}, {d.trials} trials)",
         "passed": d.passed,
         "conclusion": d.conclusion,
         "full": full,
-        "facts": compact + [
+        "facts": compact
+        + [
             ("non-inferiority factor", fmt(d.factor)),
             ("alpha", fmt(d.alpha)),
             ("free error (output rounding)", fmt(d.free)),
@@ -214,7 +219,11 @@ def _buckets_chart(case: CaseResult) -> Markup:
     labels, counts = list(case.rel_error_buckets), list(case.rel_error_buckets.values())
     return Markup(
         svg.bar_chart(
-            labels, counts, title="relative error |e−b|/|b|, all elements", xlabel="bucket of |e−b|/|b|", ylabel="elements"
+            labels,
+            counts,
+            title="relative error |e−b|/|b|, all elements",
+            xlabel="bucket of |e−b|/|b|",
+            ylabel="elements",
         )
     )
 
@@ -256,15 +265,23 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
             (label, value)
             for label, value in [
                 ("vacuous", case.vacuous),
-                ("peers (advisory, never deciding)",
-                 " · ".join(f"{a.name}: {'pass' if a.passed else 'fail'} ({a.detail})" for a in case.advisory) or None),
-                ("fraction of elements over tolerance (worst trial)", fmt(case.bad_fraction) if case.bad_fraction is not None else None),
+                (
+                    "peers (advisory, never deciding)",
+                    " · ".join(f"{a.name}: {'pass' if a.passed else 'fail'} ({a.detail})" for a in case.advisory)
+                    or None,
+                ),
+                (
+                    "fraction of elements over tolerance (worst trial)",
+                    fmt(case.bad_fraction) if case.bad_fraction is not None else None,
+                ),
                 ("where they sit", case.bad_location),
                 ("impl run-to-run spread", fmt(case.atomic_spread) if case.atomic_spread is not None else None),
                 ("baseline emulation", case.emulation),
                 ("oracle range", case.oracle_range),
-                ("run to run (impl / baseline)", f"{case.determinism.impl} / {case.determinism.baseline}"
-                 if case.determinism else None),
+                (
+                    "run to run (impl / baseline)",
+                    f"{case.determinism.impl} / {case.determinism.baseline}" if case.determinism else None,
+                ),
                 ("input layouts (impl)", ", ".join(f"{k}: {v}" for k, v in case.layouts.items()) or None),
                 (
                     "smallest thresholds that would pass",
@@ -281,7 +298,7 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
     }
 
 
-def _comparison_view(results: Results) -> Optional[dict[str, Any]]:
+def _comparison_view(results: Results) -> dict[str, Any] | None:
     """The comparison with the base run, for its section: regressions, then every case that moved or grew."""
     cmp = results.comparison
     if cmp is None:
@@ -293,19 +310,41 @@ def _comparison_view(results: Results) -> Optional[dict[str, Any]]:
         if c.change == "same" and not c.grew and not c.slower and (c.worst_ratio or 0) <= 1 and c.perf is None:
             continue
         worst = max(c.ratios, key=lambda r: r.ratio) if c.ratios else None
-        rows.append({"id": c.id, "base": c.base_verdict, "new": c.new_verdict, "change": c.change, "grew": c.grew,
-                     "metric": worst.metric if worst else None, "ratio": f"{fmt(worst.ratio)}x" if worst else None,
-                     "normalized": f"{fmt(worst.normalized)}x" if worst and worst.normalized is not None else None,
-                     "values": f"{fmt(worst.base)} → {fmt(worst.new)}" if worst else None, "slower": c.slower,
-                     "time": (f"{fmt(c.perf.ratio)}x ({fmt(c.perf.base_median_s)} → {fmt(c.perf.new_median_s)} s)"
-                              + (f"; {c.perf.note}" if c.perf.note else "")) if c.perf else None})
-    return {"base": cmp.base, "passed": cmp.passed, "max_ratio": fmt(cmp.max_ratio), "regressions": cmp.regressions,
-            "waivers": cmp.waivers_passing, "rows": rows[:500], "more": max(0, len(rows) - 500),
-            "metrics": ", ".join(cmp.metrics), "timed": any(c.perf for c in cmp.cases),
-            "max_slowdown": fmt(cmp.max_slowdown) if cmp.max_slowdown is not None else None}
+        rows.append(
+            {
+                "id": c.id,
+                "base": c.base_verdict,
+                "new": c.new_verdict,
+                "change": c.change,
+                "grew": c.grew,
+                "metric": worst.metric if worst else None,
+                "ratio": f"{fmt(worst.ratio)}x" if worst else None,
+                "normalized": f"{fmt(worst.normalized)}x" if worst and worst.normalized is not None else None,
+                "values": f"{fmt(worst.base)} → {fmt(worst.new)}" if worst else None,
+                "slower": c.slower,
+                "time": (
+                    f"{fmt(c.perf.ratio)}x ({fmt(c.perf.base_median_s)} → {fmt(c.perf.new_median_s)} s)"
+                    + (f"; {c.perf.note}" if c.perf.note else "")
+                )
+                if c.perf
+                else None,
+            }
+        )
+    return {
+        "base": cmp.base,
+        "passed": cmp.passed,
+        "max_ratio": fmt(cmp.max_ratio),
+        "regressions": cmp.regressions,
+        "waivers": cmp.waivers_passing,
+        "rows": rows[:500],
+        "more": max(0, len(rows) - 500),
+        "metrics": ", ".join(cmp.metrics),
+        "timed": any(c.perf for c in cmp.cases),
+        "max_slowdown": fmt(cmp.max_slowdown) if cmp.max_slowdown is not None else None,
+    }
 
 
-def render_html(results: Results, *, results_sha256: Optional[str] = None) -> str:
+def render_html(results: Results, *, results_sha256: str | None = None) -> str:
     """The self-contained HTML report of a run."""
     css, js = asset("report.css"), asset("report.js")
     cases = sorted_failures_first(results.cases)
@@ -316,14 +355,18 @@ def render_html(results: Results, *, results_sha256: Optional[str] = None) -> st
         plotted += plot
         opened += open_
         views.append(_case_view(i, case, plotted=plot, open_=open_))
-    page = environment().get_template("report.html.j2").render(
-        **page_context(results, results_sha256, css, js),
-        cases=views,
-        perf=perf.html_section(results),
-        max_plotted=MAX_PLOTTED_CASES,
-        unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
-        comparison=_comparison_view(results),
-        bucket_table=bucket_table(results.cases),
-        waiver_records=results.waivers,
+    page = (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            **page_context(results, results_sha256, css, js),
+            cases=views,
+            perf=perf.html_section(results),
+            max_plotted=MAX_PLOTTED_CASES,
+            unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
+            comparison=_comparison_view(results),
+            bucket_table=bucket_table(results.cases),
+            waiver_records=results.waivers,
+        )
     )
     return page

@@ -29,10 +29,9 @@ from itertools import groupby
 
 from junit_xml import TestCase, TestSuite
 
+from acceptance.records import CaseResult, Comparison, Results
 from acceptance.report.text import case_details, headline
 from acceptance.wording import safe, visible_controls
-from acceptance.records import CaseResult, Comparison, Results
-
 
 #: A failure message is one line of at most this many characters; a body at most this many (results.json keeps all).
 MESSAGE_LIMIT = 1000
@@ -66,7 +65,7 @@ def _testcase(case: CaseResult, name: str) -> TestCase:
 def _conform(suite: ET.Element, times: list[float]) -> None:
     """Drop the ``disabled`` attribute junit-10.xsd rejects and write every ``time`` as ``%.6f``."""
     suite.attrib.pop("disabled", None)
-    for element, seconds in zip(suite.iter("testcase"), times):
+    for element, seconds in zip(suite.iter("testcase"), times, strict=False):
         element.set("time", f"{seconds:.6f}")
     suite.set("time", f"{sum(times):.6f}")
 
@@ -78,22 +77,43 @@ def _comparison_suite(cmp: Comparison, hostname: str, timestamp: str) -> ET.Elem
 
     testcases = []
     for c, lines in regressions_by_case(cmp):
-        tc = TestCase(name=visible_controls(c.id), classname=visible_controls(f"acceptance.comparison.{c.operator}"),
-                      elapsed_sec=0.0)
-        tc.add_failure_info(message=safe("; ".join(lines), MESSAGE_LIMIT),
-                            output="\n".join(safe(line) for line in lines), failure_type="regression")
+        tc = TestCase(
+            name=visible_controls(c.id),
+            classname=visible_controls(f"acceptance.comparison.{c.operator}"),
+            elapsed_sec=0.0,
+        )
+        tc.add_failure_info(
+            message=safe("; ".join(lines), MESSAGE_LIMIT),
+            output="\n".join(safe(line) for line in lines),
+            failure_type="regression",
+        )
         testcases.append(tc)
     if not testcases:
-        testcases.append(TestCase(name=visible_controls(f"no regression against {cmp.base}"),
-                                  classname="acceptance.comparison", elapsed_sec=0.0))
-    properties = {"base": cmp.base, "max_ratio": fmt(cmp.max_ratio), "metrics": ", ".join(cmp.metrics),
-                  "regressions": str(len(cmp.regressions)), "waivers_passing": str(len(cmp.waivers_passing))}
+        testcases.append(
+            TestCase(
+                name=visible_controls(f"no regression against {cmp.base}"),
+                classname="acceptance.comparison",
+                elapsed_sec=0.0,
+            )
+        )
+    properties = {
+        "base": cmp.base,
+        "max_ratio": fmt(cmp.max_ratio),
+        "metrics": ", ".join(cmp.metrics),
+        "regressions": str(len(cmp.regressions)),
+        "waivers_passing": str(len(cmp.waivers_passing)),
+    }
     if cmp.max_slowdown is not None:
         properties["max_slowdown"] = fmt(cmp.max_slowdown)
     text = markdown(cmp)
-    suite = TestSuite(name="comparison", test_cases=testcases, hostname=hostname, timestamp=timestamp,
-                      properties={k: visible_controls(v) for k, v in properties.items()},
-                      stdout=visible_controls(text[:BODY_LIMIT]))
+    suite = TestSuite(
+        name="comparison",
+        test_cases=testcases,
+        hostname=hostname,
+        timestamp=timestamp,
+        properties={k: visible_controls(v) for k, v in properties.items()},
+        stdout=visible_controls(text[:BODY_LIMIT]),
+    )
     element = suite.build_xml_doc()
     _conform(element, [0.0] * len(testcases))
     return element

@@ -8,7 +8,7 @@ gate. Every figure comes from :class:`acceptance.records.PerfRecord`.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from markupsafe import Markup, escape
 
@@ -34,7 +34,7 @@ class PerfRow(NamedTuple):
     gate: str
 
 
-def _seconds(s: Optional[float]) -> str:
+def _seconds(s: float | None) -> str:
     if s is None:
         return "—"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
@@ -43,11 +43,11 @@ def _seconds(s: Optional[float]) -> str:
     return f"{s / 1e-9:.3g} ns"
 
 
-def _num(x: Optional[float], digits: str = ".4g") -> str:
+def _num(x: float | None, digits: str = ".4g") -> str:
     return "—" if x is None else format(x, digits)
 
 
-def _rate(x: Optional[float]) -> str:
+def _rate(x: float | None) -> str:
     """A rate with three significant digits (a decode-size GEMM on a CPU runs at 0.0372 GFLOP/s, not 0.0)."""
     return "—" if x is None else (f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}")
 
@@ -55,12 +55,22 @@ def _rate(x: Optional[float]) -> str:
 def row(case: CaseResult) -> PerfRow:
     """The table row of a timed case."""
     p = case.perf
-    gate = "—" if p.min_speedup is None else ("pass" if p.speedup is not None and p.speedup >= p.min_speedup
-                                             else "FAIL") + f" (>= {p.min_speedup:g}x)"
-    return PerfRow(case.id, str(p.runs), _seconds(p.median_s), f"{_seconds(p.p10_s)} .. {_seconds(p.p90_s)}",
-                   _rate(p.gflops), _rate(p.gbps),
-                   "—" if p.bandwidth_fraction is None else f"{_rate(100 * p.bandwidth_fraction)} %",
-                   "—" if p.speedup is None else f"{p.speedup:.2f}x", gate)
+    gate = (
+        "—"
+        if p.min_speedup is None
+        else ("pass" if p.speedup is not None and p.speedup >= p.min_speedup else "FAIL") + f" (>= {p.min_speedup:g}x)"
+    )
+    return PerfRow(
+        case.id,
+        str(p.runs),
+        _seconds(p.median_s),
+        f"{_seconds(p.p10_s)} .. {_seconds(p.p90_s)}",
+        _rate(p.gflops),
+        _rate(p.gbps),
+        "—" if p.bandwidth_fraction is None else f"{_rate(100 * p.bandwidth_fraction)} %",
+        "—" if p.speedup is None else f"{p.speedup:.2f}x",
+        gate,
+    )
 
 
 def timed(results: Results) -> list[CaseResult]:
@@ -89,8 +99,12 @@ def text_table(results: Results) -> list[str]:
         return []
     rows = [PerfRow(safe(r.case, 90), *r[1:]) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEAD))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-             for r in rows]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=False))
+        )
+        for r in rows
+    ]
     return lines + [copy_line(results)]
 
 
@@ -103,8 +117,14 @@ def markdown(results: Results, limit: int = SUMMARY_ROWS) -> str:
     cases = timed(results)
     if not cases:
         return ""
-    lines = ["### Performance", "", _md(copy_line(results)), "", "| " + " | ".join(HEAD) + " |",
-             "|---|" + "---:|" * (len(HEAD) - 1)]
+    lines = [
+        "### Performance",
+        "",
+        _md(copy_line(results)),
+        "",
+        "| " + " | ".join(HEAD) + " |",
+        "|---|" + "---:|" * (len(HEAD) - 1),
+    ]
     lines += ["| " + " | ".join(_md(cell) for cell in row(c)) + " |" for c in cases[:limit]]
     if len(cases) > limit:
         lines += ["", f"… {len(cases) - limit} more timed cases in results.json and the HTML report"]
@@ -125,11 +145,15 @@ def gflops_chart(cases: list[CaseResult], width: int = 720) -> str:
     for i, (label, v) in enumerate(shown):
         y = top + i * bar_h
         w = (width - left - 80) * v / peak
-        body.append(f'<text class="tick" x="{left - 6}" y="{_n(y + 12)}" text-anchor="end">{_esc(safe(label, 48))}</text>')
+        body.append(
+            f'<text class="tick" x="{left - 6}" y="{_n(y + 12)}" text-anchor="end">{_esc(safe(label, 48))}</text>'
+        )
         body.append(f'<rect class="bar" x="{left}" y="{_n(y + 2)}" width="{_n(max(w, 1))}" height="{bar_h - 5}"/>')
         body.append(f'<text class="count" x="{_n(left + w + 4)}" y="{_n(y + 12)}">{v:.4g}</text>')
-    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(unit)} per case">' + "".join(body) + "</svg>")
+    return (
+        f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(unit)} per case">' + "".join(body) + "</svg>"
+    )
 
 
 def html_section(results: Results) -> Markup:
@@ -138,7 +162,8 @@ def html_section(results: Results) -> Markup:
     if not cases:
         return Markup("")
     head = "".join(f"<th>{escape(h)}</th>" for h in HEAD)
-    body = "".join("<tr>" + "".join(f"<td>{escape(safe(cell, 200))}</td>" for cell in row(c)) + "</tr>"
-                   for c in cases)
-    return Markup(f'<h2>Performance</h2><p>{escape(copy_line(results))}</p>{gflops_chart(cases)}'
-                  f'<table class="perf"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+    body = "".join("<tr>" + "".join(f"<td>{escape(safe(cell, 200))}</td>" for cell in row(c)) + "</tr>" for c in cases)
+    return Markup(
+        f"<h2>Performance</h2><p>{escape(copy_line(results))}</p>{gflops_chart(cases)}"
+        f'<table class="perf"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    )

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any, Optional
+from typing import Any
 
+from acceptance.records import CaseResult, Results
 from acceptance.report.html import asset, environment, page_context
 from acceptance.wording import fmt_value, metric_name, one_line
-from acceptance.records import CaseResult, Results
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,17 @@ def waivers(results: Results) -> list[tuple[CaseResult, str]]:
     return [(c, waiver_effect(c)) for c in results.cases if c.waiver is not None]
 
 
-def render_signoff(results: Results, *, results_sha256: Optional[str] = None) -> str:
+def render_signoff(results: Results, *, results_sha256: str | None = None) -> str:
     """The release sign-off HTML page."""
     lines = signoff_lines(results)
-    return environment().get_template("signoff.html.j2").render(
-        **page_context(results, results_sha256, asset("report.css"), None),
-        lines=lines,
-        operators_failing=sum(line.verdict == "fail" for line in lines),
-        waivers=waivers(results),
-        waiver_records=results.waivers,
+    return (
+        environment()
+        .get_template("signoff.html.j2")
+        .render(
+            **page_context(results, results_sha256, asset("report.css"), None),
+            lines=lines,
+            operators_failing=sum(line.verdict == "fail" for line in lines),
+            waivers=waivers(results),
+            waiver_records=results.waivers,
+        )
     )

@@ -14,9 +14,9 @@ the chart, never silently dropped.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Sequence
 
 import numpy as np
 
@@ -63,7 +63,9 @@ class Scale:
         Linear axis: 1-2-5 steps, about 5 ticks."""
         if self.log:
             first, last = math.floor(math.log10(self.lo)), math.ceil(math.log10(self.hi))
-            inside = [10.0**k for k in range(first, last + 1) if self.lo * (1 - 1e-9) <= 10.0**k <= self.hi * (1 + 1e-9)]
+            inside = [
+                10.0**k for k in range(first, last + 1) if self.lo * (1 - 1e-9) <= 10.0**k <= self.hi * (1 + 1e-9)
+            ]
             if len(inside) >= 3:
                 step = math.ceil(len(inside) / 7)
                 return inside[::step]
@@ -163,7 +165,9 @@ def _frame(
     for t in ys.ticks():
         y = ys(t)
         out.append(f'<line class="grid" x1="{x0}" x2="{x1}" y1="{_n(y)}" y2="{_n(y)}"/>')
-        out.append(f'<text class="tick" x="{x0 - 4}" y="{_n(y + 3)}" text-anchor="end">{_esc(tick_label(t, ys.log))}</text>')
+        out.append(
+            f'<text class="tick" x="{x0 - 4}" y="{_n(y + 3)}" text-anchor="end">{_esc(tick_label(t, ys.log))}</text>'
+        )
     if xs is not None:
         for t in xs.ticks():
             x = xs(t)
@@ -188,9 +192,7 @@ def _frame(
     return "".join(out)
 
 
-def histogram_counts(
-    series: Sequence[np.ndarray], bins: int, log: bool
-) -> tuple[np.ndarray, list[np.ndarray]]:
+def histogram_counts(series: Sequence[np.ndarray], bins: int, log: bool) -> tuple[np.ndarray, list[np.ndarray]]:
     """Shared bin edges over all series (log-spaced when ``log``) and each series' counts.
 
     Edges span [min, max] of all values (:func:`data_range`); counts follow
@@ -201,7 +203,9 @@ def histogram_counts(
     return edges, [np.histogram(s, bins=edges)[0] for s in series]
 
 
-def histogram_overlay(series: Sequence[tuple[str, Sequence[float], str]], *, title: str, xlabel: str, bins: int = 20) -> str:
+def histogram_overlay(
+    series: Sequence[tuple[str, Sequence[float], str]], *, title: str, xlabel: str, bins: int = 20
+) -> str:
     """Overlaid histograms of several series ``(label, values, css_class)`` on shared bins."""
     log = choose_log(*(v for _, v, _ in series))
     kept = [plottable(v, log) for _, v, _ in series]
@@ -212,8 +216,8 @@ def histogram_overlay(series: Sequence[tuple[str, Sequence[float], str]], *, tit
     xs = Scale(edges[0], edges[-1], LEFT, WIDTH - RIGHT, log)
     ys = Scale(0, max(1, max(int(c.max()) for c in counts)) * 1.1, HEIGHT - BOTTOM, TOP)
     body = []
-    for (_, _, cls), c in zip(series, counts):
-        for left, right, n in zip(edges[:-1], edges[1:], c):
+    for (_, _, cls), c in zip(series, counts, strict=False):
+        for left, right, n in zip(edges[:-1], edges[1:], c, strict=False):
             if n:
                 body.append(
                     f'<rect class="{cls} hist" x="{_n(xs(left))}" y="{_n(ys(n))}" '
@@ -254,21 +258,31 @@ def box_plot(series: Sequence[tuple[str, Sequence[float], str]], *, title: str, 
     ys = Scale(lo, hi, HEIGHT - BOTTOM, TOP, log)
     slot = (WIDTH - RIGHT - LEFT) / len(series)
     body = []
-    for i, ((label, _, cls), (values, _)) in enumerate(zip(series, kept)):
+    for i, ((label, _, cls), (values, _)) in enumerate(zip(series, kept, strict=False)):
         cx = LEFT + slot * (i + 0.5)
-        body.append(f'<text class="tick" x="{_n(cx)}" y="{HEIGHT - BOTTOM + 13}" text-anchor="middle">{_esc(label)}</text>')
+        body.append(
+            f'<text class="tick" x="{_n(cx)}" y="{HEIGHT - BOTTOM + 13}" text-anchor="middle">{_esc(label)}</text>'
+        )
         if not values.size:
             continue
         b, half = box_stats(values), min(slot * 0.25, 30)
-        body.append(f'<line class="whisker" x1="{_n(cx)}" x2="{_n(cx)}" y1="{_n(ys(b.whisker_lo))}" y2="{_n(ys(b.q1))}"/>')
-        body.append(f'<line class="whisker" x1="{_n(cx)}" x2="{_n(cx)}" y1="{_n(ys(b.q3))}" y2="{_n(ys(b.whisker_hi))}"/>')
+        body.append(
+            f'<line class="whisker" x1="{_n(cx)}" x2="{_n(cx)}" y1="{_n(ys(b.whisker_lo))}" y2="{_n(ys(b.q1))}"/>'
+        )
+        body.append(
+            f'<line class="whisker" x1="{_n(cx)}" x2="{_n(cx)}" y1="{_n(ys(b.q3))}" y2="{_n(ys(b.whisker_hi))}"/>'
+        )
         for w in (b.whisker_lo, b.whisker_hi):
-            body.append(f'<line class="whisker" x1="{_n(cx - half / 2)}" x2="{_n(cx + half / 2)}" y1="{_n(ys(w))}" y2="{_n(ys(w))}"/>')
+            body.append(
+                f'<line class="whisker" x1="{_n(cx - half / 2)}" x2="{_n(cx + half / 2)}" y1="{_n(ys(w))}" y2="{_n(ys(w))}"/>'
+            )
         body.append(
             f'<rect class="{cls} box" x="{_n(cx - half)}" y="{_n(ys(b.q3))}" width="{_n(2 * half)}" '
             f'height="{_n(max(ys(b.q1) - ys(b.q3), 0.5))}"/>'
         )
-        body.append(f'<line class="median" x1="{_n(cx - half)}" x2="{_n(cx + half)}" y1="{_n(ys(b.median))}" y2="{_n(ys(b.median))}"/>')
+        body.append(
+            f'<line class="median" x1="{_n(cx - half)}" x2="{_n(cx + half)}" y1="{_n(ys(b.median))}" y2="{_n(ys(b.median))}"/>'
+        )
         for o in _thin(b.outliers, 200):
             body.append(f'<circle class="{cls} dot" cx="{_n(cx)}" cy="{_n(ys(o))}" r="2"/>')
     return _frame(title, None, ys, "", ylabel, body, note=note)
@@ -341,10 +355,18 @@ def qq_plot(impl: Sequence[float], baseline: Sequence[float], *, title: str, met
     qx, qy = qq_points(xb, yi)
     xs, ys = _square_scales(qx, qy, log)
     body = [_line(xs, ys, 1.0, "ref")]
-    body += [f'<circle class="s-impl dot" cx="{_n(xs(a))}" cy="{_n(ys(b))}" r="2.2"/>' for a, b in zip(qx, qy)]
+    body += [
+        f'<circle class="s-impl dot" cx="{_n(xs(a))}" cy="{_n(ys(b))}" r="2.2"/>' for a, b in zip(qx, qy, strict=False)
+    ]
     return _frame(
-        title, xs, ys, f"δ2 baseline quantile ({metric})", f"δ1 impl quantile ({metric})", body,
-        note=note, legend=[("y = x", "ref-key")],
+        title,
+        xs,
+        ys,
+        f"δ2 baseline quantile ({metric})",
+        f"δ1 impl quantile ({metric})",
+        body,
+        note=note,
+        legend=[("y = x", "ref-key")],
     )
 
 
@@ -369,7 +391,14 @@ def scatter_plot(impl: Sequence[float], baseline: Sequence[float], *, factor: fl
         note = (note + "; " if note else "") + f"{shown.size} of {xb.size} trials drawn"
     body += [f'<circle class="s-impl dot" cx="{_n(xs(xb[i]))}" cy="{_n(ys(yi[i]))}" r="2.2"/>' for i in shown]
     return _frame(
-        title, xs, ys, f"δ2 = err(baseline, oracle) ({metric})", "δ1 = err(impl, oracle)", body, note=note, legend=legend
+        title,
+        xs,
+        ys,
+        f"δ2 = err(baseline, oracle) ({metric})",
+        "δ1 = err(impl, oracle)",
+        body,
+        note=note,
+        legend=legend,
     )
 
 
@@ -383,7 +412,7 @@ def bar_chart(labels: Sequence[str], counts: Sequence[int], *, title: str, xlabe
     ys = Scale(0.5, c.max() * 2, HEIGHT - BOTTOM, TOP, True) if log else Scale(0, c.max() * 1.15, HEIGHT - BOTTOM, TOP)
     slot = (width - RIGHT - LEFT) / len(labels)
     body = []
-    for i, (label, n) in enumerate(zip(labels, counts)):
+    for i, (label, n) in enumerate(zip(labels, counts, strict=False)):
         x = LEFT + slot * i
         cx = x + slot / 2
         if n > 0:
@@ -391,7 +420,9 @@ def bar_chart(labels: Sequence[str], counts: Sequence[int], *, title: str, xlabe
             body.append(
                 f'<rect class="bar" x="{_n(x + slot * 0.15)}" y="{_n(top)}" width="{_n(slot * 0.7)}" height="{_n(ys.px_lo - top)}"/>'
             )
-        body.append(f'<text class="count" x="{_n(cx)}" y="{_n((ys(n) if n > 0 else ys.px_lo) - 3)}" text-anchor="middle">{int(n)}</text>')
+        body.append(
+            f'<text class="count" x="{_n(cx)}" y="{_n((ys(n) if n > 0 else ys.px_lo) - 3)}" text-anchor="middle">{int(n)}</text>'
+        )
         body.append(
             f'<text class="tick" transform="translate({_n(cx + 3)} {HEIGHT - BOTTOM + 8}) rotate(-35)" text-anchor="end">{_esc(label)}</text>'
         )

@@ -8,13 +8,12 @@ and criterion sentences come from :mod:`acceptance.wording`; each reporter
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from acceptance.records import CaseResult, Criterion, Results
 from acceptance.wording import criterion_text, fmt, one_line, params_text, visible_controls, worst_element_text
 
 
-def margin(criterion: Criterion) -> Optional[float]:
+def margin(criterion: Criterion) -> float | None:
     """Headroom of an evaluated threshold criterion, as a factor.
 
     - ``<=``: threshold / value (2 means the value could double and still
@@ -41,7 +40,7 @@ def margin(criterion: Criterion) -> Optional[float]:
     thresholds = criterion.threshold if isinstance(criterion.threshold, list) else [criterion.threshold] * len(values)
     if not values or any(math.isnan(v) for v in values + thresholds):
         return math.nan
-    return min(_margin_of(v, t, criterion.comparison) for v, t in zip(values, thresholds))
+    return min(_margin_of(v, t, criterion.comparison) for v, t in zip(values, thresholds, strict=False))
 
 
 def _margin_of(value: float, threshold: float, comparison: str) -> float:
@@ -61,7 +60,7 @@ def _margin_key(criterion: Criterion) -> tuple[float, bool]:
     return (-math.inf if m is None or math.isnan(m) else m, criterion.comparison == "==")
 
 
-def deciding_criterion(case: CaseResult) -> Optional[Criterion]:
+def deciding_criterion(case: CaseResult) -> Criterion | None:
     """The criterion that decided the case: the first failing one, else the one with the tightest margin.
 
     Among equal margins (e.g. every error exactly 0) a graded threshold check
@@ -101,7 +100,11 @@ def headline(case: CaseResult) -> str:
         if deciding is not None:
             candidates.append(criterion_text(deciding))
         candidates += reasons
-    return candidates[0] if candidates else {"fail": "failed", "error": "error", "skip": "skipped", "pass": "passed"}[case.verdict]
+    return (
+        candidates[0]
+        if candidates
+        else {"fail": "failed", "error": "error", "skip": "skipped", "pass": "passed"}[case.verdict]
+    )
 
 
 def case_details(case: CaseResult) -> str:
@@ -148,9 +151,11 @@ def case_details(case: CaseResult) -> str:
         lines.append(f"oracle range: {case.oracle_range}")
     if case.determinism is not None:
         d = case.determinism
-        lines.append(f"run to run: impl {d.impl} over {d.runs} runs"
-                     + (f" ({d.impl_differing} elements differ, spread {fmt(d.impl_spread)})" if d.impl_differing else "")
-                     + f", baseline {d.baseline}")
+        lines.append(
+            f"run to run: impl {d.impl} over {d.runs} runs"
+            + (f" ({d.impl_differing} elements differ, spread {fmt(d.impl_spread)})" if d.impl_differing else "")
+            + f", baseline {d.baseline}"
+        )
     if case.layouts:
         lines.append("impl input layouts: " + ", ".join(f"{k}: {v}" for k, v in case.layouts.items()))
     for d in case.dual_delta:

@@ -22,19 +22,21 @@ enters a time; the inputs are those of trial 0 of the case.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from acceptance.measure import engine, case as runner
 from acceptance.errors import CaseError
-from acceptance.spec.inputs import RoleInputs, generate
+from acceptance.isolation.worker import Worker, resolve
+from acceptance.measure import case as runner
+from acceptance.measure import engine
+from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
 from acceptance.records import CaseResult, PerfRecord
 from acceptance.spec import Case, Rules, rules_for, value_of
-from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
-from acceptance.isolation.worker import Worker, resolve
+from acceptance.spec.inputs import RoleInputs, generate
 
 #: Bytes the copy-bandwidth probe copies: large enough to leave the caches (256 MiB on a GPU, 64 MiB on a CPU).
 COPY_BYTES = {"cuda": 256 * 2**20, "cpu": 64 * 2**20}
@@ -60,22 +62,30 @@ def sample_stats(seconds: Iterable[float]) -> SampleStats:
     return SampleStats(int(t.size), float(p50), float(t.min()), float(t.mean()), float(p10), float(p90))
 
 
-def rate(work: Optional[int], seconds: float) -> Optional[float]:
+def rate(work: int | None, seconds: float) -> float | None:
     """work / seconds / 1e9 (GFLOP/s from flops, GB/s from bytes); ``None`` without work or time."""
     if work is None or not seconds > 0:
         return None
     return work / seconds / 1e9
 
 
-def perf_work(case: Case) -> tuple[Optional[int], Optional[int]]:
+def perf_work(case: Case) -> tuple[int | None, int | None]:
     """(flops, bytes) per call of a case from its spec's ``perf`` section (``None`` where not given)."""
     section = case.spec.perf or {}
-    return tuple(int(value_of(section[k], case.symbols)) if k in section else None  # type: ignore[return-value]
-                 for k in ("flops", "bytes"))
+    return tuple(
+        int(value_of(section[k], case.symbols)) if k in section else None  # type: ignore[return-value]
+        for k in ("flops", "bytes")
+    )
 
 
-def perf_record(case: Case, device: torch.device, warm: list[float], runs: list[float],
-                baseline_runs: Optional[list[float]] = None, copy_gbps: Optional[float] = None) -> PerfRecord:
+def perf_record(
+    case: Case,
+    device: torch.device,
+    warm: list[float],
+    runs: list[float],
+    baseline_runs: list[float] | None = None,
+    copy_gbps: float | None = None,
+) -> PerfRecord:
     """The :class:`PerfRecord` of a case from its call seconds (impl, and its perf baseline when timed)."""
     s = sample_stats(runs)
     flops, nbytes = perf_work(case)
@@ -83,11 +93,24 @@ def perf_record(case: Case, device: torch.device, warm: list[float], runs: list[
     section = case.spec.perf or {}
     base = sample_stats(baseline_runs) if baseline_runs else None
     return PerfRecord(
-        timer=timer_of(device), device=str(device), runs=s.runs, warmup_runs=len(warm),
-        first_call_s=warm[0] if warm else None, median_s=s.median, min_s=s.min, p10_s=s.p10, p90_s=s.p90,
-        mean_s=s.mean, flops=flops, bytes=nbytes, gflops=rate(flops, s.median), gbps=gbps, copy_gbps=copy_gbps,
+        timer=timer_of(device),
+        device=str(device),
+        runs=s.runs,
+        warmup_runs=len(warm),
+        first_call_s=warm[0] if warm else None,
+        median_s=s.median,
+        min_s=s.min,
+        p10_s=s.p10,
+        p90_s=s.p90,
+        mean_s=s.mean,
+        flops=flops,
+        bytes=nbytes,
+        gflops=rate(flops, s.median),
+        gbps=gbps,
+        copy_gbps=copy_gbps,
         bandwidth_fraction=gbps / copy_gbps if gbps is not None and copy_gbps else None,
-        baseline=section.get("baseline"), baseline_runs=base.runs if base else None,
+        baseline=section.get("baseline"),
+        baseline_runs=base.runs if base else None,
         baseline_median_s=base.median if base else None,
         speedup=base.median / s.median if base and s.median > 0 else None,
         min_speedup=section.get("min_speedup"),
@@ -104,18 +127,19 @@ class Bencher:
     device: torch.device
     options: TimerOptions
     isolate: bool = True
-    memory_limit: Optional[int] = None
+    memory_limit: int | None = None
 
     def __post_init__(self) -> None:
-        self.worker: Optional[Worker] = Worker(memory_limit=self.memory_limit) if self.isolate else None
+        self.worker: Worker | None = Worker(memory_limit=self.memory_limit) if self.isolate else None
         self.executor: Any = self.worker if self.isolate else engine.InProcess()
 
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
 
-    def time(self, role: str, ref: tuple, args: tuple, params: dict, *, timeout: float
-             ) -> tuple[list[float], list[float]]:
+    def time(
+        self, role: str, ref: tuple, args: tuple, params: dict, *, timeout: float
+    ) -> tuple[list[float], list[float]]:
         """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see :data:`acceptance.isolation.worker.Ref`)."""
         if self.isolate:
             fn: Any = ("timed", ref, self.options.key())
@@ -140,24 +164,33 @@ def _budget(case: Case, options: TimerOptions) -> float:
     return case.spec.timeout * calls + options.warmup_time + options.min_time
 
 
-def time_case(case: Case, bencher: Bencher, copy_gbps: Optional[float]) -> PerfRecord:
+def time_case(case: Case, bencher: Bencher, copy_gbps: float | None) -> PerfRecord:
     """Time the impl of a case (and its ``perf.baseline``) on the impl's inputs of trial 0."""
     made = generate(case, 0)
     args = tuple(made.impl if isinstance(made, RoleInputs) else made)
     spec = case.spec
     budget = _budget(case, bencher.options)
-    warm, runs = bencher.time("impl", ("callable", spec.impl, str(spec.path)), args, case.params_for("impl"),
-                              timeout=budget)
+    warm, runs = bencher.time(
+        "impl", ("callable", spec.impl, str(spec.path)), args, case.params_for("impl"), timeout=budget
+    )
     baseline_runs = None
     if spec.perf and spec.perf.get("baseline"):
-        _, baseline_runs = bencher.time("perf baseline", ("callable", spec.perf["baseline"], str(spec.path)), args,
-                                        case.params, timeout=budget)
+        _, baseline_runs = bencher.time(
+            "perf baseline", ("callable", spec.perf["baseline"], str(spec.path)), args, case.params, timeout=budget
+        )
     return perf_record(case, bencher.device, warm, runs, baseline_runs, copy_gbps)
 
 
-def bench(cases: list[Case], device: torch.device, options: TimerOptions, *, trials: int = 1,
-          isolate: bool = True, on_case: Optional[Callable[[Case, CaseResult], None]] = None,
-          measured: Optional[list[tuple[CaseResult, Rules]]] = None) -> tuple[list[CaseResult], Optional[float]]:
+def bench(
+    cases: list[Case],
+    device: torch.device,
+    options: TimerOptions,
+    *,
+    trials: int = 1,
+    isolate: bool = True,
+    on_case: Callable[[Case, CaseResult], None] | None = None,
+    measured: list[tuple[CaseResult, Rules]] | None = None,
+) -> tuple[list[CaseResult], float | None]:
     """Check and time every case, then decide them all: (decided results, copy GB/s).
 
     ``trials``: accuracy trials per case before the timing (>= 1; the accuracy gate of ``acceptance run``
@@ -186,4 +219,3 @@ def bench(cases: list[Case], device: torch.device, options: TimerOptions, *, tri
     finally:
         bencher.close()
     return runner.decide_all(measured), copy
-

@@ -22,22 +22,24 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Union
 
 import numpy as np
 import torch
 
-from acceptance.numerics import metrics, stats
 from acceptance.decide import verdict
-from acceptance.measure.engine import Roles, against_oracle, run_trials
 from acceptance.errors import CaseError
+from acceptance.measure.engine import Roles, against_oracle, run_trials
+from acceptance.numerics import metrics, stats
+from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 from acceptance.numerics.oracle import float64_oracle
 from acceptance.records import DualDeltaRecord, Timing
-from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 
 ErrorFn = Callable[[torch.Tensor, torch.Tensor], float]
-ErrorSpec = Union[str, ErrorFn, Sequence[Union[str, ErrorFn]]]
+ErrorSpec = Union[str, ErrorFn, Sequence[str | ErrorFn]]
+
 
 class DualDeltaError(ValueError):
     """Bad arguments, or a callable that raised or returned something unusable;
@@ -76,7 +78,7 @@ class DualDeltaResult:
     @property
     def analysis(self) -> dict[str, DualDeltaRecord]:
         """label -> its :class:`~acceptance.session.results.DualDeltaRecord`."""
-        return dict(zip(self.labels, self.records))
+        return dict(zip(self.labels, self.records, strict=False))
 
     @property
     def passed(self) -> bool:
@@ -94,19 +96,23 @@ class DualDeltaResult:
         ]
         for label, r in self.analysis.items():
             ratio = stats.mean_ratio(r.delta_impl, r.delta_baseline)
-            rows.append((
-                label,
-                f"{r.impl.median:.3g}",
-                f"{r.baseline.median:.3g}",
-                f"{ratio:.3g}" if math.isfinite(ratio) else "-",
-                f"{r.factor:g}",
-                f"{r.free:.3g}",
-                f"{r.p_adjusted if r.p_adjusted is not None else r.p_value:.2g}",
-                "pass" if r.passed else "FAIL",
-                r.conclusion,
-            ))
+            rows.append(
+                (
+                    label,
+                    f"{r.impl.median:.3g}",
+                    f"{r.baseline.median:.3g}",
+                    f"{ratio:.3g}" if math.isfinite(ratio) else "-",
+                    f"{r.factor:g}",
+                    f"{r.free:.3g}",
+                    f"{r.p_adjusted if r.p_adjusted is not None else r.p_value:.2g}",
+                    "pass" if r.passed else "FAIL",
+                    r.conclusion,
+                )
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-        lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+        lines = [head] + [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows
+        ]
         lines += [f"  {label}: {why}" for label, r in self.analysis.items() for why in r.reasons]
         return "\n".join(lines)
 
@@ -120,12 +126,12 @@ class DualDeltaResult:
 # ----------------------------------------------------------------------------
 
 
-def _error_functions(get_error: ErrorSpec) -> list[tuple[str, Union[str, ErrorFn]]]:
+def _error_functions(get_error: ErrorSpec) -> list[tuple[str, str | ErrorFn]]:
     """(name, metric name or callable) for each requested error."""
     items = [get_error] if isinstance(get_error, str) or callable(get_error) else list(get_error)
     if not items:
         raise DualDeltaError("get_error: no metric given")
-    out: list[tuple[str, Union[str, ErrorFn]]] = []
+    out: list[tuple[str, str | ErrorFn]] = []
     for item in items:
         if isinstance(item, str):
             if item not in metrics.SCALAR_ERRORS:
@@ -142,7 +148,7 @@ def _error_functions(get_error: ErrorSpec) -> list[tuple[str, Union[str, ErrorFn
     return out
 
 
-def _factors(factor: Union[None, float, Mapping[str, float]], names: list[str]) -> dict[str, float]:
+def _factors(factor: None | float | Mapping[str, float], names: list[str]) -> dict[str, float]:
     """name -> factor: the per-metric default, one number for all, or a mapping with defaults filling gaps."""
     if factor is None:
         return {n: default_factor(n) for n in names}
@@ -177,7 +183,7 @@ def trial_seed(seed: int, trial: int) -> int:
     return int(np.random.SeedSequence([seed, trial]).generate_state(1, dtype=np.uint64)[0])
 
 
-def _inputs(generate_input: Callable, seed: int, trial: int, dtype: Optional[torch.dtype]) -> tuple:
+def _inputs(generate_input: Callable, seed: int, trial: int, dtype: torch.dtype | None) -> tuple:
     gen = torch.Generator().manual_seed(trial_seed(seed, trial))
     try:
         raw = generate_input(gen)
@@ -200,18 +206,18 @@ def _inputs(generate_input: Callable, seed: int, trial: int, dtype: Optional[tor
 def dual_delta(
     impl: Callable,
     baseline: Callable,
-    oracle: Optional[Callable],
+    oracle: Callable | None,
     generate_input: Callable[[torch.Generator], Any],
     get_error: ErrorSpec = "max_hyb",
     num_tests: int = 100,
     *,
-    dtype: Optional[torch.dtype] = None,
-    factor: Union[None, float, Mapping[str, float]] = None,
+    dtype: torch.dtype | None = None,
+    factor: None | float | Mapping[str, float] = None,
     alpha: float = DEFAULT_ALPHA,
     seed: int = 0,
-    free: Union[str, float] = "auto",
-    impl_device: Union[None, str, torch.device] = None,
-    params: Optional[Mapping[str, Any]] = None,
+    free: str | float = "auto",
+    impl_device: None | str | torch.device = None,
+    params: Mapping[str, Any] | None = None,
 ) -> DualDeltaResult:
     """Measure delta_1 = err(impl, oracle) and delta_2 = err(baseline, oracle) over
     ``num_tests`` trials and gate impl on non-inferiority to the baseline.
@@ -231,7 +237,7 @@ def dual_delta(
         num_tests: trials (>= 1; the tests need ~20 to say anything, 100 is a good default).
         dtype: floating inputs are cast to it before any call (None: as generated).
         factor: non-inferiority factor: None (per-metric defaults,
-            :data:`acceptance.spec.defaults.DEFAULT_FACTORS`), one number, or a mapping
+            :data:`acceptance.numerics.factors.DEFAULT_FACTORS`), one number, or a mapping
             metric name -> factor.
         alpha: level of the tests and of the gate (Holm over this call's metrics).
         seed: base seed of the trials.
@@ -256,17 +262,25 @@ def dual_delta(
     d1: list[list[list[float]]] = []  # [trial][output][error]
     d2: list[list[list[float]]] = []
     fr: list[list[list[float]]] = []
-    trials = run_trials(roles, lambda t: _inputs(generate_input, seed, t, dtype), num_tests, device=device,
-                        params=dict(params or {}), oracle=True, timing=timing)
+    trials = run_trials(
+        roles,
+        lambda t: _inputs(generate_input, seed, t, dtype),
+        num_tests,
+        device=device,
+        params=dict(params or {}),
+        oracle=True,
+        timing=timing,
+    )
     try:
         for trial in trials:
             row1, row2, rowf = [], [], []
-            for e, b, o in zip(trial.impl, trial.baseline, trial.oracle):
+            for e, b, o in zip(trial.impl, trial.baseline, trial.oracle, strict=False):
                 e = e.detach().cpu()
                 eo, bo, free_error, rounded = against_oracle(e, b, o, named)
                 for row, x, known in ((row1, e, eo), (row2, b, bo), (rowf, rounded, free_error)):
-                    row.append([float(known[fn]) if isinstance(fn, str) else _number(name, fn(x, o))
-                                for name, fn in errors])
+                    row.append(
+                        [float(known[fn]) if isinstance(fn, str) else _number(name, fn(x, o)) for name, fn in errors]
+                    )
             d1.append(row1)
             d2.append(row2)
             fr.append(rowf)
@@ -282,9 +296,11 @@ def dual_delta(
             bound = stats.free_bound(af[:, k, j]) if free == "auto" else float(free)
             labels.append(label)
             delta_impl[label], delta_base[label], frees[label] = a1[:, k, j], a2[:, k, j], bound
-            records.append(stats.analyze(
-                a1[:, k, j], a2[:, k, j], metric=name, output=k, factor=factors[name], alpha=alpha, free=bound
-            ))
+            records.append(
+                stats.analyze(
+                    a1[:, k, j], a2[:, k, j], metric=name, output=k, factor=factors[name], alpha=alpha, free=bound
+                )
+            )
     timing.total = time.perf_counter() - started
     return DualDeltaResult(
         labels=tuple(labels),

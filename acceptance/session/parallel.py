@@ -27,22 +27,30 @@ import gc
 import multiprocessing.util
 import os
 import signal
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import torch
 
-from acceptance.isolation import forkserver
 from acceptance.device import job_devices
+from acceptance.isolation import forkserver
 from acceptance.records import CaseResult
 from acceptance.spec import Case, Rules, rules_for
 
 _STATE: dict[str, Any] = {}
 
 
-def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tuple],
-          threads: Optional[int] = None, guard: Optional[Path] = None,
-          runner: Optional[int] = None, server: Optional[tuple] = None) -> None:  # pragma: no cover
+def _init(
+    device: Any,
+    trials: int | None,
+    isolate: bool,
+    cache: tuple | None,
+    threads: int | None = None,
+    guard: Path | None = None,
+    runner: int | None = None,
+    server: tuple | None = None,
+) -> None:  # pragma: no cover
     """Set up one job process (runs in it); ``cache``: (root, max_bytes, enabled) of the run's cache;
     ``device``: the impl's device, or a queue of them from which each job takes its own; ``server``: the
     runner's fork server (:func:`acceptance.isolation.forkserver.handle`), which the job's workers start from."""
@@ -59,8 +67,15 @@ def _init(device: Any, trials: Optional[int], isolate: bool, cache: Optional[tup
 
         die_with(runner)  # its worker, started by this job, ends with the job
     torch.set_num_threads(1)  # the callables compute in the worker; here only small element-wise passes
-    _STATE.update(device=device, trials=trials, isolate=isolate, references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
-                  worker=None, threads=threads, guard=guard)
+    _STATE.update(
+        device=device,
+        trials=trials,
+        isolate=isolate,
+        references=RunReferences(ReferenceCache(cache[0], max_bytes=cache[1], enabled=cache[2]) if cache else None),
+        worker=None,
+        threads=threads,
+        guard=guard,
+    )
     # as the job ends (the pool shut down), its worker writes the inputs it made for the cache, then exits
     multiprocessing.util.Finalize(None, _finish, exitpriority=10)
     # what the job inherited (torch, the runner's modules, scipy.stats, the metrics engines) lives as long as
@@ -75,8 +90,8 @@ def _finish() -> None:  # pragma: no cover - runs in a job process
 
 
 def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job process
-    from acceptance.measure import case as runner
     from acceptance.isolation.worker import Worker
+    from acceptance.measure import case as runner
 
     worker = None
     if _STATE["isolate"]:
@@ -86,8 +101,9 @@ def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job proc
             if worker is not None:
                 worker.finish()
             worker = _STATE["worker"] = Worker(memory_limit=limit, threads=_STATE["threads"], guard=_STATE["guard"])
-    return runner.measure(case, _STATE["device"], rules_for(case), trials=_STATE["trials"], worker=worker,
-                          references=_STATE["references"])
+    return runner.measure(
+        case, _STATE["device"], rules_for(case), trials=_STATE["trials"], worker=worker, references=_STATE["references"]
+    )
 
 
 def _costly(case: Case) -> bool:
@@ -96,10 +112,20 @@ def _costly(case: Case) -> bool:
     return isinstance(case.spec.oracle, dict) and "mpmath" in case.spec.oracle
 
 
-def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trials: Optional[int] = None,
-                on_case: Optional[Callable[[Case, CaseResult], None]] = None,
-                measured: list[tuple[CaseResult, Rules]], isolate: bool = True, guard: Optional[Path] = None,
-                cache: Any = None, sanitize: bool = False, threads: Optional[int] = None) -> None:
+def measure_all(
+    cases: Iterable[Case],
+    device: torch.device,
+    *,
+    jobs: int,
+    trials: int | None = None,
+    on_case: Callable[[Case, CaseResult], None] | None = None,
+    measured: list[tuple[CaseResult, Rules]],
+    isolate: bool = True,
+    guard: Path | None = None,
+    cache: Any = None,
+    sanitize: bool = False,
+    threads: int | None = None,
+) -> None:
     """Measure ``cases`` (but those already in ``measured``) in ``jobs`` processes; append (result, rules) to
     ``measured`` in case order once all finished (``on_case`` hears of each as it finishes). ``sanitize``: each
     measured impl runs once more under compute-sanitizer, from this process (:mod:`acceptance.measure.sanitize`).
@@ -118,10 +144,21 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
         given = context.Queue()
         for d in devices:
             given.put(d)
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=count, mp_context=context,
-                                                  initializer=_init, initargs=(given, trials, isolate,
-                                                            (cache.root, cache.max_bytes, cache.enabled) if cache else None,
-                                                            threads, guard, os.getpid(), forkserver.handle()))
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max_workers=count,
+        mp_context=context,
+        initializer=_init,
+        initargs=(
+            given,
+            trials,
+            isolate,
+            (cache.root, cache.max_bytes, cache.enabled) if cache else None,
+            threads,
+            guard,
+            os.getpid(),
+            forkserver.handle(),
+        ),
+    )
     folder = None if isolate else guard  # each job's worker checks its calls itself
     finished: dict[str, tuple[CaseResult, Rules]] = {}
     complete = False
@@ -145,8 +182,10 @@ def measure_all(cases: Iterable[Case], device: torch.device, *, jobs: int, trial
                 try:
                     result = future.result()
                 except Exception as exc:  # the job process died (a worker is what the code under test can kill)
-                    result = CaseResult(**runner._identity(case, runner.trials_of(case, rules_for(case), trials)),
-                                        error=f"the job measuring this case failed: {type(exc).__name__}: {exc}")
+                    result = CaseResult(
+                        **runner._identity(case, runner.trials_of(case, rules_for(case), trials)),
+                        error=f"the job measuring this case failed: {type(exc).__name__}: {exc}",
+                    )
                 if sanitize:
                     from acceptance.measure import sanitize as sanitizer
 

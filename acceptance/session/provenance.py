@@ -9,16 +9,15 @@ import socket
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 import click
 import numpy as np
 import torch
 from click.core import ParameterSource
 
-from acceptance.version import __version__
 from acceptance.device import device_name
 from acceptance.records import Environment
+from acceptance.version import __version__
 
 
 def now() -> datetime:
@@ -26,7 +25,7 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _git_commit(cwd: Path) -> Optional[str]:
+def _git_commit(cwd: Path) -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
@@ -53,8 +52,9 @@ def command_line(ctx: click.Context) -> str:
     return shlex.join(words)
 
 
-def environment(device: torch.device, *, command_line: str, start: datetime, end: datetime,
-                cwd: Optional[Path] = None) -> Environment:
+def environment(
+    device: torch.device, *, command_line: str, start: datetime, end: datetime, cwd: Path | None = None
+) -> Environment:
     """Provenance of a run: versions, device, the git commit of ``cwd`` (default: the current folder, when
     called), host, times (UTC, ISO 8601)."""
     return Environment(

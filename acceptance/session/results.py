@@ -21,7 +21,7 @@ import re
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, TextIO
 
 from acceptance.errors import OutputError, ResultsError
 from acceptance.records import SCHEMA_VERSION, CaseResult, Results, WaiverRecord
@@ -208,15 +208,16 @@ class OutputFolder:
             self._lock.seek(0)
             holder = self._lock.read().strip() or "another process"
             self._lock.close()
-            raise OutputError(f"--out {self.path}: in use by another run ({holder}); wait for it or use "
-                              "another folder") from None
+            raise OutputError(
+                f"--out {self.path}: in use by another run ({holder}); wait for it or use another folder"
+            ) from None
         self._lock.seek(0)
         self._lock.truncate()
         self._lock.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
         self._lock.flush()
         for name in ("results.json", *stale) + (() if resume else (JOURNAL,)):
             (self.path / name).unlink(missing_ok=True)
-        self._journal: Optional[TextIO] = None
+        self._journal: TextIO | None = None
 
     def journaled(self) -> list[CaseResult]:
         """The measured cases of the journal (a line cut short by a crash is dropped)."""

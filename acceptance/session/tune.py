@@ -15,22 +15,30 @@ spec files is :mod:`acceptance.session.tunewrite`'s.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
 
-from acceptance.session import results as results_mod
-from acceptance.measure import case as runner
 from acceptance import spec
+from acceptance.decide.proposal import LOOSE, MARGIN, TuneResult, observations, proposals
+from acceptance.decide.regression import compare_results
 from acceptance.device import resolve_device
 from acceptance.errors import SpecError, UsageError
-from acceptance.decide.regression import compare_results
+from acceptance.measure import case as runner
 from acceptance.records import CaseResult, Comparison, Results
-from acceptance.decide.proposal import LOOSE, MARGIN, TuneResult, observations, proposals
+from acceptance.session import results as results_mod
 
 
-def run_seeds(specs: Sequence[spec.OperatorSpec], seeds: Sequence[int], *, only: Optional[str] = None,
-              dtypes: Optional[list[str]] = None, device: str = "cpu", trials: Optional[int] = None,
-              isolate: bool = True, on_seed: Optional[Callable[[int, int], None]] = None) -> list[CaseResult]:
+def run_seeds(
+    specs: Sequence[spec.OperatorSpec],
+    seeds: Sequence[int],
+    *,
+    only: str | None = None,
+    dtypes: list[str] | None = None,
+    device: str = "cpu",
+    trials: int | None = None,
+    isolate: bool = True,
+    on_seed: Callable[[int, int], None] | None = None,
+) -> list[CaseResult]:
     """The decided cases of every spec run once per seed offset: seed ``spec.seed + k`` for ``k`` in ``seeds``."""
     dev = resolve_device(device)
     out: list[CaseResult] = []
@@ -53,10 +61,20 @@ def load_specs(paths: Iterable[Path]) -> list[spec.OperatorSpec]:
     return specs
 
 
-def tune(paths: Optional[Iterable[Path]] = None, *, results: Optional[Iterable[Path]] = None, seeds: int = 5,
-         only: Optional[str] = None, dtypes: Optional[list[str]] = None, device: str = "cpu",
-         trials: Optional[int] = None, margin: float = MARGIN, loose: float = LOOSE, isolate: bool = False,
-         on_seed: Optional[Callable[[int, int], None]] = None) -> TuneResult:
+def tune(
+    paths: Iterable[Path] | None = None,
+    *,
+    results: Iterable[Path] | None = None,
+    seeds: int = 5,
+    only: str | None = None,
+    dtypes: list[str] | None = None,
+    device: str = "cpu",
+    trials: int | None = None,
+    margin: float = MARGIN,
+    loose: float = LOOSE,
+    isolate: bool = False,
+    on_seed: Callable[[int, int], None] | None = None,
+) -> TuneResult:
     """Proposed thresholds per operator x dtype x criterion (see :mod:`acceptance.decide.proposal` for the rule).
 
     Either runs the specs under ``paths`` with ``seeds`` seeds (the spec's seed + 0, 1, ...; ``isolate``: in
@@ -64,16 +82,28 @@ def tune(paths: Optional[Iterable[Path]] = None, *, results: Optional[Iterable[P
     cases as ``acceptance run`` does.
     """
     if results:
-        cases = [c for p in results for c in results_mod.load(Path(p)).cases
-                 if (dtypes is None or c.dtype in dtypes)
-                 and (only is None or spec.glob_match(c.operator, only) or spec.glob_match(c.id, only))]
+        cases = [
+            c
+            for p in results
+            for c in results_mod.load(Path(p)).cases
+            if (dtypes is None or c.dtype in dtypes)
+            and (only is None or spec.glob_match(c.operator, only) or spec.glob_match(c.id, only))
+        ]
         if not cases:
             raise UsageError("no case in the results matches (--only, --dtype)")
     else:
         if seeds < 1:
             raise UsageError(f"--seeds: need at least 1, got {seeds}")
-        cases = run_seeds(load_specs(paths or [Path("operator_specs")]), range(seeds), only=only, dtypes=dtypes,
-                          device=device, trials=trials, isolate=isolate, on_seed=on_seed)
+        cases = run_seeds(
+            load_specs(paths or [Path("operator_specs")]),
+            range(seeds),
+            only=only,
+            dtypes=dtypes,
+            device=device,
+            trials=trials,
+            isolate=isolate,
+            on_seed=on_seed,
+        )
     found = proposals(observations(cases), margin=margin, loose=loose)
     return TuneResult(tuple(found), margin, loose, tuple(sorted({c.seed for c in cases})))
 
@@ -86,12 +116,14 @@ def compare(base, new, *, max_ratio: float = 2.0, max_slowdown: float = 1.25) ->
         cmp = acceptance.compare("reports/main/results.json", "reports/latest")
         cmp.passed, cmp.regressions, [c.worst_ratio for c in cmp.cases]
     """
+
     def loaded(x):
         return x if isinstance(x, Results) else results_mod.load_run(Path(x))
 
     label = base if not isinstance(base, Results) else "base"
     try:
-        return compare_results(loaded(base), loaded(new), max_ratio=max_ratio, base_label=str(label),
-                               max_slowdown=max_slowdown)
+        return compare_results(
+            loaded(base), loaded(new), max_ratio=max_ratio, base_label=str(label), max_slowdown=max_slowdown
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

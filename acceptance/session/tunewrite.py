@@ -17,15 +17,15 @@ import hashlib
 import io
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Union
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from acceptance.errors import OutputError
 from acceptance.decide.proposal import Proposal, number_text
+from acceptance.errors import OutputError
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Edit:
 
     dtype: str
     metric: str
-    value: Union[float, str]
+    value: float | str
 
 
 class _Number(float):
@@ -47,7 +47,8 @@ def _yaml() -> YAML:
     yaml.width = 4096
     yaml.indent(mapping=2, sequence=4, offset=2)
     yaml.representer.add_representer(
-        _Number, lambda r, d: r.represent_scalar("tag:yaml.org,2002:float", number_text(float(d))))
+        _Number, lambda r, d: r.represent_scalar("tag:yaml.org,2002:float", number_text(float(d)))
+    )
     return yaml
 
 
@@ -92,8 +93,11 @@ def edits_for(proposals: Iterable[Proposal]) -> dict[Path, list[Edit]]:
 
 def diff(path: Path, before: str, after: str) -> str:
     """A unified diff of the change, ``a/<path>`` against ``b/<path>``."""
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        f"a/{path}", f"b/{path}"))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}"
+        )
+    )
 
 
 def sha256_of(path: Path) -> str:
@@ -101,7 +105,7 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def write(path: Path, edits: Iterable[Edit], *, read_sha256: Optional[str] = None, dry_run: bool = False) -> str:
+def write(path: Path, edits: Iterable[Edit], *, read_sha256: str | None = None, dry_run: bool = False) -> str:
     """Apply the edits to the spec file at ``path``; return the diff (empty when nothing changes).
 
     Atomic: the new text goes to a temporary file beside it, then replaces it. Raises :class:`OutputError`

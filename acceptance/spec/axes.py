@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from acceptance.formats import presets
 from acceptance.formats.layouts import edge_values
@@ -62,8 +63,9 @@ def _edge_symbols(symbols: dict[str, int], edges: Any, inputs: list[InputSpec]) 
     return out
 
 
-def case_specs(models: list[Any], inputs: list[InputSpec],
-               role_params: Callable[[Any], dict[str, dict[str, Any]]] = lambda c: {}) -> list[CaseSpec]:
+def case_specs(
+    models: list[Any], inputs: list[InputSpec], role_params: Callable[[Any], dict[str, dict[str, Any]]] = lambda c: {}
+) -> list[CaseSpec]:
     """The cases of a spec from its validated ``cases`` entries: presets and edge sizes expanded, in order
     (each written case, then its edge variants; a preset list multiplies both); ``role_params`` gives an
     entry's ``<role>_params``."""

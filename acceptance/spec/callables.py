@@ -8,9 +8,10 @@ import importlib
 import importlib.util
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from acceptance.errors import SpecError
 
@@ -75,7 +76,6 @@ def resolve_callable(ref: str, spec_path: Path) -> Callable:
     return obj
 
 
-
 def _declared(spec: Any) -> bool:
     """Whether a role of the spec is a declaration (a mapping run by :mod:`acceptance.isolation.adapters`)."""
     return any(isinstance(r, dict) and "mpmath" not in r for r in (spec.impl, spec.baseline, spec.oracle))
@@ -96,10 +96,16 @@ def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
         from acceptance.isolation import adapters
 
         decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
-        made = [adapters.Adapter(d, spec.path, role) if isinstance(d, dict) and "mpmath" not in d
-                else oracle.oracle_from_spec(d) if isinstance(d, dict)
-                else resolve_callable(d, spec.path) if d is not None else None
-                for role, d in zip(("impl", "baseline", "oracle"), decls)]
+        made = [
+            adapters.Adapter(d, spec.path, role)
+            if isinstance(d, dict) and "mpmath" not in d
+            else oracle.oracle_from_spec(d)
+            if isinstance(d, dict)
+            else resolve_callable(d, spec.path)
+            if d is not None
+            else None
+            for role, d in zip(("impl", "baseline", "oracle"), decls, strict=False)
+        ]
         return made[0], made[1], made[2] if made[2] is not None else oracle.float64_oracle(made[1])
     impl = resolve_callable(spec.impl, spec.path)
     baseline = resolve_callable(spec.baseline, spec.path) if spec.baseline else impl
@@ -120,10 +126,16 @@ def role_refs(spec: Any) -> tuple[tuple, tuple, tuple]:
         from acceptance.isolation import adapters
 
         decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
-        refs = [adapters.ref_of(d, spec.path, role) if isinstance(d, dict) and "mpmath" not in d
-                else ("mpmath", d["mpmath"], d.get("dps", oracle.DEFAULT_DPS)) if isinstance(d, dict)
-                else ("callable", d, path) if d is not None else None
-                for role, d in zip(("impl", "baseline", "oracle"), decls)]
+        refs = [
+            adapters.ref_of(d, spec.path, role)
+            if isinstance(d, dict) and "mpmath" not in d
+            else ("mpmath", d["mpmath"], d.get("dps", oracle.DEFAULT_DPS))
+            if isinstance(d, dict)
+            else ("callable", d, path)
+            if d is not None
+            else None
+            for role, d in zip(("impl", "baseline", "oracle"), decls, strict=False)
+        ]
         return refs[0], refs[1], refs[2] if refs[2] is not None else ("float64", refs[1])
     impl = ("callable", spec.impl, path)
     baseline = ("callable", spec.baseline, path) if spec.baseline else impl

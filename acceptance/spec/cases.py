@@ -11,10 +11,10 @@ from __future__ import annotations
 import fnmatch
 import json
 from datetime import date, datetime, timezone
-from typing import Any, Optional
+from typing import Any
 
-from acceptance.formats.dtypes import TEST_DTYPES
 from acceptance.errors import SpecError
+from acceptance.formats.dtypes import TEST_DTYPES
 from acceptance.spec.messages import one_of
 from acceptance.spec.model import Case, OperatorSpec
 
@@ -56,8 +56,9 @@ def role_params(spec: OperatorSpec, case_roles: dict[str, dict]) -> dict[str, di
     return {r: given for r, given in roles.items() if given}
 
 
-def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, only: Optional[str] = None,
-           today: Optional[date] = None) -> list[Case]:
+def expand(
+    specs: list[OperatorSpec], *, dtypes: list[str] | None = None, only: str | None = None, today: date | None = None
+) -> list[Case]:
     """All cases to run, operator by operator, then dtype (spec order), then case.
 
     ``dtypes`` keeps only those test dtypes (unknown names raise :class:`SpecError`).
@@ -76,7 +77,7 @@ def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, onl
         for dtype in spec.dtypes:
             if dtypes is not None and dtype not in dtypes:
                 continue
-            for c, label in zip(spec.cases, labels):
+            for c, label in zip(spec.cases, labels, strict=False):
                 case_id = f"{spec.name}[{dtype}{'-' if label and not label.startswith('#') else ''}{label}]"
                 if only is not None and not (glob_match(spec.name, only) or glob_match(case_id, only)):
                     continue
@@ -84,9 +85,19 @@ def expand(specs: list[OperatorSpec], *, dtypes: Optional[list[str]] = None, onl
                 active = next((w for w in matching if not w.expired(today)), None)
                 expired = next((w for w in matching if w.expired(today)), None)
                 roles = role_params(spec, c.role_params)
-                out.append(Case(spec, dtype, dict(c.symbols), {**spec.params, **c.params}, c.index, case_id,
-                                active.reason if active else None, preset=c.preset, role_params=roles,
-                                waiver_covers=active.covers if active else ("fail",),
-                                expired_waiver=f"waiver expired on {expired.expires}: {expired.reason}" if expired
-                                else None))
+                out.append(
+                    Case(
+                        spec,
+                        dtype,
+                        dict(c.symbols),
+                        {**spec.params, **c.params},
+                        c.index,
+                        case_id,
+                        active.reason if active else None,
+                        preset=c.preset,
+                        role_params=roles,
+                        waiver_covers=active.covers if active else ("fail",),
+                        expired_waiver=f"waiver expired on {expired.expires}: {expired.reason}" if expired else None,
+                    )
+                )
     return out

@@ -7,7 +7,8 @@ turns them into :class:`~acceptance.spec.model.SpecProblem` lines.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from acceptance.formats.dtypes import lookup, torch_dtype
 from acceptance.spec.cases import expand, glob_match
@@ -19,8 +20,8 @@ from acceptance.spec.model import (
     InputSpec,
     Normal,
     OperatorSpec,
-    RandInt,
     Preset,
+    RandInt,
     Sparse,
     Specials,
     Uniform,
@@ -34,7 +35,7 @@ def _symbols_text(symbols: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in symbols.items())
 
 
-def _dist_problems(dist: Dist, path: str, symbols: Mapping[str, int], dtype: Optional[str]) -> list[tuple[str, str]]:
+def _dist_problems(dist: Dist, path: str, symbols: Mapping[str, int], dtype: str | None) -> list[tuple[str, str]]:
     """Problems of one distribution for one case's symbol values (``dtype``: the input's fixed dtype)."""
     out: list[tuple[str, str]] = []
     integer = dtype is not None
@@ -72,7 +73,7 @@ def _dist_problems(dist: Dist, path: str, symbols: Mapping[str, int], dtype: Opt
     return out
 
 
-def _int_range(dtype: Optional[str]) -> tuple[int, int]:
+def _int_range(dtype: str | None) -> tuple[int, int]:
     if dtype is None or dtype == "int64":
         return _INT64_MIN, _INT64_MAX
     if dtype == "bool":
@@ -110,11 +111,13 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
         for n in c.symbols:
             if n not in used:
                 uses = ", ".join(sorted(used)) or "none"
-                out.append((
-                    f"cases[{c.index}].{n}",
-                    f"symbol {n!r} is used by no input shape or bound (used: {uses}); "
-                    "put keyword arguments under params",
-                ))
+                out.append(
+                    (
+                        f"cases[{c.index}].{n}",
+                        f"symbol {n!r} is used by no input shape or bound (used: {uses}); "
+                        "put keyword arguments under params",
+                    )
+                )
         missing = [n for n in used if n in defined and n not in c.symbols]
         for n in missing:
             out.append((f"cases[{c.index}]", f"missing symbol {n!r} (used by {used[n]})"))
@@ -141,8 +144,11 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
             out += [(p, m + (where if dist_exprs else "")) for p, m in problems]
 
     if not any(isinstance(inp.dist, Preset) for inp in inputs):
-        out += [(f"cases[{c.index}].preset", "no input has `dist: {preset: ...}` for the case's preset to apply to")
-                for c in cases if c.preset]
+        out += [
+            (f"cases[{c.index}].preset", "no input has `dist: {preset: ...}` for the case's preset to apply to")
+            for c in cases
+            if c.preset
+        ]
     return list(dict.fromkeys(out))
 
 
@@ -175,12 +181,23 @@ def memory_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
     for case in expand([spec]):
         width = lookup(case.dtype).itemsize
         elements = [math.prod(shape) for shape in case.shapes]
-        need = sum(n * (lookup(inp.dtype).itemsize if inp.dtype else width) for n, inp in
-                   zip(elements, spec.inputs)) * 3 + sum(elements) * 8
+        need = (
+            sum(
+                n * (lookup(inp.dtype).itemsize if inp.dtype else width)
+                for n, inp in zip(elements, spec.inputs, strict=False)
+            )
+            * 3
+            + sum(elements) * 8
+        )
         if need > limit:
-            out.append((f"cases[{case.index}]", f"{case.id} needs {need / 2**30:.3g} GiB for its inputs (three "
-                        f"copies and a float64 one), over the memory limit of {spec.memory_limit_gib:.3g} GiB "
-                        "(memory_limit_gib)"))
+            out.append(
+                (
+                    f"cases[{case.index}]",
+                    f"{case.id} needs {need / 2**30:.3g} GiB for its inputs (three "
+                    f"copies and a float64 one), over the memory limit of {spec.memory_limit_gib:.3g} GiB "
+                    "(memory_limit_gib)",
+                )
+            )
     return out
 
 
@@ -207,15 +224,24 @@ def quant_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[tuple
         block = lookup(inp.quant).block
         bad = [v for v in _special_values(inp.dist) if isinstance(v, float) and not math.isfinite(v)]
         if bad:
-            out.append((f"inputs[{i}].dist", f"{bad[0]!r}: input {inp.name!r} is quantized to {inp.quant}, "
-                        "which cannot encode inf or NaN"))
+            out.append(
+                (
+                    f"inputs[{i}].dist",
+                    f"{bad[0]!r}: input {inp.name!r} is quantized to {inp.quant}, which cannot encode inf or NaN",
+                )
+            )
         last = len(inp.shape) - 1
         for c in cases:
             k = value_of(inp.shape[last], c.symbols)
             if k % block:
-                out.append((f"inputs[{i}].shape[{last}]", f"input {inp.name!r}: {inp.shape[last]} = {k} for "
-                            f"cases[{c.index}] ({_symbols_text(c.symbols)}) is not a multiple of {block}, the "
-                            f"{inp.quant} block size"))
+                out.append(
+                    (
+                        f"inputs[{i}].shape[{last}]",
+                        f"input {inp.name!r}: {inp.shape[last]} = {k} for "
+                        f"cases[{c.index}] ({_symbols_text(c.symbols)}) is not a multiple of {block}, the "
+                        f"{inp.quant} block size",
+                    )
+                )
     return out
 
 
@@ -229,8 +255,13 @@ def perf_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
         for c in spec.cases:
             missing = [n for n in e.names if n not in c.symbols]
             if missing:
-                out.append((f"perf.{key}", f"unknown symbol {missing[0]!r} in cases[{c.index}] "
-                            f"(case symbols: {', '.join(c.symbols) or 'none'})"))
+                out.append(
+                    (
+                        f"perf.{key}",
+                        f"unknown symbol {missing[0]!r} in cases[{c.index}] "
+                        f"(case symbols: {', '.join(c.symbols) or 'none'})",
+                    )
+                )
                 break
             try:
                 value = e.evaluate(c.symbols)

@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional, Union
+from typing import Any
 
 from acceptance.formats import dtypes
-from acceptance.numerics.factors import DEFAULT_ALPHA, DEFAULT_FACTOR, DEFAULT_FACTORS, default_factor
+from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 from acceptance.numerics.metrics import registry
 from acceptance.spec.model import Case
 from acceptance.spec.overrides import case_overrides
@@ -63,8 +63,7 @@ MLU_OPS_TABLE: dict[str, dict[str, float]] = {
 #: dequantized math (the baseline's float math on the values the blocks hold, in float64). Each is 2x or more
 #: the format's own round-trip NMSE on N(0, 1) data (``benchmarks/quant_nmse.py``: q4_0 0.74 %, q4_1 0.61 %,
 #: q5_0 0.18 %, q5_1 0.14 %, q8_x 0.003 %), so a kernel that quantizes an operand again itself still passes.
-QUANT_NMSE: dict[str, float] = {"q4_0": 0.015, "q4_1": 0.015, "q5_0": 0.01, "q5_1": 0.01, "q8_0": 0.005,
-                                "q8_1": 0.005}
+QUANT_NMSE: dict[str, float] = {"q4_0": 0.015, "q4_1": 0.015, "q5_0": 0.01, "q5_1": 0.01, "q8_0": 0.005, "q8_1": 0.005}
 
 #: Categories gated on NMSE per quantized format instead of MLU-OPS's diff1/diff2.
 QUANT_CATEGORIES: tuple[str, ...] = ("quantized",)
@@ -97,7 +96,7 @@ DEFAULT_CATEGORIES: tuple[str, ...] = ("convolution", "reduction", "activation",
 #: double and glibc give 1-2 ulp for float64; 16-bit and fp8 results computed in float32 and rounded once
 #: are within 0.5 ulp, so 1 ulp (faithful) admits native approximations. Categories that accumulate have no
 #: floor: nobody documents one and their error grows with the accumulation length.
-FLOORS: dict[str, dict[str, tuple[Optional[float], Optional[float]]]] = {
+FLOORS: dict[str, dict[str, tuple[float | None, float | None]]] = {
     "activation": {
         "float32": (4.0, 1.0),
         "float64": (2.0, 1.0),
@@ -123,7 +122,7 @@ class Threshold:
     """One threshold in force: ``metric comparison value``, and where it came from."""
 
     metric: str
-    value: Union[float, tuple[float, float]]
+    value: float | tuple[float, float]
     comparison: str
     source: str
 
@@ -136,7 +135,7 @@ class DualDeltaSettings:
     factors: dict[str, float]
     default_factors: frozenset[str]
     alpha: float
-    trials: Optional[int]
+    trials: int | None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -158,16 +157,16 @@ class Rules:
     dtype: str
     thresholds: tuple[Threshold, ...]
     diff4: bool
-    dual_delta: Optional[DualDeltaSettings]
+    dual_delta: DualDeltaSettings | None
     element_tolerance: float
     bit_exact: bool
-    floor_max: Optional[float] = None
-    floor_mean: Optional[float] = None
+    floor_max: float | None = None
+    floor_mean: float | None = None
     ulp_check: bool = False
     bias_floor: float = BIAS_FLOOR_ULP
-    waiver: Optional[str] = None
+    waiver: str | None = None
     waiver_covers: tuple[str, ...] = ("fail",)
-    expired_waiver: Optional[str] = None
+    expired_waiver: str | None = None
 
 
 def category_default(category: str, dtype: str) -> tuple[float, str]:
@@ -180,8 +179,9 @@ def category_default(category: str, dtype: str) -> tuple[float, str]:
     return row[base] * factor, f"{dtype} {category} default ({base} x u ratio {factor:.3g})"
 
 
-def thresholds_for(category: str, dtype: str, overrides: Optional[dict[str, Any]] = None,
-                   quant: tuple[str, ...] = ()) -> list[Threshold]:
+def thresholds_for(
+    category: str, dtype: str, overrides: dict[str, Any] | None = None, quant: tuple[str, ...] = ()
+) -> list[Threshold]:
     """The thresholds in force for one (category, dtype), spec overrides applied.
 
     Overrides replace a default of the same metric or add a criterion; their
@@ -208,7 +208,7 @@ def thresholds_for(category: str, dtype: str, overrides: Optional[dict[str, Any]
     return list(found.values())
 
 
-def diff4_enabled(category: str, overrides: Optional[dict[str, Any]] = None) -> bool:
+def diff4_enabled(category: str, overrides: dict[str, Any] | None = None) -> bool:
     """diff4 applies to the categories with a rounding tolerance unless the spec says ``diff4: false``; to the
     ``quantized`` category only when the spec says ``diff4: true``."""
     if overrides and overrides.get("diff4") is False:
@@ -218,7 +218,7 @@ def diff4_enabled(category: str, overrides: Optional[dict[str, Any]] = None) -> 
     return category not in BIT_EXACT_CATEGORIES
 
 
-def dual_delta_settings(category: str, section: Optional[dict]) -> Optional[DualDeltaSettings]:
+def dual_delta_settings(category: str, section: dict | None) -> DualDeltaSettings | None:
     """The dual-delta settings of a spec's ``dual_delta`` section over the defaults, or ``None`` when off."""
     section = dict(section or {})
     if not section.get("enabled", category in DEFAULT_CATEGORIES):
@@ -235,8 +235,9 @@ def dual_delta_settings(category: str, section: Optional[dict]) -> Optional[Dual
     )
 
 
-def floors_for(category: str, dtype: str, overrides: Optional[dict[str, float]] = None
-               ) -> tuple[Optional[float], Optional[float]]:
+def floors_for(
+    category: str, dtype: str, overrides: dict[str, float] | None = None
+) -> tuple[float | None, float | None]:
     """The accuracy floor (max, mean), ulp against the oracle, of a (category, dtype), spec overrides applied."""
     floor_max, floor_mean = FLOORS.get(category, {}).get(dtype, (None, None))
     overrides = overrides or {}
@@ -249,19 +250,28 @@ def rules_for(case: Case) -> Rules:
     spec = case.spec
     resolved = case_overrides(case)
     overrides = resolved.thresholds
-    thresholds = [replace(t, source=resolved.sources.get(t.metric, t.source))
-                  for t in thresholds_for(spec.category, case.dtype, overrides,
-                                              tuple(i.quant for i in spec.inputs if i.quant is not None))]
+    thresholds = [
+        replace(t, source=resolved.sources.get(t.metric, t.source))
+        for t in thresholds_for(
+            spec.category, case.dtype, overrides, tuple(i.quant for i in spec.inputs if i.quant is not None)
+        )
+    ]
     dual_delta = dual_delta_settings(spec.category, resolved.dual_delta)
     if dual_delta is not None and resolved.dual_delta_sources:
         dd = resolved.dual_delta_sources
-        dual_delta = replace(dual_delta, sources={m: dd.get(m, dd.get("*")) for m in dual_delta.metrics
-                                                  if dd.get(m, dd.get("*"))})
+        dual_delta = replace(
+            dual_delta, sources={m: dd.get(m, dd.get("*")) for m in dual_delta.metrics if dd.get(m, dd.get("*"))}
+        )
     # a bit-exact category is judged on bits unless its spec gives thresholds for the dtype (a tolerance asked for)
     bit_exact = spec.category in BIT_EXACT_CATEGORIES and not {k for k in overrides if k != "diff4"}
-    tolerance = 0.0 if bit_exact else min(
-        (float(t.value) for t in thresholds if t.metric in ("diff1", "diff2")),
-        default=math.sqrt(next((float(t.value) for t in thresholds if t.metric == "nmse"), 0.0)))
+    tolerance = (
+        0.0
+        if bit_exact
+        else min(
+            (float(t.value) for t in thresholds if t.metric in ("diff1", "diff2")),
+            default=math.sqrt(next((float(t.value) for t in thresholds if t.metric == "nmse"), 0.0)),
+        )
+    )
     floor_max, floor_mean = floors_for(spec.category, case.dtype, spec.floors.get(case.dtype))
     return Rules(
         category=spec.category,

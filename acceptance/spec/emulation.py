@@ -20,7 +20,7 @@ spec or case params the emulated contraction does not take.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +28,7 @@ from acceptance.spec.messages import fail, one_of
 
 if TYPE_CHECKING:  # the emulation (torch) loads only for a spec with an emulate: section
     from acceptance.numerics.emulate.roles import Emulation
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -37,7 +38,7 @@ class _Strict(BaseModel):
 class FtzModel(_Strict):
     """``ftz`` as a mapping: the threshold (default: the dtype's smallest normal) and where it applies."""
 
-    threshold: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    threshold: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     inputs: bool = True
     outputs: bool = False
     keep_sign: bool = True
@@ -60,37 +61,39 @@ Tf32 = Union[bool, Literal["nearest_away", "nearest_even", "truncate"]]
 class EmulateOverride(_Strict):
     """The keys a per-dtype override may set (``false`` switches one off)."""
 
-    ftz: Optional[Ftz] = None
-    tf32: Optional[Tf32] = None
-    accumulate: Optional[Union[Literal[False], AccumulateModel]] = None
+    ftz: Ftz | None = None
+    tf32: Tf32 | None = None
+    accumulate: Literal[False] | AccumulateModel | None = None
 
 
 class EmulateModel(EmulateOverride):
     """The ``emulate:`` section."""
 
-    contraction: Optional[str] = None
+    contraction: str | None = None
     dtypes: dict[str, EmulateOverride] = {}
 
     @model_validator(mode="after")
-    def _contraction_known_and_given(self) -> "EmulateModel":
+    def _contraction_known_and_given(self) -> EmulateModel:
         from acceptance.numerics.emulate.roles import CONTRACTIONS
 
         if self.contraction is not None and self.contraction not in CONTRACTIONS:
             raise fail(f"contraction: {one_of(self.contraction, tuple(CONTRACTIONS))}")
         wants = [dt for dt, o in self.dtypes.items() if isinstance(o.accumulate, AccumulateModel)]
         if (isinstance(self.accumulate, AccumulateModel) or wants) and self.contraction is None:
-            raise fail("accumulate needs `contraction: matmul | bmm | linear | conv2d` in emulate: the runner replaces "
-                       "the baseline by that emulated contraction and must be told the operator is one")
+            raise fail(
+                "accumulate needs `contraction: matmul | bmm | linear | conv2d` in emulate: the runner replaces "
+                "the baseline by that emulated contraction and must be told the operator is one"
+            )
         return self
 
 
-def _threshold(value: Optional[float], dtype: str) -> float:
+def _threshold(value: float | None, dtype: str) -> float:
     import torch
 
     return float(torch.finfo(getattr(torch, dtype)).smallest_normal) if value is None else float(value)
 
 
-def resolve(model: Optional[EmulateModel], dtype: str) -> Optional[Emulation]:
+def resolve(model: EmulateModel | None, dtype: str) -> Emulation | None:
     """The :class:`Emulation` of test dtype ``dtype``: the section's keys with ``dtypes[dtype]``'s over them;
     ``None`` when nothing is emulated. ``tf32`` applies to float32 cases only."""
     if model is None:
@@ -115,31 +118,48 @@ def resolve(model: Optional[EmulateModel], dtype: str) -> Optional[Emulation]:
     if dtype == "float32" and tf32 not in (None, False):
         mode = "nearest_away" if tf32 is True else tf32
     accumulate = Accumulate(**acc.model_dump()) if isinstance(acc, AccumulateModel) else None
-    em = Emulation(contraction=model.contraction if accumulate else None, ftz_inputs=ftz_in, ftz_outputs=ftz_out,
-                   ftz_keep_sign=keep_sign, tf32=mode, accumulate=accumulate)
+    em = Emulation(
+        contraction=model.contraction if accumulate else None,
+        ftz_inputs=ftz_in,
+        ftz_outputs=ftz_out,
+        ftz_keep_sign=keep_sign,
+        tf32=mode,
+        accumulate=accumulate,
+    )
     return None if em == Emulation() else em
 
 
-def emulation_problems(model: Optional[EmulateModel], dtypes: list[str], params: dict,
-                       case_params: list[dict]) -> list[tuple[str, str]]:
+def emulation_problems(
+    model: EmulateModel | None, dtypes: list[str], params: dict, case_params: list[dict]
+) -> list[tuple[str, str]]:
     """What the schema cannot see: override keys that are not dtypes of the spec, and params the emulated
     contraction does not take (it is called as ``fn(*tensors, **params)`` like the baseline)."""
     if model is None:
         return []
     from acceptance.numerics.emulate.roles import CONTRACTIONS
 
-    out = [(f"emulate.dtypes.{dt}", f"{dt!r} is not one of the spec's dtypes ({', '.join(dtypes)})")
-           for dt in model.dtypes if dt not in dtypes]
+    out = [
+        (f"emulate.dtypes.{dt}", f"{dt!r} is not one of the spec's dtypes ({', '.join(dtypes)})")
+        for dt in model.dtypes
+        if dt not in dtypes
+    ]
     if model.contraction is None or not any(resolve(model, dt) and resolve(model, dt).accumulate for dt in dtypes):
         return out
     fn = CONTRACTIONS[model.contraction]
-    taken = [name for name, p in inspect.signature(fn).parameters.items()
-             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    taken = [
+        name
+        for name, p in inspect.signature(fn).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     scheme = set(inspect.signature(CONTRACTIONS["matmul"]).parameters) - {"a", "b"}
     for where, given in [("params", params)] + [(f"cases[{k}].params", p) for k, p in enumerate(case_params)]:
         for name in given:
             if name not in taken or name in scheme:
-                out.append((f"{where}.{name}", f"the emulated {model.contraction} does not take {name!r} "
-                            f"(it takes {', '.join(n for n in taken if n not in scheme) or 'only tensors'})"))
+                out.append(
+                    (
+                        f"{where}.{name}",
+                        f"the emulated {model.contraction} does not take {name!r} "
+                        f"(it takes {', '.join(n for n in taken if n not in scheme) or 'only tensors'})",
+                    )
+                )
     return out
-

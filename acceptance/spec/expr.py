@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Union
+from typing import Union
 
 _BINOPS: dict[type, Callable[[int, int], int]] = {
     ast.Add: operator.add,
@@ -63,7 +64,7 @@ def _check_node(node: ast.AST, text: str) -> None:
         raise ValueError(f"{text!r}: only symbols, integers, + - * // and parentheses are allowed")
 
 
-def parse_expr(text: str) -> Union[int, Expr]:
+def parse_expr(text: str) -> int | Expr:
     """Parse a shape or bound expression; an expression without symbols is folded to its int.
 
     Raises ``ValueError`` with a message quoting the text.
@@ -87,7 +88,7 @@ Bound = Union[int, float, Expr]
 Dim = Union[int, Expr]
 
 
-def value_of(bound: Bound, symbols: Mapping[str, int]) -> Union[int, float]:
+def value_of(bound: Bound, symbols: Mapping[str, int]) -> int | float:
     """A literal as is; an :class:`Expr` evaluated with the case symbols."""
     return bound.evaluate(symbols) if isinstance(bound, Expr) else bound
 
@@ -103,7 +104,11 @@ _REAL_BINOPS: dict[type, Callable[[float, float], float]] = {
 }
 #: Functions a real expression may call, by name.
 REAL_FUNCTIONS: dict[str, Callable[..., float]] = {
-    "sqrt": math.sqrt, "log": math.log, "log2": math.log2, "min": min, "max": max,
+    "sqrt": math.sqrt,
+    "log": math.log,
+    "log2": math.log2,
+    "min": min,
+    "max": max,
 }
 
 
@@ -117,7 +122,7 @@ class RealExpr:
     names: tuple[str, ...]
     tree: ast.expr = field(compare=False, repr=False)
 
-    def evaluate(self, symbols: Mapping[str, Union[int, float]]) -> float:
+    def evaluate(self, symbols: Mapping[str, int | float]) -> float:
         """Value for the given symbols (``KeyError`` for a missing symbol, ``ValueError``/``ZeroDivisionError``
         for a value outside a function's domain)."""
         return float(_eval_real(self.tree, symbols))
@@ -126,7 +131,7 @@ class RealExpr:
         return self.text
 
 
-def _eval_real(node: ast.expr, symbols: Mapping[str, Union[int, float]]) -> float:
+def _eval_real(node: ast.expr, symbols: Mapping[str, int | float]) -> float:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -152,19 +157,26 @@ def _check_real(node: ast.AST, text: str) -> None:
     elif isinstance(node, ast.BinOp) and type(node.op) in _REAL_BINOPS:
         _check_real(node.left, text)
         _check_real(node.right, text)
-    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REAL_FUNCTIONS
-          and not node.keywords and node.args):
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in REAL_FUNCTIONS
+        and not node.keywords
+        and node.args
+    ):
         for a in node.args:
             _check_real(a, text)
     elif isinstance(node, ast.Call):
         name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
-        raise ValueError(f"{text!r}: function {name!r} is not allowed (allowed: {', '.join(REAL_FUNCTIONS)}, "
-                         "with positional arguments)")
+        raise ValueError(
+            f"{text!r}: function {name!r} is not allowed (allowed: {', '.join(REAL_FUNCTIONS)}, "
+            "with positional arguments)"
+        )
     else:
         raise ValueError(f"{text!r}: only {allowed} are allowed")
 
 
-def parse_real(text: str) -> Union[float, RealExpr]:
+def parse_real(text: str) -> float | RealExpr:
     """Parse a real-valued expression of case symbols (a threshold); one without symbols is folded to its float.
 
     Raises ``ValueError`` with a message quoting the text.

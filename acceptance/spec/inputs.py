@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Mapping, NamedTuple, Union
+from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -68,8 +69,7 @@ class RoleInputs(NamedTuple):
     reference: list[torch.Tensor]
 
 
-def quantized(values: np.ndarray, fmt: str, reference: str, dtype: str, name: str
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def quantized(values: np.ndarray, fmt: str, reference: str, dtype: str, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(blocks, reference tensor) of one quantized input: ``values`` (float64, its shape) quantized to
     ``fmt``, and the baseline's tensor per ``reference`` (see the module docstring). ``ValueError`` naming
     the input for a value GGML cannot quantize (inf, NaN, a block scale overflowing fp16)."""
@@ -85,7 +85,7 @@ def quantized(values: np.ndarray, fmt: str, reference: str, dtype: str, name: st
     return packed, dtypes.to_tensor(quant.dequantize(blocks, fmt).astype(np.float64), dtype)
 
 
-def input_sets(made: Union[list[torch.Tensor], RoleInputs]) -> tuple[tuple[torch.Tensor, ...], ...]:
+def input_sets(made: list[torch.Tensor] | RoleInputs) -> tuple[tuple[torch.Tensor, ...], ...]:
     """What :func:`generate` made as a worker batch's input sets: (inputs,) when every role gets the same
     tensors, (impl's, reference) for a :class:`RoleInputs` pair."""
     if isinstance(made, RoleInputs):
@@ -100,14 +100,14 @@ class Recipe:
     def __init__(self, case: Case):
         self.case = case
 
-    def __call__(self, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
+    def __call__(self, trial: int) -> list[torch.Tensor] | RoleInputs:
         return generate(self.case, trial)
 
     def flush(self) -> None:
         """Store what the recipe made and keeps for later (nothing here)."""
 
 
-def generate(case: Case, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
+def generate(case: Case, trial: int) -> list[torch.Tensor] | RoleInputs:
     """The inputs of one trial of ``case``: contiguous CPU tensors in input order.
 
     Float inputs are in the test dtype (drawn in float64, rounded once with
@@ -118,7 +118,7 @@ def generate(case: Case, trial: int) -> Union[list[torch.Tensor], RoleInputs]:
     seed = case_seed(case.spec.seed, case.id, trial)
     tensors = []
     reference = []
-    for i, (inp, shape) in enumerate(zip(case.spec.inputs, case.shapes)):
+    for i, (inp, shape) in enumerate(zip(case.spec.inputs, case.shapes, strict=False)):
         bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i,)))
         values = draw(preset_dist(inp.dist, case), math.prod(shape), bits, case.symbols)
         if inp.quant is not None:
@@ -277,7 +277,7 @@ def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
         made = 0
         for start in range(0, batch, _CHUNK):  # pairs in cache-sized chunks, in order
             stop = min(start + _CHUNK, batch)
-            x, y = xy[start:stop], xy[batch + start:batch + stop]
+            x, y = xy[start:stop], xy[batch + start : batch + stop]
             s = x * x
             s += y * y
             ok = (s > 0.0) & (s < 1.0)
@@ -286,8 +286,8 @@ def standard_normal(bits: np.random.PCG64, n: int) -> np.ndarray:
             f *= -2.0
             f /= s
             np.sqrt(f, out=f)
-            np.multiply(x, f, out=z[made:made + 2 * f.size:2])
-            np.multiply(y, f, out=z[made + 1:made + 2 * f.size:2])
+            np.multiply(x, f, out=z[made : made + 2 * f.size : 2])
+            np.multiply(y, f, out=z[made + 1 : made + 2 * f.size : 2])
             made += 2 * f.size
         out.append(z[:made])
         have += made

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo,
-                      model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from acceptance.errors import SpecError
 from acceptance.spec.callables import resolve_callable
@@ -82,20 +90,20 @@ class CompileOptions(_Model):
     ``recompile_limit`` for the worker."""
 
     backend: Annotated[str, Field(min_length=1)] = "inductor"
-    mode: Optional[str] = None
+    mode: str | None = None
     fullgraph: bool = False
-    dynamic: Optional[bool] = None
-    options: Optional[Mapping] = None
-    recompile_limit: Optional[Annotated[int, Field(ge=1)]] = None
+    dynamic: bool | None = None
+    options: Mapping | None = None
+    recompile_limit: Annotated[int, Field(ge=1)] | None = None
 
     @model_validator(mode="after")
-    def _mode_or_options(self) -> "CompileOptions":
+    def _mode_or_options(self) -> CompileOptions:
         if self.mode is not None and self.options is not None:
             raise fail("give mode or options, not both (torch.compile takes one)")
         return self
 
 
-def _compile(v: Any) -> Union[bool, dict]:
+def _compile(v: Any) -> bool | dict:
     """``compile: true`` (defaults) or a mapping of :class:`CompileOptions` (as written)."""
     if isinstance(v, bool):
         return v
@@ -113,31 +121,35 @@ class Declaration(_Model):
     """A role declared as a mapping (see :mod:`acceptance.isolation.adapters` for what each field does)."""
 
     noun: ClassVar[str] = "field of a callable declaration"
-    fn: Optional[Ref] = None
-    module: Optional[Ref] = None
-    onnx: Optional[File] = None
+    fn: Ref | None = None
+    module: Ref | None = None
+    onnx: File | None = None
     args: list[Any] = []
     kwargs: Mapping = {}
-    weights: Optional[File] = None
+    weights: File | None = None
     weights_seed: Annotated[int, Field(ge=0)] = 0
     compile: Annotated[Any, BeforeValidator(lambda v: _compile(v))] = False
     allow_eager: bool = False
-    providers: Optional[Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]] = None
-    setup: Optional[Ref] = None
+    providers: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    setup: Ref | None = None
     setup_timeout: Annotated[float, Field(gt=0)] = 600.0
-    warmup: Optional[bool] = None
+    warmup: bool | None = None
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "Declaration":
+    def _one_kind(self) -> Declaration:
         given = [k for k in KINDS if getattr(self, k) is not None]
         if len(given) != 1:
             raise fail(f"give exactly one of fn, module, onnx{f' (got {len(given)})' if given else ''}")
         kind = given[0]
-        wrong = [f for f, kinds in (("args", "module"), ("kwargs", "module"), ("weights", "module"),
-                                    ("providers", "onnx")) if f in self.model_fields_set and kind not in kinds]
+        wrong = [
+            f
+            for f, kinds in (("args", "module"), ("kwargs", "module"), ("weights", "module"), ("providers", "onnx"))
+            if f in self.model_fields_set and kind not in kinds
+        ]
         if wrong:
-            raise fail(f"{wrong[0]} applies to a {'module' if wrong[0] != 'providers' else 'onnx'} declaration, "
-                       f"not {kind}")
+            raise fail(
+                f"{wrong[0]} applies to a {'module' if wrong[0] != 'providers' else 'onnx'} declaration, not {kind}"
+            )
         if kind == "onnx" and self.compile:
             raise fail("compile applies to fn and module declarations; an ONNX model runs in ONNX Runtime")
         if self.allow_eager and not self.compile:
@@ -163,7 +175,7 @@ def declaration(v: dict, info: ValidationInfo) -> dict:
         raise fail(f"{where + ': ' if where else ''}{msg}") from None
 
 
-def declaration_or_ref(v: Any, info: ValidationInfo) -> Union[str, dict]:
+def declaration_or_ref(v: Any, info: ValidationInfo) -> str | dict:
     """A role value: ``module:attr`` (checked) or a :class:`Declaration` (as a plain dict)."""
     if isinstance(v, str):
         return check_callable(v, info)
@@ -193,8 +205,8 @@ class WaiverModel(_Model):
     match: Annotated[str, Field(min_length=1)]
     reason: Annotated[str, Field(min_length=1)]
     covers: Annotated[list[Literal["fail", "error"]], Field(min_length=1)] = ["fail"]
-    expires: Optional[Annotated[Any, BeforeValidator(_date)]] = None
-    link: Optional[Annotated[str, Field(min_length=1)]] = None
+    expires: Annotated[Any, BeforeValidator(_date)] | None = None
+    link: Annotated[str, Field(min_length=1)] | None = None
 
 
 def merged_params(params: dict, role_params: dict[str, dict], role: str) -> dict:

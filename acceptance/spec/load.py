@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from acceptance.spec import emulation as emulate_section
 from acceptance.spec.axes import case_specs
-from acceptance.spec.checks import (dtype_problems, input_case_problems, memory_problems, perf_problems, quant_problems,
-                                   waiver_problems)
-from acceptance.spec.messages import field_path, sentence
-from acceptance.spec.overrides import override_problems
-from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
+from acceptance.spec.checks import (
+    dtype_problems,
+    input_case_problems,
+    memory_problems,
+    perf_problems,
+    quant_problems,
+    waiver_problems,
+)
 from acceptance.spec.kinds import ROLES
+from acceptance.spec.messages import field_path, sentence
+from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
+from acceptance.spec.overrides import override_problems
 from acceptance.spec.schema import SpecModel
 from acceptance.spec.yamlio import read_yaml
 
@@ -68,9 +75,15 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         dual_delta=model.dual_delta.model_dump(exclude_none=True) if model.dual_delta is not None else None,
         waivers=[Waiver(w.match, w.reason, tuple(w.covers), w.expires, w.link) for w in model.waivers],
         role_params=_role_params(model),
-        overrides=[Override(o.match, o.thresholds.model_dump(exclude_none=True) if o.thresholds else {},
-                            o.dual_delta.model_dump(exclude_none=True) if o.dual_delta else {}, k)
-                   for k, o in enumerate(model.overrides)],
+        overrides=[
+            Override(
+                o.match,
+                o.thresholds.model_dump(exclude_none=True) if o.thresholds else {},
+                o.dual_delta.model_dump(exclude_none=True) if o.dual_delta else {},
+                k,
+            )
+            for k, o in enumerate(model.overrides)
+        ],
         emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
         deterministic=model.deterministic,
         tier=model.tier,
@@ -95,8 +108,9 @@ def _valid_part(data: dict, name: str, failed: set) -> Any:
     return TypeAdapter(annotation).validate_python(data[name], strict=True)
 
 
-def load_spec(path: Path, imports: Optional[Callable[[str, Path], Any]] = None
-              ) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
+def load_spec(
+    path: Path, imports: Callable[[str, Path], Any] | None = None
+) -> tuple[OperatorSpec | None, list[SpecProblem]]:
     """Load and validate one spec file: the spec, or ``None`` and all its problems.
 
     ``imports(ref, spec_path)`` checks each ``module:attr`` reference, raising :class:`SpecError`
@@ -118,9 +132,10 @@ def load_spec(path: Path, imports: Optional[Callable[[str, Path], Any]] = None
         return None, [SpecProblem(str(path), "", "a YAML alias refers to itself; the spec must be a finite tree")]
 
 
-def _validate(path: Path, data: dict, imports: Optional[Callable[[str, Path], Any]] = None
-              ) -> tuple[Optional[OperatorSpec], list[SpecProblem]]:
-    model: Optional[SpecModel] = None
+def _validate(
+    path: Path, data: dict, imports: Callable[[str, Path], Any] | None = None
+) -> tuple[OperatorSpec | None, list[SpecProblem]]:
+    model: SpecModel | None = None
     try:
         model = SpecModel.model_validate(data, context={"spec_path": path, "imports": imports})
         parts = [model.inputs, model.cases, model.dtypes, {"thresholds": model.thresholds, "floors": model.floors}]
@@ -134,8 +149,12 @@ def _validate(path: Path, data: dict, imports: Optional[Callable[[str, Path], An
     inputs_model, cases_model, dtypes, per_dtype = parts
     inputs = cases = None
     if inputs_model is not None and cases_model is not None:
-        inputs = [InputSpec(i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.layout, i.quant,
-                            i.reference or "dequantized") for i in inputs_model]
+        inputs = [
+            InputSpec(
+                i.name, tuple(i.shape), i.dist.to_dist(), i.dtype, i.layout, i.quant, i.reference or "dequantized"
+            )
+            for i in inputs_model
+        ]
         cases = case_specs(cases_model, inputs, _role_params)
         found += input_case_problems(inputs, cases)
         if not found:
@@ -144,15 +163,23 @@ def _validate(path: Path, data: dict, imports: Optional[Callable[[str, Path], An
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
     if not found:
         spec = _build(path, model, inputs, cases)
-        found = waiver_problems(spec) + memory_problems(spec) + override_problems(spec) + perf_problems(spec) + emulate_section.emulation_problems(
-            model.emulate, spec.dtypes, spec.params, [c.params for c in spec.cases])
+        found = (
+            waiver_problems(spec)
+            + memory_problems(spec)
+            + override_problems(spec)
+            + perf_problems(spec)
+            + emulate_section.emulation_problems(
+                model.emulate, spec.dtypes, spec.params, [c.params for c in spec.cases]
+            )
+        )
         if not found:
             return spec, []
     return None, [SpecProblem(str(path), f, m) for f, m in found]
 
 
-def load_specs(paths: list[Path], imports: Optional[Callable[[str, Path], Any]] = None
-               ) -> tuple[list[OperatorSpec], list[SpecProblem]]:
+def load_specs(
+    paths: list[Path], imports: Callable[[str, Path], Any] | None = None
+) -> tuple[list[OperatorSpec], list[SpecProblem]]:
     """Load every spec file under ``paths`` (see :func:`discover`); ``imports``: as for :func:`load_spec`.
 
     Returns the valid specs and every problem found in every file (a file with

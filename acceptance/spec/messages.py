@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from types import NoneType
-from typing import Annotated, Any, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic_core import PydanticCustomError
@@ -75,7 +75,7 @@ def _unwrap(ann: Any) -> Any:
             return ann
 
 
-def model_at(root: type[BaseModel], loc: tuple) -> Optional[type[BaseModel]]:
+def model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The model class validating the mapping at ``loc`` under ``root``, if any."""
     ann: Any = root
     for key in loc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from acceptance.spec.expr import Bound, Dim, value_of
 
@@ -75,7 +75,7 @@ class Sparse:
     probability ``d``, else exactly 0."""
 
     density: float
-    of: "Dist"
+    of: Dist
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Specials:
 
     fraction: float
     values: tuple[float, ...]
-    of: "Dist"
+    of: Dist
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,10 @@ class InputSpec:
     name: str
     shape: tuple[Dim, ...]
     dist: Dist
-    dtype: Optional[str] = None
-    layout: Optional[str] = None
+    dtype: str | None = None
+    layout: str | None = None
     """Memory layout the impl gets this input in (:data:`acceptance.formats.layouts.LAYOUTS`); ``None``: contiguous."""
-    quant: Optional[str] = None
+    quant: str | None = None
     reference: str = "dequantized"
 
 
@@ -140,7 +140,7 @@ class CaseSpec:
     symbols: dict[str, int]
     params: dict[str, Any]
     index: int
-    preset: Optional[str] = None
+    preset: str | None = None
     """The input-range preset of every ``preset`` input in this case (``None``: each input's own)."""
     role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """``impl_params``/``baseline_params``/``oracle_params`` of the case, by role (roles without any left out)."""
@@ -155,8 +155,8 @@ class Waiver:
     match: str
     reason: str
     covers: tuple[str, ...] = ("fail",)
-    expires: Optional[str] = None
-    link: Optional[str] = None
+    expires: str | None = None
+    link: str | None = None
 
     def expired(self, today: date) -> bool:
         """Whether the waiver no longer applies on ``today`` (it applies through its ``expires`` day)."""
@@ -190,31 +190,31 @@ class OperatorSpec:
     category: str
     description: str
     impl: str
-    baseline: Optional[str]
-    oracle: Union[str, dict, None]
+    baseline: str | None
+    oracle: str | dict | None
     dtypes: list[str]
     inputs: list[InputSpec]
     params: dict[str, Any]
     cases: list[CaseSpec]
     trials: int
     seed: int
-    thresholds: dict[str, dict[str, Union[float, list, bool]]]
+    thresholds: dict[str, dict[str, float | list | bool]]
     floors: dict[str, dict[str, float]]
     timeout: float
     baseline_timeout: float
     oracle_timeout: float
     memory_limit_gib: float
     atomic_runs: int
-    dual_delta: Optional[dict]
+    dual_delta: dict | None
     waivers: list[Waiver] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
     emulate: dict[str, Any] = field(default_factory=dict)
     """Per test dtype, the :class:`acceptance.numerics.emulate.roles.Emulation` of the baseline (absent: none)."""
-    deterministic: Optional[bool] = None
+    deterministic: bool | None = None
     """Whether the impl must give bitwise-identical results run to run (``None``: every category but
     atomic_add must)."""
     tier: str = "default"
-    perf: Optional[dict] = None
+    perf: dict | None = None
     role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """``impl_params``/``baseline_params``/``oracle_params`` of the spec, by role (roles without any left out)."""
 
@@ -230,13 +230,13 @@ class Case:
     params: dict[str, Any]
     index: int
     id: str
-    waiver: Optional[str] = None
-    preset: Optional[str] = None
+    waiver: str | None = None
+    preset: str | None = None
     role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per role: the spec's and the case's ``<role>_params`` merged (case over spec); merged over ``params``."""
     waiver_covers: tuple[str, ...] = ("fail",)
     """The verdicts the waiver in force turns into skip."""
-    expired_waiver: Optional[str] = None
+    expired_waiver: str | None = None
     """An expired waiver that matches this case, in words (it no longer applies)."""
 
     def params_for(self, role: str) -> dict[str, Any]:

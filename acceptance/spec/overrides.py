@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from acceptance.spec.cases import expand, glob_match
 from acceptance.spec.expr import RealExpr, parse_real
@@ -39,7 +39,7 @@ class CaseOverrides:
     dual_delta_sources: dict[str, str]
 
 
-def threshold_value(value: Any, symbols: dict[str, int]) -> Union[float, list, bool]:
+def threshold_value(value: Any, symbols: dict[str, int]) -> float | list | bool:
     """A threshold as written (a number, a pair, a flag, or an expression's text) for a case's symbols.
 
     Raises ``ValueError`` (naming the expression) when the expression uses a symbol the case does not have or
@@ -52,15 +52,17 @@ def threshold_value(value: Any, symbols: dict[str, int]) -> Union[float, list, b
         return expr
     missing = [n for n in expr.names if n not in symbols]
     if missing:
-        raise ValueError(f"{value!r} uses {', '.join(missing)}, not a symbol of this case "
-                         f"(symbols: {', '.join(symbols) or 'none'})")
+        raise ValueError(
+            f"{value!r} uses {', '.join(missing)}, not a symbol of this case (symbols: {', '.join(symbols) or 'none'})"
+        )
     try:
         out = expr.evaluate(symbols)
     except (ValueError, ZeroDivisionError, OverflowError) as exc:
         raise ValueError(f"{value!r} cannot be evaluated with {_symbols_text(expr, symbols)}: {exc}") from None
     if not (math.isfinite(out) and out >= 0):
-        raise ValueError(f"{value!r} gives {out!r} with {_symbols_text(expr, symbols)}; a threshold must be a "
-                         "finite number >= 0")
+        raise ValueError(
+            f"{value!r} gives {out!r} with {_symbols_text(expr, symbols)}; a threshold must be a finite number >= 0"
+        )
     return out
 
 
@@ -115,12 +117,14 @@ def override_problems(spec: OperatorSpec) -> list[tuple[str, str]]:
     ids = [c.id for c in cases]
     for o in spec.overrides:
         if not any(glob_match(i, o.match) for i in ids):
-            out.append((f"overrides[{o.index}].match", f"{o.match!r} matches no case id of this operator "
-                                                       f"(e.g. {ids[0]})"))
+            out.append(
+                (f"overrides[{o.index}].match", f"{o.match!r} matches no case id of this operator (e.g. {ids[0]})")
+            )
     for case in cases:
         scoped = [(f"thresholds.{case.dtype}", spec.thresholds.get(case.dtype, {}))]
-        scoped += [(f"overrides[{o.index}].thresholds", o.thresholds) for o in spec.overrides
-                   if glob_match(case.id, o.match)]
+        scoped += [
+            (f"overrides[{o.index}].thresholds", o.thresholds) for o in spec.overrides if glob_match(case.id, o.match)
+        ]
         for where, values in scoped:
             for metric, value in values.items():
                 try:

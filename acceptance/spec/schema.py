@@ -10,25 +10,36 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Callable, ClassVar, Optional, Union
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Optional
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    model_validator,
+)
 
 from acceptance.formats.dtypes import INPUT_DTYPES, QUANT_DTYPES, TEST_DTYPES
+from acceptance.formats.layouts import LAYOUTS
+from acceptance.formats.presets import PRESETS
 from acceptance.numerics.metrics import registry
+from acceptance.spec.emulation import EmulateModel
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
 from acceptance.spec.kinds import KINDS, Ref, RoleValue, WaiverModel, check_callable, declaration, plain_params
 from acceptance.spec.messages import describe, fail, is_number, one_of
-from acceptance.spec.emulation import EmulateModel
 from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, Preset, RandInt, Sparse, Specials, Uniform
-from acceptance.formats.layouts import LAYOUTS
-from acceptance.formats.presets import PRESETS
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 def _member_of(choices: tuple[str, ...]) -> Callable[[str], str]:
     """A validator accepting only the names in ``choices`` (the message lists them, or the closest)."""
+
     def check(v: str) -> str:
         if v not in choices:
             raise fail(one_of(v, choices))
@@ -59,9 +70,7 @@ _check_dtype = _member_of(TEST_DTYPES)
 
 def _check_input_dtype(v: str) -> str:
     if v not in INPUT_DTYPES:
-        raise fail(
-            one_of(v, INPUT_DTYPES) + "; leave dtype out for a float input (it takes the test dtype)"
-        )
+        raise fail(one_of(v, INPUT_DTYPES) + "; leave dtype out for a float input (it takes the test dtype)")
     return v
 
 
@@ -117,7 +126,7 @@ def _finite(v: float) -> float:
     return v
 
 
-def _threshold_value(v: Any) -> Union[float, str]:
+def _threshold_value(v: Any) -> float | str:
     """A threshold: a number >= 0, or an expression of case symbols (kept as its text, checked per case)."""
     if isinstance(v, str):
         try:
@@ -156,16 +165,16 @@ class _Model(BaseModel):
 
 class _DistModel(_Model):
     noun: ClassVar[str] = "distribution"
-    uniform: Optional[_pair(RealBound)] = None
-    normal: Optional[_pair(RealBound)] = None
-    randint: Optional[_pair(IntBound)] = None
-    choice: Optional[Annotated[list[SpecialValue], Field(min_length=1)]] = None
-    sparse: Optional[_SparseModel] = None
-    specials: Optional[_SpecialsModel] = None
-    preset: Optional[Annotated[str, AfterValidator(_check_preset)]] = None
+    uniform: _pair(RealBound) | None = None
+    normal: _pair(RealBound) | None = None
+    randint: _pair(IntBound) | None = None
+    choice: Annotated[list[SpecialValue], Field(min_length=1)] | None = None
+    sparse: _SparseModel | None = None
+    specials: _SpecialsModel | None = None
+    preset: Annotated[str, AfterValidator(_check_preset)] | None = None
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "_DistModel":
+    def _exactly_one(self) -> _DistModel:
         given = [k for k in type(self).model_fields if getattr(self, k) is not None]
         if len(given) != 1:
             names = ", ".join(type(self).model_fields)
@@ -217,16 +226,17 @@ class _InputModel(_Model):
     name: Annotated[str, Field(min_length=1)]
     shape: list[DimValue]
     dist: _DistModel
-    dtype: Optional[Annotated[str, AfterValidator(_check_input_dtype)]] = None
-    layout: Optional[Annotated[str, AfterValidator(_check_layout)]] = None
-    quant: Optional[Annotated[str, AfterValidator(_check_quant)]] = None
-    reference: Optional[Annotated[str, AfterValidator(_check_reference)]] = None
+    dtype: Annotated[str, AfterValidator(_check_input_dtype)] | None = None
+    layout: Annotated[str, AfterValidator(_check_layout)] | None = None
+    quant: Annotated[str, AfterValidator(_check_quant)] | None = None
+    reference: Annotated[str, AfterValidator(_check_reference)] | None = None
 
     @model_validator(mode="after")
-    def _quant_is_a_float_input(self) -> "_InputModel":
+    def _quant_is_a_float_input(self) -> _InputModel:
         if self.quant is not None and self.dtype is not None:
-            raise fail(f"a quantized input is drawn as real numbers; give quant: {self.quant} or dtype: "
-                       f"{self.dtype}, not both")
+            raise fail(
+                f"a quantized input is drawn as real numbers; give quant: {self.quant} or dtype: {self.dtype}, not both"
+            )
         if self.reference is not None and self.quant is None:
             raise fail("reference applies to a quantized input only (add quant: q4_0, ...)")
         if self.quant is not None and not self.shape:
@@ -257,13 +267,13 @@ def _perf_expr(v: Any) -> Any:
 class _PerfModel(_Model):
     """The ``perf`` section: work per call for GFLOP/s and GB/s, a device baseline and its speed-up gate."""
 
-    flops: Optional[Annotated[Any, BeforeValidator(_perf_expr)]] = None
-    bytes: Optional[Annotated[Any, BeforeValidator(_perf_expr)]] = None
-    baseline: Optional[CallableRef] = None
-    min_speedup: Optional[Annotated[float, Field(gt=0)]] = None
+    flops: Annotated[Any, BeforeValidator(_perf_expr)] | None = None
+    bytes: Annotated[Any, BeforeValidator(_perf_expr)] | None = None
+    baseline: CallableRef | None = None
+    min_speedup: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
-    def _speedup_needs_a_baseline(self) -> "_PerfModel":
+    def _speedup_needs_a_baseline(self) -> _PerfModel:
         if self.min_speedup is not None and self.baseline is None:
             raise fail("min_speedup needs perf.baseline, the callable the impl is timed against")
         return self
@@ -281,8 +291,8 @@ class _CaseModel(_Model):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     __pydantic_extra__: dict[str, int]
     params: Params = {}
-    preset: Optional[Annotated[Union[str, Annotated[list[str], Field(min_length=1)]], AfterValidator(_check_presets)]] = None
-    edges: Optional[Union[bool, _EdgesModel]] = None
+    preset: Annotated[str | Annotated[list[str], Field(min_length=1)], AfterValidator(_check_presets)] | None = None
+    edges: bool | _EdgesModel | None = None
     impl_params: Params = {}
     baseline_params: Params = {}
     oracle_params: Params = {}
@@ -318,7 +328,7 @@ def _scalar_metric(v: str) -> str:
     return v
 
 
-def _factor(v: Any) -> Union[float, dict[str, float]]:
+def _factor(v: Any) -> float | dict[str, float]:
     def positive(x: Any, where: str) -> float:
         if not is_number(x) or not x > 0:
             raise fail(f"{where}expected a number > 0, got {describe(x)}")
@@ -329,7 +339,7 @@ def _factor(v: Any) -> Union[float, dict[str, float]]:
     return positive(v, "")
 
 
-def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
+def _oracle(v: Any, info: ValidationInfo) -> str | dict:
     if isinstance(v, str):
         return check_callable(v, info)
     if isinstance(v, dict) and any(k in v for k in KINDS):
@@ -354,14 +364,14 @@ def _oracle(v: Any, info: ValidationInfo) -> Union[str, dict]:
 
 
 class _DualDeltaModel(_Model):
-    enabled: Optional[bool] = None
-    metrics: Optional[Annotated[list[Annotated[str, AfterValidator(_scalar_metric)]], Field(min_length=1)]] = None
-    factor: Optional[Annotated[Any, BeforeValidator(_factor)]] = None
-    alpha: Optional[Annotated[float, Field(gt=0, lt=1)]] = None
-    trials: Optional[Annotated[int, Field(ge=5)]] = None
+    enabled: bool | None = None
+    metrics: Annotated[list[Annotated[str, AfterValidator(_scalar_metric)]], Field(min_length=1)] | None = None
+    factor: Annotated[Any, BeforeValidator(_factor)] | None = None
+    alpha: Annotated[float, Field(gt=0, lt=1)] | None = None
+    trials: Annotated[int, Field(ge=5)] | None = None
 
     @model_validator(mode="after")
-    def _factors_name_collected_metrics(self) -> "_DualDeltaModel":
+    def _factors_name_collected_metrics(self) -> _DualDeltaModel:
         if isinstance(self.factor, dict):
             from acceptance.spec.defaults import DEFAULT_METRICS
 
@@ -375,19 +385,19 @@ class _DualDeltaModel(_Model):
 class _FloorModel(_Model):
     """An accuracy floor in ulp against the oracle: errors within it never count against the impl."""
 
-    max_ulp: Optional[NonNegFloat] = None
-    mean_ulp: Optional[NonNegFloat] = None
+    max_ulp: NonNegFloat | None = None
+    mean_ulp: NonNegFloat | None = None
 
 
 class _OverrideModel(_Model):
     """Thresholds and dual-delta settings for the case ids matching a glob."""
 
     match: Annotated[str, Field(min_length=1)]
-    thresholds: Optional[_ThresholdSet] = None
-    dual_delta: Optional[_DualDeltaModel] = None
+    thresholds: _ThresholdSet | None = None
+    dual_delta: _DualDeltaModel | None = None
 
     @model_validator(mode="after")
-    def _something(self) -> "_OverrideModel":
+    def _something(self) -> _OverrideModel:
         if self.thresholds is None and self.dual_delta is None:
             raise fail("an override needs thresholds, dual_delta or both")
         return self
@@ -400,8 +410,8 @@ class SpecModel(_Model):
     category: Annotated[str, AfterValidator(_check_category)]
     description: str = ""
     impl: RoleValue
-    baseline: Optional[RoleValue] = None
-    oracle: Optional[Annotated[Any, AfterValidator(_oracle)]] = None
+    baseline: RoleValue | None = None
+    oracle: Annotated[Any, AfterValidator(_oracle)] | None = None
     dtypes: Annotated[list[DtypeName], Field(min_length=1)]
     inputs: Annotated[list[_InputModel], Field(min_length=1)]
     params: Params = {}
@@ -416,12 +426,12 @@ class SpecModel(_Model):
     timeout: Annotated[float, Field(gt=0)] = 60.0
     baseline_timeout: Annotated[float, Field(gt=0)] = 600.0
     oracle_timeout: Annotated[float, Field(gt=0)] = 600.0
-    memory_limit_gib: Optional[Annotated[float, Field(gt=0)]] = None
+    memory_limit_gib: Annotated[float, Field(gt=0)] | None = None
     atomic_runs: Annotated[int, Field(ge=2)] = 2
-    dual_delta: Optional[_DualDeltaModel] = None
+    dual_delta: _DualDeltaModel | None = None
     waivers: list[WaiverModel] = []
     overrides: list[_OverrideModel] = []
-    emulate: Optional[EmulateModel] = None
-    deterministic: Optional[bool] = None
+    emulate: EmulateModel | None = None
+    deterministic: bool | None = None
     tier: Annotated[str, AfterValidator(_check_tier)] = "default"
-    perf: Optional[_PerfModel] = None
+    perf: _PerfModel | None = None

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
 from acceptance.spec.messages import describe
 from acceptance.spec.model import SpecProblem
+
 
 class _YamlLoader(yaml.SafeLoader):
     """Safe loader with YAML 1.2 core scalars and duplicate keys rejected."""
@@ -42,7 +43,7 @@ for _tag, _regexp, _first in (
 _YamlLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node)))
 
 
-def read_yaml(path: Path) -> tuple[Any, Optional[SpecProblem]]:
+def read_yaml(path: Path) -> tuple[Any, SpecProblem | None]:
     """The YAML document of ``path`` (a mapping), or ``None`` and the problem with line and column."""
     file = str(path)
     try:

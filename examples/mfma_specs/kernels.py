@@ -23,8 +23,15 @@ FP16_TINY = 2.0**-14
 
 def mfma_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The device: flushed inputs, fused DOT4 steps truncated to float32, float16 out."""
-    return emulate.matmul(emulate.flush_to_zero(a, FP16_TINY), emulate.flush_to_zero(b, FP16_TINY),
-                          acc_dtype="float32", chunk=4, rounding="truncate", fused=True, out_dtype=a.dtype)
+    return emulate.matmul(
+        emulate.flush_to_zero(a, FP16_TINY),
+        emulate.flush_to_zero(b, FP16_TINY),
+        acc_dtype="float32",
+        chunk=4,
+        rounding="truncate",
+        fused=True,
+        out_dtype=a.dtype,
+    )
 
 
 def plain_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

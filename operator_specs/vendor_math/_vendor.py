@@ -20,7 +20,7 @@ the function and the dtype.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import scipy.special
@@ -32,8 +32,9 @@ _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.flo
 def _call(name: str, fn: Callable[[np.ndarray], np.ndarray], x: torch.Tensor) -> torch.Tensor:
     """``fn`` on a host copy of ``x`` in x's dtype; the result rounded once to x's dtype, on x's device."""
     if x.dtype not in _NUMPY_DTYPES:
-        raise TypeError(f"{name}: numpy has no {str(x.dtype).removeprefix('torch.')} dtype "
-                        f"(supported: float16, float32, float64)")
+        raise TypeError(
+            f"{name}: numpy has no {str(x.dtype).removeprefix('torch.')} dtype (supported: float16, float32, float64)"
+        )
     host = x.detach().cpu().numpy().copy()
     out = np.asarray(fn(host))
     if out.dtype != host.dtype:

@@ -86,7 +86,7 @@ def leaves_a_child(x):
 
 def writes_to_the_output_folder(x):
     out = Path(os.environ.get("ACCEPTANCE_TEST_OUT", "."))
-    (out / "results.json").write_text("{\"forged\": true}")
+    (out / "results.json").write_text('{"forged": true}')
     return x * 2
 
 

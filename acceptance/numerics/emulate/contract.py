@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
-from acceptance.numerics.emulate.formats import (_INPUT_DTYPES, _ROUNDINGS, DtypeLike, Format, _check_choice, _check_count, _describe, _dtype_name, _format_of)
+from acceptance.numerics.emulate.formats import (
+    _INPUT_DTYPES,
+    _ROUNDINGS,
+    DtypeLike,
+    Format,
+    _check_choice,
+    _check_count,
+    _describe,
+    _dtype_name,
+    _format_of,
+)
 from acceptance.numerics.emulate.rounding import _Rounder, round_float64
 
 #: Largest number of elements in one tensor of products (float64: 2 MiB).
@@ -24,7 +33,7 @@ def _check_operand(t, where: str) -> torch.Tensor:
     return t
 
 
-def _out_dtype(out_dtype: Optional[DtypeLike], default: torch.dtype, where: str) -> torch.dtype:
+def _out_dtype(out_dtype: DtypeLike | None, default: torch.dtype, where: str) -> torch.dtype:
     if out_dtype is None:
         return default
     name = _dtype_name(out_dtype)
@@ -125,7 +134,9 @@ def _matmul_acc(a: torch.Tensor, b: torch.Tensor, s: _Scheme, where: str) -> tor
     """Shapes as ``torch.matmul`` (1-D operands and broadcast batch dims included); float64
     accumulator values in the result's shape."""
     if a.dim() == 0 or b.dim() == 0:
-        raise ValueError(f"{where}: operands must have at least one dimension, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"{where}: operands must have at least one dimension, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
     if a2.shape[-1] != b2.shape[-2]:
@@ -156,7 +167,7 @@ def matmul(
     chunk: int = 1,
     rounding: str = "nearest",
     split_k: int = 1,
-    out_dtype: Optional[DtypeLike] = None,
+    out_dtype: DtypeLike | None = None,
     fused: bool = False,
 ) -> torch.Tensor:
     """``a @ b`` with emulated accumulation; shapes and broadcasting as ``torch.matmul``.
@@ -205,7 +216,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor, **scheme) -> torch.Tensor:
     return matmul(a, b, **scheme)
 
 
-def _add_bias(acc: torch.Tensor, bias: Optional[torch.Tensor], shape: tuple, fmt: Format, where: str) -> torch.Tensor:
+def _add_bias(acc: torch.Tensor, bias: torch.Tensor | None, shape: tuple, fmt: Format, where: str) -> torch.Tensor:
     """``RN(acc + bias)`` in ``fmt`` with ``bias`` reshaped to ``shape`` and broadcast (None: ``acc``)."""
     if bias is None:
         return acc
@@ -216,13 +227,13 @@ def _add_bias(acc: torch.Tensor, bias: Optional[torch.Tensor], shape: tuple, fmt
 def linear(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
+    bias: torch.Tensor | None = None,
     *,
     acc_dtype: DtypeLike,
     chunk: int = 1,
     rounding: str = "nearest",
     split_k: int = 1,
-    out_dtype: Optional[DtypeLike] = None,
+    out_dtype: DtypeLike | None = None,
     fused: bool = False,
 ) -> torch.Tensor:
     """``x @ weight.T + bias`` as ``F.linear`` (x: (..., in), weight: (out, in), bias: (out,)).
@@ -235,7 +246,9 @@ def linear(
     _check_operand(x, f"{where}: x")
     _check_operand(weight, f"{where}: weight")
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(f"{where}: expected x (..., in) and weight (out, in), got {tuple(x.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"{where}: expected x (..., in) and weight (out, in), got {tuple(x.shape)} and {tuple(weight.shape)}"
+        )
     if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (weight.shape[0],)):
         raise ValueError(f"{where}: bias must have shape ({weight.shape[0]},), got {_describe(bias)}")
     s = _scheme(acc_dtype, chunk, rounding, split_k, fused, where)
@@ -246,8 +259,14 @@ def linear(
 
 
 def _pair(v, name: str, minimum: int) -> tuple[int, int]:
-    items = (v, v) if isinstance(v, int) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
-    if items is None or len(items) != 2 or any(isinstance(i, bool) or not isinstance(i, int) or i < minimum for i in items):
+    items = (
+        (v, v) if isinstance(v, int) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
+    )
+    if (
+        items is None
+        or len(items) != 2
+        or any(isinstance(i, bool) or not isinstance(i, int) or i < minimum for i in items)
+    ):
         raise ValueError(f"conv2d: {name} must be an integer >= {minimum} or a pair of them, got {v!r}")
     return items
 
@@ -255,7 +274,7 @@ def _pair(v, name: str, minimum: int) -> tuple[int, int]:
 def conv2d(
     x: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor] = None,
+    bias: torch.Tensor | None = None,
     stride=1,
     padding=0,
     dilation=1,
@@ -265,7 +284,7 @@ def conv2d(
     chunk: int = 1,
     rounding: str = "nearest",
     split_k: int = 1,
-    out_dtype: Optional[DtypeLike] = None,
+    out_dtype: DtypeLike | None = None,
     fused: bool = False,
     k_order: str = "chw",
 ) -> torch.Tensor:
@@ -300,7 +319,9 @@ def conv2d(
     ho = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
     wo = (w + 2 * padding[1] - dilation[1] * (sw - 1) - 1) // stride[1] + 1
     if ho < 1 or wo < 1:
-        raise ValueError(f"{where}: the output would be empty ({ho}x{wo}) for input {tuple(x.shape)} and weight {tuple(weight.shape)}")
+        raise ValueError(
+            f"{where}: the output would be empty ({ho}x{wo}) for input {tuple(x.shape)} and weight {tuple(weight.shape)}"
+        )
     s = _scheme(acc_dtype, chunk, rounding, split_k, fused, where)
     dtype = _out_dtype(out_dtype, torch.promote_types(x.dtype, weight.dtype), where)
 

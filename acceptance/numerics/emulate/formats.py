@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import torch
 
@@ -45,9 +45,7 @@ def _make_format(dtype: torch.dtype) -> Format:
 
 
 #: Accumulator formats by name.
-FORMATS: dict[str, Format] = {
-    name: _make_format(getattr(torch, name)) for name in ("float16", "bfloat16", "float32")
-}
+FORMATS: dict[str, Format] = {name: _make_format(getattr(torch, name)) for name in ("float16", "bfloat16", "float32")}
 
 
 def _dtype_name(dtype: DtypeLike) -> str:
@@ -82,7 +80,7 @@ def _describe(v) -> str:
 # --------------------------------------------------------------------------- flush, TF32
 
 
-def flush_to_zero(t: torch.Tensor, threshold: Optional[float] = None, *, keep_sign: bool = True) -> torch.Tensor:
+def flush_to_zero(t: torch.Tensor, threshold: float | None = None, *, keep_sign: bool = True) -> torch.Tensor:
     """``t`` with every ``|x| < threshold`` replaced by zero; other values, inf and NaN unchanged.
 
     ``threshold`` defaults to the smallest normal of ``t``'s dtype (float16
@@ -101,8 +99,10 @@ def flush_to_zero(t: torch.Tensor, threshold: Optional[float] = None, *, keep_si
         raise ValueError(f"flush_to_zero: t must be a floating-point tensor, got {_describe(t)}")
     if threshold is None:
         threshold = torch.finfo(t.dtype).smallest_normal
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
-        math.isfinite(threshold) and threshold >= 0
+    if (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or not (math.isfinite(threshold) and threshold >= 0)
     ):
         raise ValueError(f"flush_to_zero: threshold must be a finite number >= 0, got {threshold!r}")
     small = t.abs().to(torch.float64) < threshold
@@ -163,5 +163,3 @@ def round_tf32(t: torch.Tensor, rounding: str = "nearest_away", *, satfinite: bo
     out = sign | torch.where(finite, rounded, mag)
     out = torch.where(out >= 2**31, out - 2**32, out)  # the same 32 bits as a signed int32
     return out.to(torch.int32).view(torch.float32).reshape(t.shape)
-
-

@@ -26,8 +26,9 @@ Order on the baseline: flush inputs, TF32, compute, flush outputs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -55,11 +56,15 @@ class Accumulate:
     def describe(self) -> str:
         parts = [f"{self.dtype} accumulator"]
         if self.chunk > 1:
-            parts.append(f"groups of {self.chunk} exact products ({'fused with the accumulator, ' if self.fused else ''}"
-                         f"{'truncated' if self.rounding == 'truncate' else 'rounded to nearest'})")
+            parts.append(
+                f"groups of {self.chunk} exact products ({'fused with the accumulator, ' if self.fused else ''}"
+                f"{'truncated' if self.rounding == 'truncate' else 'rounded to nearest'})"
+            )
         else:
-            parts.append(f"{'FMA ' if self.fused else ''}{'truncating' if self.rounding == 'truncate' else 'round-to-nearest'}"
-                         " steps")
+            parts.append(
+                f"{'FMA ' if self.fused else ''}{'truncating' if self.rounding == 'truncate' else 'round-to-nearest'}"
+                " steps"
+            )
         if self.split_k > 1:
             parts.append(f"split-K {self.split_k}")
         return ", ".join(parts)
@@ -74,12 +79,12 @@ class Emulation:
     the baseline is the emulated contraction.
     """
 
-    contraction: Optional[str] = None
-    ftz_inputs: Optional[float] = None
-    ftz_outputs: Optional[float] = None
+    contraction: str | None = None
+    ftz_inputs: float | None = None
+    ftz_outputs: float | None = None
     ftz_keep_sign: bool = True
-    tf32: Optional[str] = None
-    accumulate: Optional[Accumulate] = None
+    tf32: str | None = None
+    accumulate: Accumulate | None = None
 
     def describe(self) -> str:
         """The emulation in words, e.g. ``"flush inputs |x| < 6.1035e-05 to ±0; matmul with float32
@@ -101,18 +106,24 @@ class Emulation:
         return self.ftz_inputs is not None
 
 
-def _flush(tensors: tuple, threshold: Optional[float], keep_sign: bool) -> tuple:
+def _flush(tensors: tuple, threshold: float | None, keep_sign: bool) -> tuple:
     if threshold is None:
         return tensors
-    return tuple(emulate.flush_to_zero(t, threshold, keep_sign=keep_sign)
-                 if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in tensors)
+    return tuple(
+        emulate.flush_to_zero(t, threshold, keep_sign=keep_sign)
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t
+        for t in tensors
+    )
 
 
-def _tf32(tensors: tuple, rounding: Optional[str]) -> tuple:
+def _tf32(tensors: tuple, rounding: str | None) -> tuple:
     if rounding is None:
         return tensors
-    return tuple(emulate.round_tf32(t, rounding) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
-                 for t in tensors)
+    return tuple(
+        emulate.round_tf32(t, rounding) if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
+        for t in tensors
+    )
 
 
 def emulated_baseline(fn: Callable, em: Emulation) -> Callable:
@@ -124,8 +135,15 @@ def emulated_baseline(fn: Callable, em: Emulation) -> Callable:
     def baseline(*args: Any, **params: Any) -> Any:
         args = _tf32(_flush(args, em.ftz_inputs, em.ftz_keep_sign), em.tf32)
         if contraction is not None:
-            out = contraction(*args, **params, acc_dtype=acc.dtype, chunk=acc.chunk, rounding=acc.rounding,
-                              split_k=acc.split_k, fused=acc.fused)
+            out = contraction(
+                *args,
+                **params,
+                acc_dtype=acc.dtype,
+                chunk=acc.chunk,
+                rounding=acc.rounding,
+                split_k=acc.split_k,
+                fused=acc.fused,
+            )
         else:
             out = fn(*args, **params)
         if em.ftz_outputs is None:
@@ -152,7 +170,7 @@ def wrap(role: str, fn: Callable, em: Emulation) -> Callable:
     return emulated_baseline(fn, em) if role == "baseline" else emulated_oracle(fn, em)
 
 
-def wrap_roles(impl: Any, baseline: Any, oracle: Any, em: Optional[Emulation], *, refs: bool) -> tuple:
+def wrap_roles(impl: Any, baseline: Any, oracle: Any, em: Emulation | None, *, refs: bool) -> tuple:
     """(impl, baseline, oracle) with the emulation applied; ``refs``: the roles are worker references
     (:data:`acceptance.isolation.worker.Ref`), wrapped as ``("emulated", ref, em, role)`` for the worker to resolve."""
     if em is None:

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
-from acceptance.numerics.emulate.formats import (_CASCADE_TERMS, _MAX_PASSES, _MAX_STEPS, _ROUND_SUM_LIMIT, _ROUNDINGS, DtypeLike, Format, _check_choice, _describe, _format_of)
+from acceptance.numerics.emulate.formats import (
+    _CASCADE_TERMS,
+    _MAX_PASSES,
+    _MAX_STEPS,
+    _ROUND_SUM_LIMIT,
+    _ROUNDINGS,
+    DtypeLike,
+    Format,
+    _check_choice,
+    _describe,
+    _format_of,
+)
 
 # --------------------------------------------------------------------------- rounding to a format
 
@@ -301,7 +312,7 @@ def round_sum(terms: Sequence[torch.Tensor], dtype: DtypeLike, rounding: str = "
     for i, term in enumerate(terms):
         mag = term.abs()
         if bool(((mag > _ROUND_SUM_LIMIT) & (mag != math.inf)).any()):
-            raise ValueError(f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude; the exact summation needs headroom below float64's range")
+            raise ValueError(
+                f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude; the exact summation needs headroom below float64's range"
+            )
     return _Rounder(fmt, rounding).sum(torch.stack(terms))
-
-

@@ -54,16 +54,36 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from acceptance.numerics.metrics.pair import compute
-from acceptance.numerics.metrics.registry import (BY_NAME, METRICS, REGISTRY, REL_FLOOR, SCALAR_ERRORS, Metric, Reduced, diff4_value, finalize)
+from acceptance.numerics.metrics.registry import (
+    BY_NAME,
+    METRICS,
+    REGISTRY,
+    REL_FLOOR,
+    SCALAR_ERRORS,
+    Metric,
+    Reduced,
+    diff4_value,
+    finalize,
+)
 
 if TYPE_CHECKING:  # the engines (numba, torch) load on the first compute(): the registry alone starts without them
     from acceptance.numerics.metrics.operands import ArrayLike
 
-__all__ = ["compute", "load_array", "METRICS", "SCALAR_ERRORS", "REGISTRY", "BY_NAME", "Metric", "Reduced",
-           "REL_FLOOR", "diff4_value"]
+__all__ = [
+    "compute",
+    "load_array",
+    "METRICS",
+    "SCALAR_ERRORS",
+    "REGISTRY",
+    "BY_NAME",
+    "Metric",
+    "Reduced",
+    "REL_FLOOR",
+    "diff4_value",
+]
 
 
-def load_array(path: Union[str, Path]) -> ArrayLike:
+def load_array(path: str | Path) -> ArrayLike:
     """Read an array for :func:`compute` from a ``.npy`` file or a ``.pt`` file.
 
     A ``.pt`` file must hold a tensor, or a dict in which exactly one value is
@@ -91,8 +111,10 @@ def load_array(path: Union[str, Path]) -> ArrayLike:
     if isinstance(value, dict):
         tensors = {k: v for k, v in value.items() if isinstance(v, torch.Tensor)}
         if len(tensors) != 1:
-            raise ValueError(f"{path}: expected a dict with exactly one tensor, found {len(tensors)}"
-                             + (f" ({', '.join(map(str, tensors))})" if tensors else ""))
+            raise ValueError(
+                f"{path}: expected a dict with exactly one tensor, found {len(tensors)}"
+                + (f" ({', '.join(map(str, tensors))})" if tensors else "")
+            )
         (value,) = tensors.values()
     if not isinstance(value, (np.ndarray, torch.Tensor)):
         raise ValueError(f"{path}: holds a {type(value).__name__}, not an array or tensor")

@@ -28,14 +28,16 @@ def _torch_piece(x: torch.Tensor, y: torch.Tensor, fmt: DType) -> tuple[torch.Te
     """Sums, maxima and counts (columns _S_*, _M_*, _C_*) of one float64 piece, as :func:`_kernel` defines them."""
     x_nan, y_nan = torch.isnan(x), torch.isnan(y)
     finite = torch.isfinite(x) & torch.isfinite(y)
-    counts = torch.stack([
-        finite.sum(),
-        (x > y).sum(),
-        (x < y).sum(),
-        ((x_nan & y_nan) | (~finite & (x == y))).sum(),
-        (x_nan ^ y_nan).sum(),
-        (~finite & ~x_nan & ~y_nan & (x != y)).sum(),
-    ])
+    counts = torch.stack(
+        [
+            finite.sum(),
+            (x > y).sum(),
+            (x < y).sum(),
+            ((x_nan & y_nan) | (~finite & (x == y))).sum(),
+            (x_nan ^ y_nan).sum(),
+            (~finite & ~x_nan & ~y_nan & (x != y)).sum(),
+        ]
+    )
     zero = x.new_zeros(())
     x = torch.where(finite, x, zero)  # non-finite positions become (0, 0): they add 0 to every sum and maximum
     y = torch.where(finite, y, zero)
@@ -50,13 +52,19 @@ def _torch_piece(x: torch.Tensor, y: torch.Tensor, fmt: DType) -> tuple[torch.Te
         s = fmt.precision - 1 - ex.clamp_(min=fmt.emin)
         ulp = d * _pow2_t(s >> 1) * _pow2_t(s - (s >> 1))
     sums = torch.stack([d.sum(), ay.sum(), (d * d).sum(), (ay * ay).sum(), ulp.sum(), hyb.sum()])
-    maxs = torch.stack([
-        d.max(), rel.max(),
-        torch.where(ay > REL_FLOOR, rel, zero).max(),
-        torch.where(ay > fmt.diff3_threshold, rel, zero).max(),
-        torch.where(ay <= fmt.diff3_threshold, d, zero).max(),
-        ulp.max(), hyb.max(), ax.max(), ay.max(),
-    ])
+    maxs = torch.stack(
+        [
+            d.max(),
+            rel.max(),
+            torch.where(ay > REL_FLOOR, rel, zero).max(),
+            torch.where(ay > fmt.diff3_threshold, rel, zero).max(),
+            torch.where(ay <= fmt.diff3_threshold, d, zero).max(),
+            ulp.max(),
+            hyb.max(),
+            ax.max(),
+            ay.max(),
+        ]
+    )
     return sums, maxs, counts
 
 

@@ -22,8 +22,9 @@ import math
 import os
 import queue
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -44,6 +45,7 @@ HOST_BLOCK = 1 << 18
 @intrinsic
 def _f64_bits(typingctx, x):
     """The IEEE bits of a float64 as int64 (a bitcast)."""
+
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.IntType(64))
 
@@ -53,6 +55,7 @@ def _f64_bits(typingctx, x):
 @intrinsic
 def _bits_f64(typingctx, k):
     """The float64 whose IEEE bits are the int64 ``k`` (a bitcast)."""
+
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.DoubleType())
 
@@ -61,12 +64,13 @@ def _bits_f64(typingctx, k):
 
 #: Codes of the 16-bit float formats the kernel decodes from their bits (0: the array holds values).
 _BITS16 = {"float16": 1, "bfloat16": 2}
-_TWO_POW_M24 = 2.0 ** -24
+_TWO_POW_M24 = 2.0**-24
 
 
 @intrinsic
 def _bits_f32(typingctx, k):
     """The float32 whose IEEE bits are the low 32 bits of the int64 ``k`` (a bitcast)."""
+
     def codegen(context, builder, signature, args):
         return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
 
@@ -113,6 +117,7 @@ def _load(a, i, code):
 @numba.extending.overload(_load)
 def _load_jit(a, i, code):
     if isinstance(a.dtype, types.Integer):
+
         def load(a, i, code):
             h = np.int64(a[i])
             return _float16_value(h) if code == 1 else _bfloat16_value(h)
@@ -122,9 +127,9 @@ def _load_jit(a, i, code):
 
 
 # Columns of the partial results, in the field order of registry.Reduced.
-_S_ABS, _S_ABSB, _S_SQ, _S_B2, _S_ULP, _S_HYB = range(6)            # float64 sums
+_S_ABS, _S_ABSB, _S_SQ, _S_B2, _S_ULP, _S_HYB = range(6)  # float64 sums
 _M_ABS, _M_REL, _M_RELF, _M_D31, _M_D32, _M_ULP, _M_HYB, _M_E, _M_B = range(9)  # float64 maxima (all ≥ 0)
-_C_N, _C_GT, _C_LT, _C_SPECIAL, _C_NAN, _C_INF = range(6)          # int64 counts
+_C_N, _C_GT, _C_LT, _C_SPECIAL, _C_NAN, _C_INF = range(6)  # int64 counts
 
 
 #: Elements of one chunk of :func:`_kernel`: its per-element terms wait in four float64 buffers of this size
@@ -307,8 +312,7 @@ def _kernel_dtype(e: _HostOperand, b: _HostOperand) -> np.dtype:
     return np.dtype(np.float32 if e.exact32 and b.exact32 else np.float64)
 
 
-def _kernel_piece(piece: np.ndarray, op: _HostOperand, dtype: np.dtype, buffer: Callable[[], np.ndarray]
-                  ) -> np.ndarray:
+def _kernel_piece(piece: np.ndarray, op: _HostOperand, dtype: np.dtype, buffer: Callable[[], np.ndarray]) -> np.ndarray:
     """``piece`` flattened to a writable contiguous 1-D array of ``dtype``: a view when it is one, else
     decoded or copied into ``buffer()``."""
     if piece.dtype == dtype and piece.dtype.isnative and piece.flags.c_contiguous and piece.flags.writeable:
@@ -332,7 +336,7 @@ class _Worker:
 
     def __init__(self, dtype: np.dtype, size: int):
         self.dtype, self.size = dtype, size
-        self._bufs: Optional[tuple[np.ndarray, np.ndarray]] = None
+        self._bufs: tuple[np.ndarray, np.ndarray] | None = None
 
     def buffer(self, k: int) -> np.ndarray:
         """Buffer ``k`` (0: evaluated, 1: baseline)."""
@@ -374,8 +378,18 @@ def reduce(e: ArrayLike, b: ArrayLike, fmt: DType, block: int = HOST_BLOCK) -> R
         try:
             pe1 = _kernel_piece(pe, he, dtype, lambda: w.buffer(0))
             pb1 = _kernel_piece(pb, hb, dtype, lambda: w.buffer(1))
-            _kernel(pe1, pb1, *codes, fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, part.sums,
-                    part.maxs, part.counts)
+            _kernel(
+                pe1,
+                pb1,
+                *codes,
+                fmt.precision,
+                fmt.emin,
+                not fmt.is_float,
+                fmt.diff3_threshold,
+                part.sums,
+                part.maxs,
+                part.counts,
+            )
         finally:
             idle.put(w)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -50,9 +50,9 @@ class Batch:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[Any, Any, Optional[np.ndarray]]] = {}
+        self._seen: dict[int, tuple[Any, Any, np.ndarray | None]] = {}
 
-    def _operand(self, x: Any, role: str) -> tuple[Any, Optional[np.ndarray]]:
+    def _operand(self, x: Any, role: str) -> tuple[Any, np.ndarray | None]:
         """(the checked operand, its flat float64 host copy or ``None`` when the fast path does not apply)."""
         found = self._seen.get(id(x))
         if found is not None and found[0] is x:
@@ -64,13 +64,14 @@ class Batch:
         self._seen[id(x)] = (x, checked, flat)
         return checked, flat
 
-    def float64(self, x: Any) -> Optional[np.ndarray]:
+    def float64(self, x: Any) -> np.ndarray | None:
         """``x`` (an operand of this batch, or a new one) as its flat float64 host copy; ``None`` for a device
         tensor or one of more than one piece."""
         return self._operand(x, "operand")[1]
 
-    def compute(self, evaluated: Any, baseline: Any, *, dtype: Any = None,
-                names: Optional[Iterable[str]] = None) -> dict[str, Any]:
+    def compute(
+        self, evaluated: Any, baseline: Any, *, dtype: Any = None, names: Iterable[str] | None = None
+    ) -> dict[str, Any]:
         """:func:`acceptance.numerics.metrics.compute` of one pair, with the operands converted at most once per batch."""
         chosen = selected(names)
         e, fe = self._operand(evaluated, "evaluated")
@@ -79,13 +80,13 @@ class Batch:
             return compute(e, b, dtype=dtype, names=names)
         fmt = dtypes.lookup(e.dtype if dtype is None else dtype)
         sums, maxs, counts = np.zeros(6), np.zeros(9), np.zeros(6, dtype=np.int64)
-        host._kernel(fe, fb, 0, 0, fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, sums, maxs,
-                     counts)
+        host._kernel(fe, fb, 0, 0, fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, sums, maxs, counts)
         return finalize(Reduced(*sums.tolist(), *maxs.tolist(), *counts.tolist()), chosen)
 
 
-def compute_many(pairs: Sequence[tuple[Any, Any]], *, dtype: Any = None,
-                 names: Optional[Iterable[str]] = None) -> list[dict[str, Any]]:
+def compute_many(
+    pairs: Sequence[tuple[Any, Any]], *, dtype: Any = None, names: Iterable[str] | None = None
+) -> list[dict[str, Any]]:
     """``[metrics.compute(e, b, dtype=dtype, names=names) for e, b in pairs]``, each operand converted once.
 
     ``pairs``: (evaluated, baseline) tuples; an operand given in several

@@ -59,11 +59,11 @@ def blocks(a: ArrayLike, block: int) -> Iterator[ArrayLike]:
         yield a
     elif len(shape) == 1:
         for i in range(0, size, block):
-            yield a[i:i + block]
+            yield a[i : i + block]
     elif size // shape[0] > block:
         for i in range(shape[0]):
             yield from blocks(a[i], block)
     else:
         rows = block // (size // shape[0])
         for i in range(0, shape[0], rows):
-            yield a[i:i + rows]
+            yield a[i : i + rows]

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any
 
 from acceptance.formats import dtypes
 from acceptance.numerics.metrics.registry import METRICS, finalize
 
 
-def selected(names: Optional[Iterable[str]]) -> tuple[str, ...]:
+def selected(names: Iterable[str] | None) -> tuple[str, ...]:
     if names is None:
         return METRICS
     if isinstance(names, str):
@@ -25,8 +25,7 @@ def selected(names: Optional[Iterable[str]]) -> tuple[str, ...]:
     return tuple(name for name in METRICS if name in chosen)
 
 
-def compute(evaluated: Any, baseline: Any, *, dtype: Any = None,
-            names: Optional[Iterable[str]] = None) -> dict[str, Any]:
+def compute(evaluated: Any, baseline: Any, *, dtype: Any = None, names: Iterable[str] | None = None) -> dict[str, Any]:
     """Every metric of ``evaluated`` (e) against ``baseline`` (b), in one pass.
 
     ``evaluated`` and ``baseline``: numpy arrays or torch tensors (any device;

@@ -16,34 +16,35 @@ docs), ``hyb`` is ``|e−b| / (1 + |b|)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple
 
 
 class Reduced(NamedTuple):
     """What the engines reduce a pair (e, b) to. Sums and maxima over the n finite positions."""
 
-    sum_abs: float       # Σ|e−b|
-    sum_abs_b: float     # Σ|b|
-    sum_sq: float        # Σ(e−b)²
-    sum_b2: float        # Σb²
-    sum_ulp: float       # Σ ulp_err
-    sum_hyb: float       # Σ |e−b|/(1+|b|)
-    max_abs: float       # max |e−b|
-    max_rel: float       # max |e−b|/|b|  (0/0 = 0, x/0 = inf)
+    sum_abs: float  # Σ|e−b|
+    sum_abs_b: float  # Σ|b|
+    sum_sq: float  # Σ(e−b)²
+    sum_b2: float  # Σb²
+    sum_ulp: float  # Σ ulp_err
+    sum_hyb: float  # Σ |e−b|/(1+|b|)
+    max_abs: float  # max |e−b|
+    max_rel: float  # max |e−b|/|b|  (0/0 = 0, x/0 = inf)
     max_rel_floor: float  # max |e−b|/|b| over |b| > REL_FLOOR
-    max_rel_th: float    # max |e−b|/|b| over |b| > th (diff3 m1)
-    max_abs_th: float    # max |e−b| over |b| ≤ th (diff3 m2)
-    max_ulp: float       # max ulp_err
-    max_hyb: float       # max |e−b|/(1+|b|)
-    max_e: float         # max |e|
-    max_b: float         # max |b|
-    n: int               # positions compared numerically (both finite)
-    above: int           # positions with e > b (IEEE order; NaN excluded)
-    below: int           # positions with e < b
-    special: int         # both NaN, or the same-signed Inf
-    nan_mismatch: int    # exactly one NaN
-    inf_mismatch: int    # no NaN, an Inf on either side, e ≠ b
+    max_rel_th: float  # max |e−b|/|b| over |b| > th (diff3 m1)
+    max_abs_th: float  # max |e−b| over |b| ≤ th (diff3 m2)
+    max_ulp: float  # max ulp_err
+    max_hyb: float  # max |e−b|/(1+|b|)
+    max_e: float  # max |e|
+    max_b: float  # max |b|
+    n: int  # positions compared numerically (both finite)
+    above: int  # positions with e > b (IEEE order; NaN excluded)
+    below: int  # positions with e < b
+    special: int  # both NaN, or the same-signed Inf
+    nan_mismatch: int  # exactly one NaN
+    inf_mismatch: int  # no NaN, an Inf on either side, e ≠ b
 
 
 #: Fields of :class:`Reduced` that are sums, maxima and counts, in the engines' column order.
@@ -134,32 +135,83 @@ _MLU = "MLU-OPS"
 REGISTRY: tuple[Metric, ...] = (
     Metric("diff1", "error", "Σ|e−b| / Σ|b|", "ratio", _MLU, lambda r: ratio(r.sum_abs, r.sum_abs_b)),
     Metric("diff2", "error", "sqrt(Σ(e−b)² / Σb²)", "ratio", _MLU, lambda r: math.sqrt(ratio(r.sum_sq, r.sum_b2))),
-    Metric("diff3", "pair", "(max |e−b|/|b| over |b| > th, max |e−b| over |b| ≤ th)", "(ratio, data)", _MLU,
-           lambda r: (r.max_rel_th, r.max_abs_th)),
+    Metric(
+        "diff3",
+        "pair",
+        "(max |e−b|/|b| over |b| > th, max |e−b| over |b| ≤ th)",
+        "(ratio, data)",
+        _MLU,
+        lambda r: (r.max_rel_th, r.max_abs_th),
+    ),
     Metric("diff3_1", "error", "max |e−b| / |b|", "ratio", _MLU, lambda r: r.max_rel, worst_case=True),
     Metric("diff3_2", "error", "max |e−b|", "data", _MLU, lambda r: r.max_abs, worst_case=True),
-    Metric("diff4", "direction", "(p1, p2, n): fractions of the n unequal points with e > b, e < b", "fractions",
-           _MLU, lambda r: diff4_value(r.above, r.below)),
+    Metric(
+        "diff4",
+        "direction",
+        "(p1, p2, n): fractions of the n unequal points with e > b, e < b",
+        "fractions",
+        _MLU,
+        lambda r: diff4_value(r.above, r.below),
+    ),
     Metric("mse", "error", "Σ(e−b)² / n", "data²", "common", lambda r: mean(r.sum_sq, r.n)),
     Metric("nmse", "error", "Σ(e−b)² / Σb²", "ratio", "common (GGML kernels)", lambda r: ratio(r.sum_sq, r.sum_b2)),
-    Metric("rms", "error", "sqrt(Σ(e−b)²) / (sqrt(n) · max(max|e|, max|b|))", "ratio", "MIOpen",
-           lambda r: ratio(math.sqrt(r.sum_sq), math.sqrt(r.n) * max(r.max_e, r.max_b))),
+    Metric(
+        "rms",
+        "error",
+        "sqrt(Σ(e−b)²) / (sqrt(n) · max(max|e|, max|b|))",
+        "ratio",
+        "MIOpen",
+        lambda r: ratio(math.sqrt(r.sum_sq), math.sqrt(r.n) * max(r.max_e, r.max_b)),
+    ),
     Metric("max_abs", "error", "max |e−b|", "data", "common", lambda r: r.max_abs, worst_case=True),
     Metric("mean_abs", "error", "Σ|e−b| / n", "data", "common", lambda r: mean(r.sum_abs, r.n)),
     Metric("max_rel", "error", "max |e−b| / |b|", "ratio", "common", lambda r: r.max_rel, worst_case=True),
-    Metric("max_rel_floor", "error", f"max |e−b| / |b| over |b| > {REL_FLOOR:g}", "ratio", "common",
-           lambda r: r.max_rel_floor, worst_case=True),
-    Metric("max_ulp", "error", "max |e−b| / spacing(min(|e|, |b|))", "ulp", "maxEpsilonDiff", lambda r: r.max_ulp, worst_case=True),
+    Metric(
+        "max_rel_floor",
+        "error",
+        f"max |e−b| / |b| over |b| > {REL_FLOOR:g}",
+        "ratio",
+        "common",
+        lambda r: r.max_rel_floor,
+        worst_case=True,
+    ),
+    Metric(
+        "max_ulp",
+        "error",
+        "max |e−b| / spacing(min(|e|, |b|))",
+        "ulp",
+        "maxEpsilonDiff",
+        lambda r: r.max_ulp,
+        worst_case=True,
+    ),
     Metric("mean_ulp", "error", "Σ ulp_err / n", "ulp", "common", lambda r: mean(r.sum_ulp, r.n)),
     Metric("max_hyb", "error", "max |e−b| / (1+|b|)", "ratio", "hybrid error", lambda r: r.max_hyb, worst_case=True),
     Metric("mean_hyb", "error", "Σ |e−b|/(1+|b|) / n", "ratio", "hybrid error", lambda r: mean(r.sum_hyb, r.n)),
-    Metric("normwise_rel", "error", "‖e−b‖₂ / ‖b‖₂ (equal to diff2)", "ratio", "norm-wise",
-           lambda r: ratio(math.sqrt(r.sum_sq), math.sqrt(r.sum_b2))),
+    Metric(
+        "normwise_rel",
+        "error",
+        "‖e−b‖₂ / ‖b‖₂ (equal to diff2)",
+        "ratio",
+        "norm-wise",
+        lambda r: ratio(math.sqrt(r.sum_sq), math.sqrt(r.sum_b2)),
+    ),
     Metric("snr_db", "score", "10·log10(Σb² / Σ(e−b)²)", "dB", "TorchAO", snr_db),
-    Metric("nan_mismatch", "count", "positions where exactly one of e, b is NaN", "count", "placement",
-           lambda r: r.nan_mismatch),
-    Metric("inf_mismatch", "count", "positions without NaN where one is ±Inf and e ≠ b", "count", "placement",
-           lambda r: r.inf_mismatch),
+    Metric(
+        "nan_mismatch",
+        "count",
+        "positions where exactly one of e, b is NaN",
+        "count",
+        "placement",
+        lambda r: r.nan_mismatch,
+    ),
+    Metric(
+        "inf_mismatch",
+        "count",
+        "positions without NaN where one is ±Inf and e ≠ b",
+        "count",
+        "placement",
+        lambda r: r.inf_mismatch,
+    ),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in REGISTRY}
@@ -187,7 +239,7 @@ def finalize(r: Reduced, selected: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in selected:
         metric = BY_NAME[name]
-        forced: Optional[Any] = metric.on_mismatch() if mismatch else None
+        forced: Any | None = metric.on_mismatch() if mismatch else None
         out[name] = forced if forced is not None else metric.value(r)
     out["n"] = r.n
     out["special_matched"] = r.special

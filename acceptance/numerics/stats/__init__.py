@@ -21,17 +21,43 @@ both errors are non-finite cannot be compared and are left out of every test.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import numpy as np
 
-from acceptance.records import Describe, DualDeltaRecord, StatTest
 from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
-from acceptance.numerics.stats.hypothesis import (as_errors, brown_forsythe_test, comparable, ks_test, paired_t_test, shapiro_test, sign_p, sign_test, wilcoxon_test)
+from acceptance.numerics.stats.hypothesis import (
+    as_errors,
+    brown_forsythe_test,
+    comparable,
+    ks_test,
+    paired_t_test,
+    shapiro_test,
+    sign_p,
+    sign_test,
+    wilcoxon_test,
+)
+from acceptance.records import Describe, DualDeltaRecord, StatTest
 
-__all__ = ["analyze", "apply_holm", "brown_forsythe_test", "conclude", "describe", "free_bound", "holm", "ks_test",
-           "mean_ratio", "noninferiority_test", "paired_ratios", "paired_t_test", "shapiro_test", "sign_test",
-           "wilcoxon_test", "worst_trial_test"]
+__all__ = [
+    "analyze",
+    "apply_holm",
+    "brown_forsythe_test",
+    "conclude",
+    "describe",
+    "free_bound",
+    "holm",
+    "ks_test",
+    "mean_ratio",
+    "noninferiority_test",
+    "paired_ratios",
+    "paired_t_test",
+    "shapiro_test",
+    "sign_test",
+    "wilcoxon_test",
+    "worst_trial_test",
+]
 
 # ----------------------------------------------------------------------------
 # Descriptive statistics
@@ -86,8 +112,12 @@ MIN_LOG_SCALE = 0.1
 
 
 def worst_trial_test(
-    delta_impl: Sequence[float], delta_baseline: Sequence[float], *, factor: float, free: float = 0.0,
-    within: Optional[Sequence[bool]] = None,
+    delta_impl: Sequence[float],
+    delta_baseline: Sequence[float],
+    *,
+    factor: float,
+    free: float = 0.0,
+    within: Sequence[bool] | None = None,
 ) -> StatTest:
     """Is the impl's worst trial an outlier beyond ``factor`` x the baseline's error in the same trial?
 
@@ -123,10 +153,15 @@ def worst_trial_test(
     t = (float(np.max(r)) - centre) / scale
     p = min(1.0, r.size / (1.0 + math.exp(min(t, 700.0))))
     trial = int(np.flatnonzero(ok)[np.argmax(r)])
-    return StatTest(name="worst_trial", statistic=t, p_value=p, alternative="greater",
-                    note=f"trial {trial}: impl error {float(d1[trial]):.3g} = {math.exp(float(np.max(r))):.3g} x "
-                         f"({factor:g} x the baseline's {float(d2[trial]):.3g}), {t:.2g} scales (s = {scale:.2g} in ln) "
-                         f"above the trials' typical ratio")
+    return StatTest(
+        name="worst_trial",
+        statistic=t,
+        p_value=p,
+        alternative="greater",
+        note=f"trial {trial}: impl error {float(d1[trial]):.3g} = {math.exp(float(np.max(r))):.3g} x "
+        f"({factor:g} x the baseline's {float(d2[trial]):.3g}), {t:.2g} scales (s = {scale:.2g} in ln) "
+        f"above the trials' typical ratio",
+    )
 
 
 def allowance(delta_baseline: Sequence[float], factor: float, free: float) -> np.ndarray:
@@ -135,8 +170,12 @@ def allowance(delta_baseline: Sequence[float], factor: float, free: float) -> np
 
 
 def noninferiority_test(
-    delta_impl: Sequence[float], delta_baseline: Sequence[float], *, factor: float, free: float = 0.0,
-    within: Optional[Sequence[bool]] = None,
+    delta_impl: Sequence[float],
+    delta_baseline: Sequence[float],
+    *,
+    factor: float,
+    free: float = 0.0,
+    within: Sequence[bool] | None = None,
 ) -> StatTest:
     """Exact one-sided sign test of H0: median(delta_1 - max(factor*delta_2, free)) <= 0.
 
@@ -229,7 +268,7 @@ def conclude(
 # ----------------------------------------------------------------------------
 
 
-def free_bound(free: Union[float, Sequence[float]]) -> float:
+def free_bound(free: float | Sequence[float]) -> float:
     """The error always allowed, as one bound: a number as is, or the maximum of
     per-trial values err(round(oracle_i), oracle_i) over the finite ones (0 when
     none is finite). A non-finite value means the output dtype cannot hold the
@@ -263,10 +302,10 @@ def analyze(
     *,
     metric: str,
     output: int = 0,
-    factor: Optional[float] = None,
+    factor: float | None = None,
     alpha: float = DEFAULT_ALPHA,
-    free: Union[float, Sequence[float]] = 0.0,
-    floor: Optional[float] = None,
+    free: float | Sequence[float] = 0.0,
+    floor: float | None = None,
     impl_ulp: Sequence[float] = (),
 ) -> DualDeltaRecord:
     """Full dual-delta analysis of one metric for one output.
@@ -351,9 +390,10 @@ _ADJUSTED = {"p_value": "p_adjusted", "p_worst": "p_worst_adjusted"}
 def apply_holm(records: Sequence[DualDeltaRecord]) -> list[DualDeltaRecord]:
     """New records with ``p_adjusted`` and ``p_worst_adjusted``: Holm over every p-value of the records given
     (the sign test's and the worst-trial test's of all cases, metrics and outputs of a run)."""
-    family = [(i, field) for i, r in enumerate(records) for field in ("p_value", "p_worst")
-              if getattr(r, field) is not None]
-    adjusted = dict(zip(family, holm([getattr(records[i], f) for i, f in family]))) if family else {}
+    family = [
+        (i, field) for i, r in enumerate(records) for field in ("p_value", "p_worst") if getattr(r, field) is not None
+    ]
+    adjusted = dict(zip(family, holm([getattr(records[i], f) for i, f in family]), strict=False)) if family else {}
     out = []
     for i, rec in enumerate(records):
         update = {_ADJUSTED[f]: float(adjusted[(i, f)]) for f in _ADJUSTED if (i, f) in adjusted}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -28,13 +29,11 @@ def comparable(d1: np.ndarray, d2: np.ndarray) -> np.ndarray:
     return np.isfinite(d1) & np.isfinite(d2)
 
 
-def _left_out(n_total: int, n_used: int, why: str) -> Optional[str]:
+def _left_out(n_total: int, n_used: int, why: str) -> str | None:
     return None if n_used == n_total else f"{n_total - n_used} of {n_total} trials left out ({why})"
 
 
-def _run_scipy(
-    name: str, test: Callable[[], Any], alternative: str = "two-sided", note: Optional[str] = None
-) -> StatTest:
+def _run_scipy(name: str, test: Callable[[], Any], alternative: str = "two-sided", note: str | None = None) -> StatTest:
     """Run ``test()``, a scipy.stats call; degenerate data (scipy's NaN p-value) gives no p-value and a note."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
