@@ -37,7 +37,9 @@ def entry() -> None:
         code = 0
     except SystemExit as exc:
         code = _status(exc.code)
-    threading._shutdown()  # as at a normal exit: the thread pools told to stop, then non-daemon threads joined
+    # as at a normal exit: the thread pools told to stop, then non-daemon threads joined (CPython's own shutdown
+    # step; no public function does both)
+    threading._shutdown()  # type: ignore[attr-defined]
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -30,23 +30,6 @@ def resolve_device(name: str = "auto", *, option: str = "--device") -> torch.dev
     return device
 
 
-def job_devices(device: torch.device, jobs: int, gpus: int) -> list[torch.device]:
-    """The device each of ``jobs`` job processes gives its worker: ``cuda`` (no index) spreads the jobs over
-    the ``gpus`` visible GPUs in turn (job k on ``cuda:(k mod gpus)``), so that with one job per GPU each GPU
-    has one worker of its own; ``cuda:i`` and ``cpu`` are kept for every job."""
-    if device.type == "cuda" and device.index is None and gpus > 0:
-        return [torch.device("cuda", k % gpus) for k in range(jobs)]
-    return [device] * jobs
-
-
-def default_jobs(device: torch.device, cores: int, gpus: int) -> int:
-    """Jobs when ``--jobs`` is not given: one per GPU the device names (all visible GPUs for ``cuda``, one for
-    ``cuda:i``), so that no two workers share a GPU; the CPU cores for ``cpu``."""
-    if device.type == "cuda":
-        return max(1, gpus) if device.index is None else 1
-    return max(1, cores)
-
-
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on CPU), so that a timer around a call measures the call."""
     if device.type == "cuda":

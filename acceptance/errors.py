@@ -54,3 +54,8 @@ class OutputError(AcceptanceError):
 
 class CaseError(Exception):
     """The run of one case broke (a callable raised, returned something unusable, or timed out): verdict ``error``."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what CI sends on cancel), raised like Ctrl-C so that a run stops the same way: its finished cases
+    are kept and written, and the run is ``interrupted`` (exit code :data:`EXIT_TERMINATED`)."""

@@ -27,10 +27,17 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    import torch
+
+    from acceptance.isolation.importcheck import ImportCheck
+    from acceptance.protocols import Executor
 
 _RESULT_KEY = "acceptance_result"
 
@@ -110,7 +117,7 @@ class SpecFile(pytest.File):
         from acceptance.spec import expand, load_spec
 
         spec, problems = load_spec(self.path, _imports(self.config))
-        if problems:
+        if spec is None or problems:
             raise SpecProblems("\n".join(str(p) for p in problems))
         for case in expand([spec]):
             yield CaseItem.from_parent(self, name=case.id, case=case)
@@ -118,38 +125,44 @@ class SpecFile(pytest.File):
     def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
         if isinstance(excinfo.value, SpecProblems):
             return f"invalid operator spec:\n{excinfo.value}"
-        return super().repr_failure(excinfo)
+        return str(super().repr_failure(excinfo))
 
 
 class CaseFailed(Exception):
     """A case that failed or errored; the message is its reasons and its full account."""
 
 
-def _held(config: pytest.Config, attr: str, make: Any) -> Any:
-    """``make()`` once per pytest process (per xdist worker), kept on ``config`` as ``attr`` and closed at the
-    end of the session; ``None`` with ``--acceptance-no-isolation`` (the code under test then runs here)."""
+#: What the plugin keeps per pytest process (per xdist worker): the executor of its cases, the import check of
+#: its specs' modules, the impl's device, the session's start.
+_EXECUTOR = pytest.StashKey["Executor"]()
+_IMPORTS = pytest.StashKey["ImportCheck"]()
+_DEVICE = pytest.StashKey["torch.device"]()
+_START = pytest.StashKey[datetime]()
+
+
+def _executor(config: pytest.Config) -> Executor:
+    """The session's executor: one worker process for every case of this pytest process (its own with xdist), or
+    this process with ``--acceptance-no-isolation``."""
+    if _EXECUTOR not in config.stash:
+        from acceptance.session.executors import InProcess, OneWorker, Settings
+
+        settings = Settings(_device(config), config.getoption("acceptance_trials"))
+        isolate = not config.getoption("acceptance_no_isolation")
+        config.stash[_EXECUTOR] = OneWorker(settings, keep=True) if isolate else InProcess(settings)
+    return config.stash[_EXECUTOR]
+
+
+def _imports(config: pytest.Config) -> ImportCheck | None:
+    """The session's :class:`~acceptance.isolation.importcheck.ImportCheck`: a spec's modules are imported in a
+    child process to be checked, so that one exiting at import cannot end the session (closed once collected);
+    ``None`` with ``--acceptance-no-isolation`` (the code under test then runs here)."""
     if config.getoption("acceptance_no_isolation"):
         return None
-    held = getattr(config, attr, None)
-    if held is None:
-        held = make()
-        setattr(config, attr, held)
-    return held
+    if _IMPORTS not in config.stash:
+        from acceptance.isolation.importcheck import ImportCheck
 
-
-def _worker(config: pytest.Config) -> Any:
-    """The session's worker process."""
-    from acceptance.isolation.worker import Worker
-
-    return _held(config, "_acceptance_worker", Worker)
-
-
-def _imports(config: pytest.Config) -> Any:
-    """The session's :class:`~acceptance.isolation.importcheck.ImportCheck`: a spec's modules are imported in a child
-    process to be checked, so that one exiting at import cannot end the session (closed once collected)."""
-    from acceptance.isolation.importcheck import ImportCheck
-
-    return _held(config, "_acceptance_imports", ImportCheck)
+        config.stash[_IMPORTS] = ImportCheck()
+    return config.stash[_IMPORTS]
 
 
 class CaseItem(pytest.Item):
@@ -161,20 +174,16 @@ class CaseItem(pytest.Item):
         self.add_marker(pytest.mark.acceptance)
 
     def runtest(self) -> None:
-        from acceptance.measure import case as runner
         from acceptance.report.text import case_details
-        from acceptance.spec import rules_for
+        from acceptance.session.run import run_cases
 
         config = self.config
         try:
             device = _device(config)
         except pytest.UsageError as exc:
             raise CaseFailed(f"error: {exc}") from None
-        rules = rules_for(self.case)
-        measured = runner.measure(
-            self.case, device, rules, trials=config.getoption("acceptance_trials"), worker=_worker(config)
-        )
-        (result,) = runner.decide_all([(measured, rules)])
+        # each case is decided alone: Holm over its own dual-delta records
+        (result,) = run_cases([self.case], device, executor=_executor(config))
         self.user_properties.append((_RESULT_KEY, result.model_dump_json()))
         for note in result.warnings:
             warnings.warn(AcceptanceWarning(f"{self.case.id}: {note}"), stacklevel=1)
@@ -191,7 +200,7 @@ class CaseItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
         if isinstance(excinfo.value, CaseFailed):
             return str(excinfo.value)
-        return super().repr_failure(excinfo)
+        return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"acceptance case {self.case.id}"
@@ -199,20 +208,21 @@ class CaseItem(pytest.Item):
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "acceptance: a case of an operator spec (acceptance plugin)")
+    config.stash[_START] = datetime.now(timezone.utc)
     _RESULTS.clear()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    check = getattr(session.config, "_acceptance_imports", None)
+    check = session.config.stash.get(_IMPORTS, None)
     if check is not None:  # every spec is collected: its child is not needed any more
         check.close()
     if not hasattr(session.config, "workerinput") and any(isinstance(item, CaseItem) for item in session.items):
         _device(session.config)  # a device that is not one ends the session here (an xdist worker: in each case)
 
 
-def _device(config: pytest.Config) -> Any:
+def _device(config: pytest.Config) -> torch.device:
     """``--acceptance-device`` as a torch device, resolved once per process; a usage error otherwise."""
-    device = getattr(config, "_acceptance_device", None)
+    device = config.stash.get(_DEVICE, None)
     if device is None:
         from acceptance.device import resolve_device
 
@@ -222,7 +232,7 @@ def _device(config: pytest.Config) -> Any:
             )
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
-        config._acceptance_device = device
+        config.stash[_DEVICE] = device
     return device
 
 
@@ -230,31 +240,37 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":  # on the xdist controller too: user_properties travel with the report
         for key, value in report.user_properties:
             if key == _RESULT_KEY:
-                _RESULTS.append(value)
+                _RESULTS.append(str(value))
 
 
 _RESULTS: list[str] = []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    for attr in ("_acceptance_worker", "_acceptance_imports"):
-        held = getattr(session.config, attr, None)
-        if held is not None:
-            held.close()
+    executor = session.config.stash.get(_EXECUTOR, None)
+    if executor is not None and hasattr(executor, "close"):
+        executor.close()
+    check = session.config.stash.get(_IMPORTS, None)
+    if check is not None:
+        check.close()
     out = session.config.getoption("acceptance_out")
     if out and _RESULTS and not hasattr(session.config, "workerinput"):  # the xdist controller or a plain run
         _write(Path(out), session.config)
 
 
 def _write(out: Path, config: pytest.Config) -> None:
-    from acceptance.cli.run import write_reports
-    from acceptance.decide.verdict import summarize
-    from acceptance.records import CaseResult, Results
-    from acceptance.session import provenance
+    """results.json and the default reports of the session's cases (the xdist controller gathers every worker's),
+    through the run's own assembly: waivers applied, the session's real start and end recorded."""
+    from acceptance.records import CaseResult
+    from acceptance.session.run import RunOptions, Session, write_reports
+    from acceptance.spec import load_spec
 
     cases = list({c.id: c for c in (CaseResult.model_validate(json.loads(v)) for v in _RESULTS)}.values())
-    now = provenance.now()
-    env = provenance.environment(
-        _device(config), command_line="pytest " + " ".join(config.invocation_params.args), start=now, end=now
-    )
-    write_reports(Results(environment=env, summary=summarize(cases), cases=cases), out)
+    session = Session(RunOptions(command_line="pytest " + " ".join(config.invocation_params.args)))
+    session.device = _device(config)
+    for path in dict.fromkeys(c.spec_file for c in cases):
+        spec, _ = load_spec(Path(path), imports=lambda ref, spec_path: None)  # its callables are not imported here
+        if spec is not None:
+            session.specs.append(spec)
+    start = config.stash.get(_START, None) or datetime.now(timezone.utc)
+    write_reports(session.results(cases, start=start, end=datetime.now(timezone.utc)), out)

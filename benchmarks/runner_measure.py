@@ -42,7 +42,7 @@ def record(specs: str, only: str | None, path: Path) -> None:
     import torch
 
     from acceptance import spec
-    from acceptance.cli.run import _load
+    from acceptance.session.load import load as _load
     from acceptance.measure import case as runner
 
     loaded = _load([Path(specs)])

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from acceptance import spec  # noqa: E402
 from acceptance.decide.proposal import observations, proposals  # noqa: E402
 from acceptance.device import resolve_device  # noqa: E402
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 
 SPECS = ROOT / "tests" / "mutation_specs"
 #: baseline -> a legitimate technique for the same function (tests/mutants.py, tests/mutant_kernels.py)
@@ -44,7 +44,7 @@ LEGIT = {
 
 def run(s, seed: int, trials: int):
     cases = spec.expand([dataclasses.replace(s, seed=seed, dual_delta={"enabled": False})])
-    return runner.run(cases, resolve_device("cpu"), trials=trials, isolate=False)
+    return run_cases(cases, resolve_device("cpu"), trials=trials, isolate=False)
 
 
 def caught(results, kinds) -> bool:

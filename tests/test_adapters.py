@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from acceptance.isolation.adapters import Adapter
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 from acceptance.spec import expand, load_spec
 
 HERE = Path(__file__).parent / "ecosystem_specs"
@@ -36,7 +36,7 @@ def run_spec(path: Path, *, isolate: bool = False):
     spec, problems = load_spec(path)
     assert problems == [], problems
     cases = expand([spec])
-    return runner.run(cases, torch.device("cpu"), isolate=isolate)
+    return run_cases(cases, torch.device("cpu"), isolate=isolate)
 
 
 def test_module_weights_are_the_same_for_every_role_and_cast_per_role(tmp_path):

@@ -146,7 +146,11 @@ def test_in_process_timing_gives_the_same_record():
     from acceptance.spec import expand
 
     opts = timing.TimerOptions(warmup=1, warmup_time=0.0, min_time=0.0, min_runs=4)
-    (result,), copy = bench.bench(expand(specs), torch.device("cpu"), opts, isolate=False)
+    from acceptance.session.run import run_cases
+
+    executor = bench.Bench(torch.device("cpu"), opts, isolate=False)
+    (result,) = run_cases(expand(specs), torch.device("cpu"), executor=executor)
+    copy = executor.copy_gbps
     p = result.perf
     assert p.runs == 4 and p.warmup_runs == 1 and copy > 0
     assert p.speedup == pytest.approx(p.baseline_median_s / p.median_s, rel=1e-12)

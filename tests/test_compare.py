@@ -15,7 +15,7 @@ from acceptance.cli import main
 from acceptance.decide import regression as compare_mod
 from acceptance.decide import verdict
 from acceptance.device import resolve_device
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 from acceptance.records import Results
 from acceptance.session import provenance
 
@@ -92,7 +92,7 @@ def run(specs_, seed: int, k: int = 8) -> Results:
     ]
     dev = resolve_device("cpu")
     start = provenance.now()
-    cases = runner.run(spec.expand(seeded), dev, isolate=False)
+    cases = run_cases(spec.expand(seeded), dev, isolate=False)
     env = provenance.environment(dev, command_line="", start=start, end=provenance.now())
     return Results(environment=env, summary=verdict.summarize(cases), cases=cases)
 

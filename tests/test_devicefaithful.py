@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 from acceptance.measure.determinism import compare
 from acceptance.measure.sanitize import findings
 from acceptance.numerics.emulate.roles import emulated_baseline
@@ -196,7 +196,7 @@ def test_study_flush_acc4_empties_the_1e3_bucket_and_the_plain_baseline_shows_it
     specs, found = load_specs([STUDY / "plain.yaml", STUDY / "flush_acc4.yaml"])
     assert found == []
     cases = [c for c in expand(specs) if c.preset in ("r0", "r1")]
-    results = {c.id: c for c in runner.run(cases, CPU, trials=1, isolate=False)}
+    results = {c.id: c for c in run_cases(cases, CPU, trials=1, isolate=False)}
     for case in cases:
         got = results[case.id]
         if case.spec.name == "mfma_flush_acc4":
@@ -312,7 +312,7 @@ dual_delta: {enabled: false}
     a, b = generate(case, 0)
     over = int(((a.double() * b.double()).abs() >= 65520).sum())  # float16 max 65504 + half its spacing 32
     assert 0 < over < 2000
-    got = runner.run([case], CPU, isolate=False)[0]
+    got = run_cases([case], CPU, isolate=False)[0]
     assert got.oracle_range.startswith(f"oracle exceeds float16 max (65504) at {over} of 2000 elements")
 
 
@@ -337,7 +337,7 @@ def test_a_kernel_assuming_contiguous_inputs_passes_contiguous_and_fails_transpo
     for layout in ("contiguous", "transposed"):
         spec, found = load_spec(write(tmp_path, f"add_{layout}", ADD.format(layout=layout)))
         assert found == []
-        verdicts[layout] = runner.run(expand([spec]), CPU, isolate=isolate)[0]
+        verdicts[layout] = run_cases(expand([spec]), CPU, isolate=isolate)[0]
     assert verdicts["contiguous"].verdict == "pass", verdicts["contiguous"].reasons
     assert verdicts["transposed"].verdict == "fail"
     assert verdicts["transposed"].layouts == {"a": "transposed"}
@@ -404,7 +404,7 @@ def test_a_racy_kernel_fails_the_determinism_rule_outside_atomic_add(tmp_path, c
         write(tmp_path, "op", REDUCE.format(category=category, impl="racy_sum", baseline="row_sum", extra=extra))
     )
     assert found == []
-    got = runner.run(expand([spec]), CPU, isolate=False)[0]
+    got = run_cases(expand([spec]), CPU, isolate=False)[0]
     assert got.determinism.impl == "varying" and got.determinism.impl_differing > 0
     assert got.verdict == verdict, got.reasons
     if verdict == "fail":
@@ -415,7 +415,7 @@ def test_a_varying_baseline_is_a_spec_error(tmp_path):
     spec, _ = load_spec(
         write(tmp_path, "op", REDUCE.format(category="reduction", impl="row_sum", baseline="noisy_baseline", extra=""))
     )
-    got = runner.run(expand([spec]), CPU, isolate=False)[0]
+    got = run_cases(expand([spec]), CPU, isolate=False)[0]
     assert got.verdict == "error" and got.error.startswith("spec error: the baseline is not deterministic")
 
 

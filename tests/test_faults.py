@@ -262,16 +262,14 @@ def test_a_sigterm_as_the_measuring_ends_still_gives_an_interrupted_run(tmp_path
     from click.testing import CliRunner
 
     from acceptance.cli import run as cli
+    from acceptance.errors import Terminated
 
-    real = cli.progress
+    class ProgressThenSigterm(cli.Progress):
+        def __exit__(self, *exc):
+            super().__exit__(*exc)
+            raise Terminated()
 
-    @contextlib.contextmanager
-    def progress_then_sigterm(*args, **kwargs):
-        with real(*args, **kwargs) as advance:
-            yield advance
-        raise cli._Terminated()
-
-    monkeypatch.setattr(cli, "progress", progress_then_sigterm)
+    monkeypatch.setattr(cli, "Progress", ProgressThenSigterm)
     specs = write_specs(tmp_path / "specs", {"ok0": "good"})
     out = tmp_path / "out"
     r = CliRunner().invoke(cli.main, ["run", str(specs), "--out", str(out), "--jobs", "1", "--no-cache"])
@@ -279,3 +277,35 @@ def test_a_sigterm_as_the_measuring_ends_still_gives_an_interrupted_run(tmp_path
     results = json.loads((out / "results.json").read_text())
     assert results["interrupted"] and results["summary"]["exit_code"] == 143
     assert [c["operator"] for c in results["cases"]] == ["ok0"]  # measured before the signal: kept
+
+
+_KILLS_ITS_JOB = '''
+import os, signal, torch
+
+
+def kill_job_once(x):
+    """Kills the job process measuring it (the worker's parent), the first time only."""
+    mark = os.path.join(os.path.dirname(__file__), "killed")
+    if not os.path.exists(mark):
+        open(mark, "w").close()
+        os.kill(os.getppid(), signal.SIGKILL)
+    return x.clone()
+'''
+
+
+def test_a_killed_job_process_is_one_error_and_the_run_goes_on(tmp_path):
+    """With ``--jobs 2``, a SIGKILL of one job process (here by the code under test, which an out-of-memory kill
+    does as well) is the error of the case it was measuring, naming the signal; the cases waiting for that job go
+    to another one, a fresh job replaces it, and every other case of the run is measured and passes."""
+    specs = write_specs(tmp_path / "specs", {f"ok{k}": "good" for k in range(6)})
+    (specs / "faults.py").write_text((specs / "faults.py").read_text() + _KILLS_ITS_JOB)
+    (specs / "killer.yaml").write_text(spec_text("killer", "kill_job_once"))
+    out = tmp_path / "out"
+    proc = acceptance("run", specs, "--out", out, "--jobs", "2", "--no-cache")
+    assert proc.returncode == 1, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    by_op = {c["operator"]: c for c in results["cases"]}
+    assert set(by_op) == {"killer", *(f"ok{k}" for k in range(6))} and not results["interrupted"]
+    assert by_op["killer"]["verdict"] == "error"
+    assert by_op["killer"]["error"] == "the job process measuring this case ended (SIGKILL)"
+    assert all(by_op[f"ok{k}"]["verdict"] == "pass" for k in range(6)), [c["error"] for c in results["cases"]]

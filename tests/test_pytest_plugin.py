@@ -9,7 +9,7 @@ import tomllib
 
 # the items run in this process (pytester): what they import is imported here first, so that pytester's
 # restoring of sys.modules between runs never unloads and reloads torch, numba kernels or the workers
-import acceptance.cli.run  # noqa: F401
+import acceptance.cli  # noqa: F401
 import acceptance.measure.case  # noqa: F401
 import acceptance.numerics.stats  # noqa: F401  (scipy.stats: its numpy.fft cannot be loaded twice)
 import acceptance.pytest_plugin  # noqa: F401
@@ -112,6 +112,26 @@ def test_reports_are_written_when_asked(repo):
     res = results.load(repo.path / "out" / "results.json")
     assert sorted(c.id for c in res.cases) == ["good[float32-N=4]", "good[float32-N=9]"]
     assert (repo.path / "out" / "junit.xml").exists()
+
+
+def test_the_reports_of_a_session_record_its_waivers_and_its_real_start_and_end(repo):
+    """The plugin's results.json is assembled as a run's: every waiver of the specs run with what it did, and the
+    session's start (before the first case) and end (after the last) as measured here around pytest."""
+    from datetime import datetime, timezone
+
+    from acceptance.session import results
+
+    before = datetime.now(timezone.utc)
+    run(repo, "specs", "--acceptance-out", "out")
+    after = datetime.now(timezone.utc)
+    res = results.load(repo.path / "out" / "results.json")
+    (waiver,) = res.waivers
+    assert (waiver.operator, waiver.status, waiver.reason) == ("waived", "applied", "driver bug")
+    assert sorted(waiver.cases) == ["waived[float32-N=4]", "waived[float32-N=9]"]
+    start = datetime.fromisoformat(res.environment.start_time)
+    end = datetime.fromisoformat(res.environment.end_time)
+    assert before.replace(microsecond=0) <= start <= end <= after  # the span of the session (whole seconds)
+    assert {c.verdict for c in res.cases if c.operator == "waived"} == {"skip"}
 
 
 def test_nothing_is_collected_unless_named_on_the_command_line(repo):

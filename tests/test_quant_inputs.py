@@ -11,7 +11,7 @@ import yaml
 from gguf import GGMLQuantizationType as GT
 
 from acceptance.formats import dtypes
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 from acceptance.spec import expand, load_specs, rules_for
 from acceptance.spec.inputs import RoleInputs, generate
 
@@ -161,7 +161,7 @@ def test_a_block_scale_overflowing_fp16_is_a_case_error_naming_the_input(tmp_pat
     # q4_0 stores d = max / -8 in fp16: |max| = 1e6 gives |d| = 125000 > 65504
     inputs = [{**w_input(), "dist": {"uniform": [999_000, 1_000_000]}}, a_input()]
     specs, _ = load_specs([spec_file(tmp_path, inputs, [{"M": 1, "N": 1, "K": 32}])])
-    (result,) = runner.run(expand(specs), torch.device("cpu"), isolate=False)
+    (result,) = run_cases(expand(specs), torch.device("cpu"), isolate=False)
     assert result.verdict == "error" and "input 'w'" in result.error and "beyond the fp16 range" in result.error
 
 

@@ -13,7 +13,7 @@ import torch
 from acceptance import spec
 from acceptance.device import resolve_device
 from acceptance.formats import quant_kernels
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 from acceptance.numerics import metrics
 from acceptance.spec.inputs import generate
 
@@ -30,7 +30,7 @@ def builtin():
 
 
 def _run(s, only=PRESET_CASES, trials=None):
-    return runner.run(spec.expand([s], only=only), resolve_device("cpu"), isolate=False, trials=trials)
+    return run_cases(spec.expand([s], only=only), resolve_device("cpu"), isolate=False, trials=trials)
 
 
 def test_the_builtin_spec_covers_large_small_and_sparse_and_the_reference_passes_them(builtin):

@@ -243,7 +243,7 @@ def test_locate_scattered_1d_is_not_a_tail():
 
 
 def test_underpowered_dual_delta_is_flagged(tmp_path):
-    from acceptance.measure.case import underpowered
+    from acceptance.decide.run import underpowered
 
     res = results_mod.load(HERE / "fixtures" / "recorded_run.json")
     ids, m, needed = underpowered(res.cases)
@@ -434,3 +434,39 @@ def test_folding_keeps_the_first_of_two_equal_values_and_lets_nan_win():
     for v in (3.0, _math.inf, 2.0):
         runner._fold(worst, {"max_abs": v, "snr_db": -v})
     assert worst == {"max_abs": _math.inf, "snr_db": -_math.inf}
+
+
+def _comparable(path):
+    """A results.json without what differs between two runs of the same cases: timestamps, the command line,
+    per-case seconds."""
+    data = json.loads(Path(path).read_text())
+    data.pop("environment")
+    for case in data["cases"]:
+        case.pop("timing")
+    return data
+
+
+def test_the_library_run_and_the_command_line_write_the_same_results(tmp_path):
+    """``acceptance.run(...)`` from Python and ``acceptance run`` on the same specs are one run: the same cases,
+    verdicts, metrics, criteria and statistics in results.json, and the same reports written."""
+    import acceptance
+    from acceptance.cli import main
+
+    specs = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
+    r = CliRunner().invoke(
+        main, ["run", str(specs), "--out", str(tmp_path / "cli"), "--jobs", "1", "--no-cache"], catch_exceptions=False
+    )
+    assert r.exit_code == 1  # the quickstart's unaligned cases fail
+    res = acceptance.run([specs], out=tmp_path / "lib", jobs=1, cache=False)
+    assert res.summary.exit_code == 1 and res.summary.failed == 2
+    assert _comparable(tmp_path / "lib" / "results.json") == _comparable(tmp_path / "cli" / "results.json")
+    assert {p.name for p in (tmp_path / "lib").iterdir()} == {p.name for p in (tmp_path / "cli").iterdir()}
+    nothing = acceptance.run([specs], jobs=1, cache=False, dtypes="float32")  # no out: nothing written
+    assert [c.dtype for c in nothing.cases] == ["float32"] * 2
+
+
+def test_the_library_run_refuses_an_unknown_option():
+    import acceptance
+
+    with pytest.raises(TypeError, match="unexpected option.*colour"):
+        acceptance.run([], colour=True)

@@ -78,7 +78,7 @@ def test_fast_rounding_keeps_nan_and_shape(name):
 
 def test_command_line_starts_without_torch_or_scipy():
     code = (
-        "import sys, acceptance.cli.run as c\n"
+        "import sys, acceptance.cli as c\n"
         "try:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in ('torch', 'scipy', 'numba', 'pydantic') if m in sys.modules))"
     )
@@ -92,7 +92,8 @@ def test_the_runner_leaves_scipy_stats_and_the_metrics_engines_to_be_imported_wh
         "import sys, acceptance.measure.case\n"
         "print('scipy.stats' in sys.modules, 'acceptance.numerics.stats' in sys.modules,"
         " 'acceptance.numerics.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
-        "acceptance.measure.case._imported_meanwhile('acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
+        "from acceptance.session import startup\n"
+        "startup.imported_meanwhile('acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
         "print('acceptance.numerics.metrics.many' in sys.modules, 'acceptance.numerics.stats' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -141,7 +142,7 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
     }[command]
     command = command.split("-")[0]
     code = (
-        "import sys, acceptance.cli.run as c\n"
+        "import sys, acceptance.cli as c\n"
         f"try:\n    c.main({[command, *args]!r})\nexcept SystemExit as exc:\n    print('exit', exc.code)\n"
         "print(sorted(m for m in ('torch', 'scipy', 'numba') if m in sys.modules))"
     )
@@ -163,7 +164,7 @@ def test_spec_and_results_commands_start_without_torch_or_scipy(command, tmp_pat
 
 from click.testing import CliRunner  # noqa: E402
 
-from acceptance.cli.run import main  # noqa: E402
+from acceptance.cli import main  # noqa: E402
 
 SPEC = ROOT / "operator_specs" / "softmax.yaml"
 VOLATILE_ENV = ("start_time", "end_time", "command_line")
@@ -470,14 +471,12 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
     """The vendor-math cases (mpmath oracles, seconds each when not cached) are the last of the built-in
     library; ``--jobs`` sends them to the jobs first, so that no job is left alone with one at the end, and the
     records still come back in case order."""
-    import concurrent.futures
-
     import torch
 
     from acceptance import spec
-    from acceptance.measure import case as runner
-    from acceptance.records import CaseResult
-    from acceptance.session import parallel
+    from acceptance.measure import case as measuring
+    from acceptance.session import executors
+    from acceptance.session.run import run_cases
 
     specs, problems = spec.load_specs(spec.discover([ROOT / "operator_specs"]))
     assert not problems
@@ -487,25 +486,23 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
     sent = []
 
     class Pool:  # in place of the job processes: records what is sent, in order
-        def __init__(self, **kwargs):
+        def __init__(self, settings, devices):
             pass
 
-        def submit(self, fn, case):
-            sent.append(case.id)
-            future = concurrent.futures.Future()
-            future.set_result(CaseResult(**runner._identity(case, 1)))
-            return future
+        def run(self, queue, started):
+            while queue:
+                case = queue.popleft()
+                sent.append(case.id)
+                yield case, measuring.error_result(case, spec.rules_for(case), 1, "not measured")
 
-        def shutdown(self, **kwargs):
+        def close(self, *, graceful):
             pass
 
-    monkeypatch.setattr(parallel.concurrent.futures, "ProcessPoolExecutor", Pool)
-    monkeypatch.setattr(parallel.forkserver, "context", lambda: None)
-    measured = []
-    parallel.measure_all(cases, torch.device("cpu"), jobs=2, measured=measured)
+    monkeypatch.setattr(executors, "_JobPool", Pool)
+    decided = run_cases(cases, torch.device("cpu"), jobs=2)
     assert sent[: len(mpmath_ids)] == mpmath_ids  # first, in their own order
     assert sent[len(mpmath_ids) :] == [c.id for c in cases if c.id not in set(mpmath_ids)]
-    assert [m.id for m, _ in measured] == [c.id for c in cases]
+    assert [c.id for c in decided] == [c.id for c in cases]
 
 
 _DUAL_SPEC = """name: scaled_exp
@@ -527,7 +524,7 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
     """``run`` decides the measured cases once (the runner's decision is the run's), in case order, with every
     p-value adjusted by Holm over the whole run: recomputed here from the recorded raw p-values by the step-down
     formula adj_(i) = min(1, max_{j<=i} (m - j + 1) p_(j))."""
-    from acceptance.measure import case as runner
+    from acceptance.decide import run as deciding
 
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "exp.yaml").write_text(_DUAL_SPEC)
@@ -535,8 +532,8 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
         "import torch\n\ndef scaled_exp(x):\n    return torch.exp(x) * (1 + 2 ** -9)\n"
     )
     calls = []
-    decide_all = runner.decide_all
-    monkeypatch.setattr(runner, "decide_all", lambda *a, **k: calls.append(1) or decide_all(*a, **k))
+    decide_all = deciding.decide_all
+    monkeypatch.setattr(deciding, "decide_all", lambda *a, **k: calls.append(1) or decide_all(*a, **k))
     r = CliRunner().invoke(
         main, ["run", str(tmp_path / "s"), "--out", str(tmp_path / "out"), "--jobs", "1"], catch_exceptions=False
     )
@@ -565,16 +562,18 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
 
 
 def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
-    """With ``--jobs 2`` every worker is forked by the same fork server, the one the run launched (before, each
-    job launched its own, importing torch again): the impl records the parent of the process it runs in. That
-    server holds the runner's modules, scipy.stats and the metrics engines for the jobs; with ``--jobs 1`` it
-    holds none of them (its worker needs none)."""
+    """With ``--jobs 2`` both jobs are forked by the fork server the run launched, and each job forks its own
+    worker (no job launches a server of its own, which would import torch again): the impl records the process it
+    runs in, its parent and its parent's parent. The server holds the runner's modules, scipy.stats and the metrics
+    engines for the jobs (their workers inherit them); with ``--jobs 1`` it holds none of them (its worker needs
+    none)."""
     (tmp_path / "s").mkdir()
     record = tmp_path / "parents"
     (tmp_path / "s" / "_k.py").write_text(
         "import os, sys, time\n\ndef add(a, b):\n"
+        "    grand = open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
-        "        fh.write(f'{os.getpid()} {os.getppid()} '\n"
+        "        fh.write(f'{os.getpid()} {os.getppid()} {grand} '\n"
         '                 f\'{int("scipy.stats" in sys.modules) + 2 * int("acceptance.numerics.metrics.many" in sys.modules)}\\n\')\n'
         "    time.sleep(0.2)\n    return a + b\n"
     )
@@ -605,11 +604,14 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         )
         assert out.returncode == 0, out.stdout + out.stderr
         rows = {tuple(map(int, line.split())) for line in record.read_text().splitlines()}
-        workers = {pid for pid, _, _ in rows}
-        parents = {parent for _, parent, _ in rows}
+        workers = {pid for pid, _, _, _ in rows}
+        parents = {parent for _, parent, _, _ in rows}
+        grandparents = {grand for _, _, grand, _ in rows}
         assert len(workers) == int(jobs), rows  # one worker per job, each called
-        assert len(parents) == 1, rows
-        assert {loaded for _, _, loaded in rows} == ({3} if jobs == "2" else {0}), rows  # both, or neither
+        # one job: its worker starts from the fork server; two: each job forks its own worker, and both jobs
+        # start from the one fork server (no job launches a server of its own)
+        assert len(parents) == int(jobs) and len(grandparents) == 1, rows
+        assert {loaded for _, _, _, loaded in rows} == ({3} if jobs == "2" else {0}), rows  # both, or neither
 
 
 # ----------------------------------------------------------------------------- the fork server's exit
@@ -681,9 +683,9 @@ def test_a_job_process_leaves_what_it_inherited_out_of_the_cyclic_collector(tmp_
     garbage, and the collector's full passes no longer traverse them. Measured in a process that sets up as a
     job does."""
     code = (
-        "import gc, torch\nfrom acceptance.session import parallel\n"
+        "import gc, os, torch\nfrom acceptance.session import executors\n"
         "before = gc.get_freeze_count()\n"
-        "parallel._init(torch.device('cpu'), None, True, None)\n"
+        "executors.job_setup(os.getppid())\n"
         "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -707,14 +709,14 @@ def test_a_run_leaves_what_it_loaded_before_measuring_out_of_the_cyclic_collecto
 
 
 def _events_of_a_run(tmp_path: Path, monkeypatch, jobs: str) -> list[str]:
-    """What ``acceptance run --jobs JOBS`` started in threads (:func:`acceptance.cli.run._meanwhile`), and when it
-    began the specs' import check, in order."""
+    """What ``acceptance run --jobs JOBS`` started in threads (:func:`acceptance.session.startup.meanwhile`), and
+    when it began the specs' import check, in order."""
     import acceptance.isolation.importcheck
-    from acceptance.cli import run as cli
-    from acceptance.report import prepare
+    from acceptance.session import startup
+    from acceptance.session.run import _prepare_reports as prepare
 
     events: list[str] = []
-    real_meanwhile, real_check = cli._meanwhile, acceptance.isolation.importcheck.load_checked
+    real_meanwhile, real_check = startup.meanwhile, acceptance.isolation.importcheck.load_checked
 
     def meanwhile(work) -> None:
         events.append(
@@ -730,7 +732,7 @@ def _events_of_a_run(tmp_path: Path, monkeypatch, jobs: str) -> list[str]:
         events.append("check")
         return real_check(*args, **kwargs)
 
-    monkeypatch.setattr(cli, "_meanwhile", meanwhile)
+    monkeypatch.setattr(startup, "meanwhile", meanwhile)
     monkeypatch.setattr(acceptance.isolation.importcheck, "load_checked", load_checked)
     _run(tmp_path / f"out{jobs}", "--jobs", jobs, "--no-cache")
     return events

@@ -191,9 +191,9 @@ def test_an_override_matching_no_case_is_a_spec_error(tmp_path):
 def test_the_verdict_records_which_override_decided(tmp_path):
     s, _ = spec.load_spec(write_spec(tmp_path))
     from acceptance.device import resolve_device
-    from acceptance.measure import case as runner
+    from acceptance.session.run import run_cases
 
-    cases = runner.run(spec.expand([s], dtypes=["float16"]), resolve_device("cpu"), isolate=False)
+    cases = run_cases(spec.expand([s], dtypes=["float16"]), resolve_device("cpu"), isolate=False)
     long_ = next(c for c in cases if c.id.endswith("N=4096]"))
     sources = {c.metric: c.source for c in long_.criteria if c.kind in ("threshold", "dual_delta")}
     assert sources["diff1"].startswith("spec override overrides[0]")
@@ -265,11 +265,11 @@ def test_a_tuned_builtin_spec_validates_keeps_its_layout_and_passes_on_fresh_see
     tuned, problems = spec.load_spec(path)
     assert problems == []
     from acceptance.device import resolve_device
-    from acceptance.measure import case as runner
+    from acceptance.session.run import run_cases
 
     for seed in (1000, 1001):  # not the seeds tuned on (0, 1)
         fresh = dataclasses.replace(tuned, seed=seed)
-        results = runner.run(spec.expand([fresh], dtypes=["float16"]), resolve_device("cpu"), trials=5, isolate=False)
+        results = run_cases(spec.expand([fresh], dtypes=["float16"]), resolve_device("cpu"), trials=5, isolate=False)
         assert all(c.verdict == "pass" for c in results), [(c.id, c.reasons) for c in results]
         assert all(c.source == "spec override" for r in results for c in r.criteria if c.metric in ("diff1", "diff2"))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from acceptance.decide.waivers import unmatched, waiver_records
-from acceptance.measure import case as runner
+from acceptance.session.run import run_cases
 from acceptance.spec import expand, load_spec
 
 KERNELS = Path(__file__).parent / "ecosystem_specs" / "kernels.py"
@@ -27,7 +27,7 @@ def spec(tmp_path: Path, impl: str, waivers: str) -> Path:
 def run(path: Path, today: date):
     s, problems = load_spec(path)
     assert problems == [], problems
-    cases = runner.run(expand([s], today=today), torch.device("cpu"), isolate=False)
+    cases = run_cases(expand([s], today=today), torch.device("cpu"), isolate=False)
     return cases, waiver_records([s], cases, today=today)
 
 

@@ -220,7 +220,7 @@ def test_the_engine_gives_the_same_trials_in_a_worker_and_in_process(kernels):
 
 
 def test_jobs_on_cuda_give_each_gpu_its_own_worker():
-    from acceptance.device import default_jobs, job_devices
+    from acceptance.session.executors import default_jobs, job_devices
 
     cuda, cuda1, cpu = torch.device("cuda"), torch.device("cuda", 1), torch.device("cpu")
     assert default_jobs(cuda, cores=16, gpus=4) == 4  # one job (one worker) per GPU, not per core

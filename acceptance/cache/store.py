@@ -438,6 +438,10 @@ def _rmdir(path: str) -> None:
 _SHARED: dict[tuple[str, int], ReferenceCache] = {}
 
 
+if hasattr(os, "register_at_fork"):  # a process forked from one that holds stores starts with none of its own
+    os.register_at_fork(after_in_child=_SHARED.clear)
+
+
 def shared(root: str, max_bytes: int) -> ReferenceCache:
     """This process's store of the folder ``root`` capped at ``max_bytes``: one per folder, its entries written
     by a thread (:meth:`ReferenceCache.write_behind`)."""

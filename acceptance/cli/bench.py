@@ -1,30 +1,32 @@
 """``acceptance bench``: check each case, then time it (warm-up excluded) and gate the speed-up.
 
-Registered on the command group of :mod:`acceptance.cli.run`; the timing itself is
+Registered on the command group of :mod:`acceptance.cli.group`; the timing itself is
 :mod:`acceptance.session.bench` (statistics) over :mod:`acceptance.measure.timing` (the loop).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from acceptance.cli.run import (
+from acceptance.cli.group import (
     DEFAULT_OUT,
-    _compare_base,
-    _console,
-    _load,
-    _with_comparison,
+    command_line,
     device_option,
+    device_source,
     main,
-    resolved_device,
-    select_tiers,
+    max_slowdown_option,
     tier_option,
-    write_reports,
 )
-from acceptance.errors import OutputError, UsageError
-from acceptance.report import REPORTERS as ALL_REPORTERS
+from acceptance.cli.run import report_run
+from acceptance.decide.limits import MAX_SLOWDOWN
+from acceptance.errors import UsageError
+
+if TYPE_CHECKING:
+    from acceptance.records import CaseResult
+    from acceptance.spec import Case
 
 
 @main.command("bench")
@@ -70,13 +72,9 @@ from acceptance.report import REPORTERS as ALL_REPORTERS
     metavar="BASE",
     help="Compare with a base run (results.json or folder): a slowdown or an accuracy regression fails.",
 )
-@click.option(
-    "--max-slowdown",
-    type=float,
-    default=1.25,
-    show_default=True,
-    help="With --compare-to: fail a case whose median time grew by more than this factor (and whose p10 "
-    "is above the base run's p90).",
+@max_slowdown_option(
+    "With --compare-to: fail a case whose median time grew by more than this factor (and whose p10 "
+    "is above the base run's p90)."
 )
 def bench_cmd(
     paths,
@@ -93,63 +91,59 @@ def bench_cmd(
     max_runs: int,
     no_isolation: bool,
     compare_to: Path | None = None,
-    max_slowdown: float = 1.25,
+    max_slowdown: float = MAX_SLOWDOWN,
 ) -> None:
     """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up;
     with --compare-to, the slowdown against a base run."""
-    from acceptance import spec
-    from acceptance.decide import verdict
-    from acceptance.decide.waivers import waiver_records
     from acceptance.measure.timing import TimerOptions
-    from acceptance.records import Results
-    from acceptance.session import bench, provenance
-    from acceptance.session.results import OutputFolder
+    from acceptance.report import perf
+    from acceptance.session.bench import Bench
+    from acceptance.session.run import RunOptions, Session
 
     if min_runs > max_runs:
         raise UsageError(f"--min-runs {min_runs} is above --max-runs {max_runs}")
-    dev = resolved_device(device)
-    base_run = _compare_base(compare_to, max_slowdown)
-    specs = select_tiers(_load(paths), tiers)
-    cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
-    if not cases:
+    options = RunOptions(
+        out=out_dir,
+        device=device,
+        device_option=device_source(),
+        only=only,
+        dtypes=dtypes_,
+        tiers=tiers,
+        trials=trials,
+        isolate=not no_isolation,
+        compare_to=compare_to,
+        max_slowdown=max_slowdown,
+        command_line=command_line(),
+    )
+    session = Session(options, [_Timings()])
+    try:
+        session.prepare(paths)
+    except UsageError as exc:
+        if not str(exc).startswith("no case matches"):
+            raise
         raise UsageError(
             f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}, "
             f"--tier {', '.join(tiers) or 'default'})"
-        )
-    options = TimerOptions(
+        ) from None
+    timer = TimerOptions(
         warmup=warmup, warmup_time=warmup_time, min_time=min_time, min_runs=min_runs, max_runs=max_runs
     )
-    folder = OutputFolder(out_dir, stale=tuple(r.filename for r in ALL_REPORTERS))
-    start = provenance.now()
-    click.echo(f"timing {len(cases)} cases on {dev}", err=True)
+    click.echo(f"timing {len(session.cases)} cases on {session.device}", err=True)
+    res = session.run(Bench(session.device, timer, trials=trials, isolate=not no_isolation))
+    for line in perf.text_table(res):
+        click.echo(line)
+    report_run(session, res, note_underpowered=False)
+    raise SystemExit(res.summary.exit_code)
 
-    def record(case, result) -> None:
-        folder.append(result)
+
+class _Timings:
+    """Each case's timing on standard error as it finishes."""
+
+    def case_started(self, case: Case) -> None:
+        pass
+
+    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
         p = result.perf
         took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {result.error}"
         click.echo(f"  {case.id}: {took}", err=True)
-
-    try:
-        results, _ = bench.bench(cases, dev, options, trials=trials, isolate=not no_isolation, on_case=record)
-        env = provenance.environment(
-            dev, command_line=provenance.command_line(click.get_current_context()), start=start, end=provenance.now()
-        )
-        res = Results(
-            environment=env, summary=verdict.summarize(results), cases=results, waivers=waiver_records(specs, results)
-        )
-        if base_run is not None:
-            res = _with_comparison(res, base_run, str(compare_to), max_slowdown=max_slowdown)
-        try:
-            written = write_reports(res, out_dir)
-        except OSError as exc:
-            raise OutputError(f"--out {out_dir}: cannot write the results: {exc.strerror or exc}") from None
-    finally:
-        folder.close()
-    from acceptance.report import perf
-
-    for line in perf.text_table(res):
-        click.echo(line)
-    for line, colour in _console(res):
-        click.secho(line, fg=colour)
-    click.echo("wrote " + ", ".join(str(p) for p in written))
-    raise SystemExit(res.summary.exit_code)
+        return result

@@ -1,13 +1,13 @@
 """``acceptance cache info|clear``: the reference cache folder (:mod:`acceptance.cache`).
 
-Registered on the command group of :mod:`acceptance.cli.run`.
+Registered on the command group of :mod:`acceptance.cli.group`.
 """
 
 from __future__ import annotations
 
 import click
 
-from acceptance.cli.run import _reference_cache, main
+from acceptance.cli.group import main
 
 
 @main.group("cache")
@@ -22,7 +22,7 @@ def cache_group() -> None:
 @cache_group.command("info")
 def cache_info() -> None:
     """Where the cache is, how many entries and bytes it holds, and its size cap."""
-    info = _reference_cache(True).info()
+    info = _cache().info()
     click.echo(f"folder:   {info.root}")
     click.echo(f"entries:  {info.entries}")
     click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
@@ -33,6 +33,12 @@ def cache_info() -> None:
 @cache_group.command("clear")
 def cache_clear() -> None:
     """Remove every entry (of any format version) from the cache folder."""
-    cache = _reference_cache(True)
+    cache = _cache()
     removed = cache.clear()
     click.echo(f"removed {removed} file(s) from {cache.root}")
+
+
+def _cache():  # noqa: ANN202 - the cache class loads with torch
+    from acceptance.session.run import reference_cache
+
+    return reference_cache(True)

@@ -1,37 +1,69 @@
-"""The progress of a run on standard error: a bar on a terminal, lines in a log."""
+"""The progress of a run on standard error, an observer of the case loop: a bar on a terminal, lines in a log
+(one every ~5 % of the cases, and at once for every case that errored)."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar
 
-@contextlib.contextmanager
-def progress(total: int, label: str, done: int = 0):
-    """A progress bar on a terminal; elsewhere (CI logs) a line every ~5 % and at once for every failure."""
-    from acceptance.wording import safe
+    from acceptance.records import CaseResult
+    from acceptance.spec import Case
 
-    if sys.stderr.isatty():
-        with click.progressbar(
-            length=total, label=label, file=sys.stderr, item_show_func=lambda c: safe(c.id, 80) if c else ""
-        ) as bar:
-            bar.update(done)
-            yield lambda case, result: bar.update(1, case)
-        return
-    click.echo(label, err=True)
-    step = max(1, total // 20)
-    count = done
 
-    def advance(case, result) -> None:
-        nonlocal count
-        count += 1
+class Progress:
+    """``with Progress(total, label, done) as observer:`` watch a run of ``total`` cases, ``done`` of them finished
+    before it started (a resumed run)."""
+
+    def __init__(self, total: int, label: str, done: int = 0):
+        self.total, self.label, self.count = total, label, done
+        self.step = max(1, total // 20)
+        self.bar: ProgressBar[Case | None] | None = None
+
+    def __enter__(self) -> Progress:
+        if sys.stderr.isatty():
+            self.bar = click.progressbar(
+                length=self.total,
+                label=self.label,
+                file=sys.stderr,
+                item_show_func=_shown,
+            ).__enter__()
+            self.bar.update(self.count)
+        else:
+            click.echo(self.label, err=True)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(kind, exc, tb)
+
+    def case_started(self, case: Case) -> None:
+        pass
+
+    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+        self.count += 1
+        if self.bar is not None:
+            self.bar.update(1, case)
+            return result
+        from acceptance.wording import safe
+
+        width = len(str(self.total))
         if result.error is not None:
             click.echo(
-                f"[{count:>{len(str(total))}}/{total}] ERROR {safe(case.id)}: {safe(result.error, 300)}", err=True
+                f"[{self.count:>{width}}/{self.total}] ERROR {safe(case.id)}: {safe(result.error, 300)}", err=True
             )
-        elif count % step == 0 or count == total:
-            click.echo(f"[{count:>{len(str(total))}}/{total}] {safe(case.id)}", err=True)
+        elif self.count % self.step == 0 or self.count == self.total:
+            click.echo(f"[{self.count:>{width}}/{self.total}] {safe(case.id)}", err=True)
+        return result
 
-    yield advance
+
+def _shown(case: Case | None) -> str:
+    """The case a progress bar shows: its id, control characters made visible, at most 80 characters."""
+    from acceptance.wording import safe
+
+    return safe(case.id, 80) if case is not None else ""

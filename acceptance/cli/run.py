@@ -1,128 +1,41 @@
-"""Command line: ``acceptance run | validate | list | report | metrics`` (and ``bench``, ``tune``, ``compare``,
-``cache``: :mod:`acceptance.cli.bench`, :mod:`acceptance.cli.tune`, :mod:`acceptance.cli.cache`).
-
-Exit codes (:mod:`acceptance.errors`): 0 every case passed; 1 a criterion
-failed or an operator errored; 2 usage, spec, results or output error (the
-message names the file and the field). Every :class:`~acceptance.errors.AcceptanceError`
-is turned into its lines and exit code in one place, :class:`_Group`.
-"""
+"""``acceptance run``, ``validate`` and ``list``: parse the options and call the session
+(:class:`acceptance.session.run.Session`)."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import gc
-import hashlib
-import importlib
-import json
-import signal
 import sys
-import threading
-from functools import partial
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from acceptance.cli.progress import progress
-from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, AcceptanceError, OutputError, SpecError, UsageError
-from acceptance.report import BY_NAME as REPORTERS
-from acceptance.report import REPORTERS as ALL_REPORTERS
-from acceptance.report import Context
-from acceptance.report import prepare as prepare_reports
-from acceptance.version import __version__
-
-if TYPE_CHECKING:
-    import torch
-
-    from acceptance.records import Results
-
-DEFAULT_SPECS = Path("operator_specs")
-DEFAULT_OUT = Path("reports/latest")
+from acceptance.cli.group import (
+    DEFAULT_OUT,
+    command_line,
+    device_option,
+    device_source,
+    main,
+    max_slowdown_option,
+    print_console,
+    stop_on_sigterm,
+    tier_option,
+)
+from acceptance.cli.progress import Progress
+from acceptance.decide.limits import MAX_SLOWDOWN
 
 
-def _load(paths: tuple[Path, ...], meanwhile: tuple = ()):
-    """Discover and validate specs; a :class:`SpecError` with one line per problem. The code under test is
-    imported for the check in a child process (:mod:`acceptance.isolation.importcheck`), never in this one. ``meanwhile``:
-    work started in threads (:func:`_meanwhile`) as the check begins, for the time this process waits on it."""
-    from acceptance.isolation import forkserver
-
-    forkserver.start()  # the check's child starts from it: its preload overlaps with this process's imports
-    from acceptance import spec
-    from acceptance.isolation.importcheck import load_checked
-
-    paths = list(paths) or [DEFAULT_SPECS]
-    missing = [p for p in paths if not p.exists()]
-    if missing:
-        raise UsageError(*(f"{p}: no such file or directory" for p in missing))
-    files = spec.discover(paths)
-    if not files:
-        raise UsageError(f"{', '.join(map(str, paths))}: no spec files (*.yaml) found")
-    for work in meanwhile:
-        _meanwhile(work)
-    specs, problems = load_checked(files)
-    if problems:
-        raise SpecError(*(str(p) for p in problems), f"{len(problems)} problem(s) in the specs; nothing was run")
-    return specs
-
-
-def resolved_device(device: str) -> torch.device:
-    """``--device`` (or ``$ACCEPTANCE_DEVICE``) as a torch device (:func:`acceptance.device.resolve_device`); a
-    usage error naming where the value came from otherwise."""
-    from click.core import ParameterSource
-
-    from acceptance.device import resolve_device
-
-    ctx = click.get_current_context(silent=True)
-    env = ctx is not None and ctx.get_parameter_source("device") is ParameterSource.ENVIRONMENT
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    """``--shard K/N`` as (K, N); a usage error naming the value otherwise."""
+    if value is None:
+        return None
     try:
-        return resolve_device(device, option="$ACCEPTANCE_DEVICE" if env else "--device")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def select_tiers(specs, tiers: tuple[str, ...] = ()):
-    """The specs of the given tiers (``default`` when none is given): ``tier: large`` specs run only when asked."""
-    wanted = set(tiers or ("default",))
-    return [s for s in specs if s.tier in wanted]
-
-
-#: ``--device``: the impl's device, an option of run, bench and tune; $ACCEPTANCE_DEVICE sets it for a whole shell
-#: or CI job.
-device_option = click.option(
-    "--device",
-    default="auto",
-    show_default=True,
-    envvar="ACCEPTANCE_DEVICE",
-    show_envvar=True,
-    help="auto | cpu | cuda | cuda:N (impl's device).",
-)
-#: ``--tier``: which spec tiers run (repeatable; default: the default tier only).
-tier_option = click.option(
-    "--tier",
-    "tiers",
-    multiple=True,
-    type=click.Choice(["default", "large"]),
-    help="Run specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized shapes).",
-)
-
-
-class _Group(click.Group):
-    """The command group; an :class:`AcceptanceError` anywhere below becomes its lines on stderr and its exit code."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except AcceptanceError as exc:
-            for line in exc.lines:
-                click.echo(line, err=True)
-            ctx.exit(exc.exit_code)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="acceptance")
-def main() -> None:
-    """Operator accuracy acceptance: run operator specs, measure the error, gate the merge."""
+        k, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not K/N, e.g. 2/4") from None
+    if not 1 <= k <= n:
+        raise click.BadParameter(f"{value!r}: K must be between 1 and N")
+    return k, n
 
 
 @main.command()
@@ -143,7 +56,7 @@ def main() -> None:
 @click.option(
     "--shard",
     metavar="K/N",
-    callback=lambda ctx, param, value: _parse_shard(value),
+    callback=lambda ctx, param, value: parse_shard(value),
     help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.",
 )
 @click.option(
@@ -163,13 +76,9 @@ def main() -> None:
     metavar="BASE",
     help="Compare with a base run (results.json or folder): a regression fails the gate.",
 )
-@click.option(
-    "--max-slowdown",
-    type=float,
-    default=1.25,
-    show_default=True,
-    help="With --compare-to: fail a case timed in both runs whose median time grew by more than this "
-    "factor (and whose p10 is above the base run's p90).",
+@max_slowdown_option(
+    "With --compare-to: fail a case timed in both runs whose median time grew by more than this "
+    "factor (and whose p10 is above the base run's p90)."
 )
 @click.option(
     "--seeds",
@@ -208,7 +117,7 @@ def main() -> None:
     "the reference cache key).",
 )
 def run(
-    paths,
+    paths: tuple[Path, ...],
     out_dir: Path,
     device: str,
     trials: int | None,
@@ -225,122 +134,77 @@ def run(
     tiers: tuple[str, ...] = (),
     jobs: int | None = None,
     no_cache: bool = False,
-    max_slowdown: float = 1.25,
+    max_slowdown: float = MAX_SLOWDOWN,
     threads: int = 1,
 ) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
-    from acceptance.isolation import forkserver
+    from acceptance.session import startup
 
     # the fork server's torch import overlaps with this process's own imports; several jobs (the CPU's cores
     # unless told, or a CUDA device decides) also want the runner's modules there
-    several = not no_isolation and (jobs or (forkserver.cores() if device in ("auto", "cpu") else 1)) > 1
+    several = startup.several_jobs(not no_isolation, jobs, device)
     if not no_isolation or jobs != 1:
-        forkserver.start(2 if several else 1)
-    from acceptance import spec
-    from acceptance.decide import verdict
-    from acceptance.decide.waivers import waiver_records
-    from acceptance.formats import dtypes
-    from acceptance.measure import case as runner
+        startup.launch_workers(2 if several else 1)
+    from acceptance.session.results import JOURNAL
+    from acceptance.session.run import RunOptions, Session
+
+    options = RunOptions(
+        out=out_dir,
+        device=device,
+        device_option=device_source(),
+        trials=trials,
+        seed=seed,
+        seeds=seeds,
+        only=only,
+        dtypes=dtypes_,
+        shard=shard,
+        tiers=tiers,
+        strict=strict,
+        resume=resume,
+        isolate=not no_isolation,
+        sanitize=sanitize,
+        cache=not no_cache,
+        jobs=jobs,
+        threads=threads,
+        compare_to=compare_to,
+        max_slowdown=max_slowdown,
+        command_line=command_line(),
+    )
+    session = Session(options)
+    session.prepare(paths)
+    cases, done = session.cases, len(session.measured)
+    if done:
+        click.echo(f"resuming: {done} of {len(cases)} cases already in {out_dir / JOURNAL}", err=True)
+    progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done)
+    session.observers.append(progress)
+
+    @contextlib.contextmanager
+    def around() -> Iterator[None]:
+        # around the handler's removal too: a signal there would otherwise leave as click's "Aborted!" (exit 1)
+        with progress, stop_on_sigterm():
+            yield
+
+    res = session.run(around=around)
+    report_run(session, res)
+    sys.exit(res.summary.exit_code)
+
+
+def report_run(session: object, res: object, *, note_underpowered: bool = True) -> None:
+    """What a finished run prints: regressions against the base run, reporters that broke, the console summary,
+    the note on underpowered cases, the files written, and whether it was interrupted."""
+    from acceptance.decide.run import underpowered
     from acceptance.records import Results
-    from acceptance.session import provenance
-    from acceptance.session.results import JOURNAL, OutputFolder
+    from acceptance.session.run import Session
+    from acceptance.wording import safe
 
-    unknown = [d for d in dtypes_ if d not in dtypes.TEST_DTYPES]
-    if unknown:
-        raise UsageError(*(f"--dtype: unknown dtype {d!r} (known: {', '.join(dtypes.TEST_DTYPES)})" for d in unknown))
-    dev = resolved_device(device)
-    if sanitize:
-        from acceptance.measure.sanitize import unavailable
-
-        if unavailable(dev.type):
-            raise UsageError(unavailable(dev.type))
-    base_run = _compare_base(compare_to, max_slowdown)
-    folder = OutputFolder(out_dir, resume=resume, stale=tuple(r.filename for r in ALL_REPORTERS))
-    try:
-        # with several jobs this process waits while the server preloads their modules: it loads what it needs
-        # later (scipy.stats to decide, the reports) then, not while the jobs want every core
-        later = (partial(importlib.import_module, "acceptance.numerics.stats"), prepare_reports) if several else ()
-        specs = select_tiers(_load(paths, meanwhile=later), tiers)
-    except AcceptanceError:
-        folder.close()
-        raise
-    if seed is not None:
-        specs = [dataclasses.replace(s, seed=seed) for s in specs]
-    cases = spec.expand(specs, dtypes=list(dtypes_) or None, only=only)
-    if seeds > 1:
-        from acceptance.spec.axes import with_seeds
-
-        cases = with_seeds(cases, seeds)
-    if shard is not None:
-        k, n = shard
-        cases = cases[k - 1 :: n]
-    if not cases:
-        folder.close()
-        raise UsageError(
-            f"no case matches (--only {only!r}, --dtype {', '.join(dtypes_) or 'any'}"
-            f"{f', --shard {shard[0]}/{shard[1]}' if shard else ''})"
-        )
-
-    start = provenance.now()
-    order = {case.id: k for k, case in enumerate(cases)}
-    journaled = {c.id: c for c in folder.journaled()} if resume else {}
-    measured = [(journaled[case.id], spec.rules_for(case)) for case in cases if case.id in journaled]
-    if journaled:
-        click.echo(f"resuming: {len(measured)} of {len(cases)} cases already in {folder.path / JOURNAL}", err=True)
-    stopped: int | None = None
-
-    def record(case, result) -> None:
-        folder.append(result)
-        advance(case, result)
-
-    decided = None  # every case decided by the run; when it is interrupted, the finished part is decided below
-    if not several:
-        _meanwhile(prepare_reports)  # the reports' modules and template, ready when the run ends
-    gc.freeze()  # torch, the specs and the modules loaded so far live as long as the run: out of the cyclic
-    # collector's full passes, which traversed them every time (0.3 s of this process's CPU on the library)
-    try:  # around the handler's removal too: a signal there would otherwise leave as click's "Aborted!" (exit 1)
-        with progress(len(cases), f"{len(cases)} cases on {dev}", done=len(measured)) as advance, _stop_on_sigterm():
-            decided = runner.run(
-                cases,
-                dev,
-                trials=trials,
-                on_case=record,
-                measured=measured,
-                strict=strict,
-                isolate=not no_isolation,
-                guard=folder.path,
-                sanitize=sanitize,
-                cache=_reference_cache(not no_cache),
-                jobs=_jobs(jobs, len(cases) - len(measured), isolate=not no_isolation, device=dev),
-                threads=threads,
-            )
-    except KeyboardInterrupt as exc:
-        stopped = EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
-    if decided is None:
-        decided = runner.decide_all(measured, strict=strict)  # Holm's adjusted p-values do not depend on the order
-    case_results = sorted(decided, key=lambda c: order[c.id])
-    env = provenance.environment(
-        dev, command_line=provenance.command_line(click.get_current_context()), start=start, end=provenance.now()
-    )
-    res = Results(
-        environment=env,
-        summary=verdict.summarize(case_results, interrupted=stopped),
-        cases=case_results,
-        interrupted=stopped is not None,
-        not_run=[c.id for c in cases if c.id not in {m.id for m in case_results}] if stopped else [],
-        waivers=waiver_records(specs, case_results),
-    )
-    if base_run is not None:
-        res = _with_comparison(res, base_run, str(compare_to), max_slowdown=max_slowdown)
-    try:
-        written = write_reports(res, out_dir)
-    except OSError as exc:
-        raise OutputError(f"--out {out_dir}: cannot write the results: {exc.strerror or exc}") from None
-    finally:
-        folder.close()
-    for line, colour in _console(res):
-        click.secho(line, fg=colour)
-    weak, m, needed = runner.underpowered(case_results)
+    assert isinstance(session, Session) and isinstance(res, Results)
+    if res.comparison is not None:
+        for line in res.comparison.regressions[:10]:
+            click.secho(f"regression against {session.options.compare_to}: {safe(line)}", fg="red", err=True)
+    for message in session.messages:
+        click.secho(message, fg="red", err=True)
+    print_console(res)
+    weak, m, needed = underpowered(res.cases) if note_underpowered else ([], 0, 0)
     if weak:
         click.secho(
             f"note: {len(weak)} case(s) have fewer than {needed} trials: their dual-delta sign test cannot "
@@ -349,236 +213,37 @@ def run(
             fg="yellow",
             err=True,
         )
-    click.echo("wrote " + ", ".join(str(p) for p in written))
-    if stopped:
+    click.echo("wrote " + ", ".join(str(p) for p in session.written))
+    if session.stopped:
         click.secho(
-            f"interrupted after {len(case_results)} of {len(cases)} cases: the results hold those, the run "
+            f"interrupted after {len(res.cases)} of {len(session.cases)} cases: the results hold those, the run "
             f"is not a pass; finish it with --resume",
             fg="red",
             err=True,
         )
-    sys.exit(res.summary.exit_code)
-
-
-def _jobs(jobs: int | None, cases: int, *, isolate: bool, device: torch.device) -> int:
-    """``--jobs``, by default the CPU cores on CPU and one per GPU on CUDA (:func:`acceptance.device.default_jobs`);
-    one job for a single case or without isolation (the code under test then runs in this process)."""
-    import torch
-
-    from acceptance.device import default_jobs
-    from acceptance.isolation.forkserver import cores
-
-    if jobs is None:
-        jobs = default_jobs(device, cores(), torch.cuda.device_count() if device.type == "cuda" else 0)
-    return 1 if not isolate or cases < 2 else min(jobs, cases)
-
-
-def _reference_cache(enabled: bool):
-    from acceptance.cache import ReferenceCache
-
-    try:
-        return ReferenceCache(enabled=enabled)
-    except ValueError as exc:
-        raise UsageError(f"reference cache: {exc}") from None
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (what CI sends on cancel), raised like Ctrl-C so the run stops the same way."""
-
-
-@contextlib.contextmanager
-def _stop_on_sigterm():
-    def handler(signum, frame):
-        raise _Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _parse_shard(value: str | None) -> tuple[int, int] | None:
-    if value is None:
-        return None
-    try:
-        k, n = (int(x) for x in value.split("/"))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not K/N, e.g. 2/4") from None
-    if not 1 <= k <= n:
-        raise click.BadParameter(f"{value!r}: K must be between 1 and N")
-    return k, n
-
-
-def _meanwhile(work) -> None:
-    """Run ``work()`` in a daemon thread, its errors ignored: work done ahead that the caller would otherwise do
-    later itself (an error then surfaces there)."""
-
-    def run() -> None:
-        try:
-            work()
-        except Exception:
-            pass
-
-    threading.Thread(target=run, name=getattr(work, "__name__", "meanwhile"), daemon=True).start()
-
-
-def _console(res):
-    from acceptance.report import console
-
-    return console.render(res)
-
-
-def write_reports(res: Results, out_dir: Path) -> list[Path]:
-    """results.json first (atomically), then every default reporter rendered from it."""
-    from acceptance.session import results as results_mod
-
-    results_path = results_mod.write(res, out_dir / "results.json")
-    context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
-    written = [results_path]
-    for reporter in ALL_REPORTERS:
-        if not reporter.default:
-            continue
-        path = out_dir / reporter.filename
-        try:
-            path.write_text(reporter.render(res, context), encoding="utf-8")
-        except Exception as exc:  # a reporter bug must not lose the results
-            click.secho(
-                f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact", fg="red", err=True
-            )
-            continue
-        written.append(path)
-    return written
 
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-def validate(paths) -> None:
+def validate(paths: tuple[Path, ...]) -> None:
     """Check specs without running them (default: operator_specs/)."""
     from acceptance import spec
+    from acceptance.session.load import load
 
-    specs = _load(paths)
+    specs = load(paths)
     n_cases = len(spec.expand(specs))
     click.echo(f"{len(specs)} specs valid, {n_cases} cases")
 
 
 @main.command("list")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-def list_(paths) -> None:
+def list_(paths: tuple[Path, ...]) -> None:
     """Show operators, categories, dtypes and case counts."""
-    specs = _load(paths)
+    from acceptance.session.load import load
+
+    specs = load(paths)
     rows = [(s.name, s.category, ",".join(s.dtypes), str(len(s.cases) * len(s.dtypes)), str(s.path)) for s in specs]
     head = ("operator", "category", "dtypes", "cases", "spec")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     for row in [head, *rows]:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip())
-
-
-def _reporter_options(command):
-    """One ``--<name> PATH`` option per reporter of the registry."""
-    for reporter in reversed(ALL_REPORTERS):
-        command = click.option(
-            f"--{reporter.name}", f"{reporter.name}_path", type=click.Path(path_type=Path), help=reporter.help
-        )(command)
-    return command
-
-
-@main.command()
-@click.argument("results_files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@_reporter_options
-@click.option("--merged", "merged_path", type=click.Path(path_type=Path), help="Write the merged results.json here.")
-@click.option("--annotations", is_flag=True, help="Print at most 10 GitHub ::error annotations.")
-@click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
-def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
-    """Re-render reports from results.json files or run folders (several = shards, merged)."""
-    from acceptance.session import results as results_mod
-
-    files = [f for p in results_files for f in results_mod.files_of(p)]
-    parts = [results_mod.load(f) for f in files]
-    res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
-    if len(parts) == 1:
-        digest = hashlib.sha256(files[0].read_bytes()).hexdigest()
-    else:
-        digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
-    context = Context(results_sha256=digest, artifact_url=artifact_url)
-    outputs = [(merged_path, lambda: results_mod.dumps(res))]
-    outputs += [
-        (paths[f"{name}_path"], lambda r=reporter: r.render(res, context)) for name, reporter in REPORTERS.items()
-    ]
-    for path, render in outputs:
-        if path is None:
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render(), encoding="utf-8")
-        except OSError as exc:
-            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-        click.echo(f"wrote {path}", err=True)
-    if annotations:
-        from acceptance.report import github
-
-        for line in github.annotations(res):
-            click.echo(line)
-    if not any(path for path, _ in outputs) and not annotations:
-        for line, colour in _console(res):
-            click.secho(line, fg=colour)
-
-
-@main.command("metrics")
-@click.argument("evaluated", type=click.Path(path_type=Path))
-@click.argument("baseline", type=click.Path(path_type=Path))
-@click.option("--dtype", help="Output dtype for ULP and the diff3 threshold (default: EVALUATED's dtype).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def metrics_cmd(evaluated: Path, baseline: Path, dtype: str | None, as_json: bool) -> None:
-    """Print every metric for two saved arrays (.npy or .pt)."""
-    from acceptance.numerics import metrics
-    from acceptance.wording import fmt_value as fmt
-
-    try:
-        e = metrics.load_array(evaluated)
-        b = metrics.load_array(baseline)
-        values = metrics.compute(e, b, dtype=dtype)
-    except ValueError as exc:
-        raise UsageError(f"error: {exc}") from None
-    if as_json:
-        click.echo(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=1, allow_nan=False))
-        return
-    width = max(len(k) for k in values)
-    for name, value in values.items():
-        click.echo(f"{name:<{width}}  {fmt(value)}")
-
-
-def _jsonable(value):
-    from acceptance.records import json_float
-
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    return json_float(value)
-
-
-def _compare_base(path: Path | None, max_slowdown: float = 1.25):
-    """The base run of ``--compare-to``, loaded before anything runs (a bad path or ``--max-slowdown`` is a usage
-    error at once)."""
-    if path is None:
-        return None
-    from acceptance.cli.tune import check_max_slowdown
-    from acceptance.session import results as results_mod
-
-    check_max_slowdown(max_slowdown)
-    return results_mod.load_run(path)
-
-
-def _with_comparison(res: Results, base: Results, label: str, *, max_slowdown: float = 1.25) -> Results:
-    """The run with its comparison to ``base`` recorded and put into the gate."""
-    from acceptance.decide import regression, verdict
-    from acceptance.wording import safe
-
-    cmp = regression.compare_results(base, res, base_label=label, max_slowdown=max_slowdown)
-    for line in cmp.regressions[:10]:
-        click.secho(f"regression against {label}: {safe(line)}", fg="red", err=True)
-    return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})
-
-
-from acceptance.cli import bench as cli_bench  # noqa: E402,F401  (registers `acceptance bench` on the group)
-from acceptance.cli import cache as cli_cache  # noqa: E402,F401  (registers `acceptance cache info|clear` on the group)
-from acceptance.cli import tune as cli_tune  # noqa: E402,F401  (registers `acceptance tune` and `compare` on the group)
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -1,6 +1,6 @@
 """Command line: ``acceptance tune`` (proposed thresholds, ``--write``, ``--check``) and ``acceptance compare``.
 
-Registered on the group of :mod:`acceptance.cli.run`; errors are
+Registered on the group of :mod:`acceptance.cli.group`; errors are
 :class:`~acceptance.errors.AcceptanceError` s, turned into lines and exit codes there.
 """
 
@@ -11,14 +11,9 @@ from pathlib import Path
 
 import click
 
-from acceptance.cli.run import device_option, main
+from acceptance.cli.group import device_option, main, max_slowdown_option, resolved_device
+from acceptance.decide.limits import MAX_RATIO, MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_FAIL, UsageError
-
-
-def check_max_slowdown(value: float) -> None:
-    """``--max-slowdown`` must be a finite factor >= 1 (a usage error naming the option otherwise)."""
-    if not 1 <= value < float("inf"):
-        raise UsageError(f"--max-slowdown: must be a finite factor >= 1, got {value:g}")
 
 
 @main.command("tune")
@@ -61,10 +56,10 @@ def check_max_slowdown(value: float) -> None:
 @click.option("--no-isolation", is_flag=True, help="Call the code under test in this process.")
 def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_slack, write, check, no_isolation) -> None:
     """Propose thresholds from the errors seen over many seeds (or earlier results)."""
-    from acceptance.cli.run import _load, resolved_device
     from acceptance.decide.proposal import TuneResult, observations, proposals
     from acceptance.session import results as results_mod
     from acceptance.session import tunewrite
+    from acceptance.session.load import load
     from acceptance.session.tune import run_seeds
 
     if write and from_:
@@ -74,7 +69,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
         cases = [c for p in from_ for c in results_mod.load_run(p).cases]
     else:
         resolved_device(device)  # a usage error before the specs load
-        specs = _load(paths)
+        specs = load(paths)
         digests = {s.path: tunewrite.sha256_of(s.path) for s in specs}
         cases = run_seeds(
             specs,
@@ -127,7 +122,7 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
 @click.option(
     "--max-ratio",
     type=float,
-    default=2.0,
+    default=MAX_RATIO,
     show_default=True,
     help="Flag a case whose error grew by more than this factor, even when it passes.",
 )
@@ -137,16 +132,11 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
     type=click.Path(path_type=Path),
     help="Write the comparison as Markdown (PR comment, job summary); '-' for stdout.",
 )
-@click.option(
-    "--max-slowdown",
-    type=float,
-    default=1.25,
-    show_default=True,
-    help="Fail a timed case whose median time grew by more than this factor (and whose p10 is above the "
-    "base run's p90).",
+@max_slowdown_option(
+    "Fail a timed case whose median time grew by more than this factor (and whose p10 is above the base run's p90)."
 )
 def compare_cmd(
-    base: Path, new: Path, max_ratio: float, markdown_path: Path | None, max_slowdown: float = 1.25
+    base: Path, new: Path, max_ratio: float, markdown_path: Path | None, max_slowdown: float = MAX_SLOWDOWN
 ) -> None:
     """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, timings NEW/BASE,
     waivers that can go. Exit 1 on a regression."""

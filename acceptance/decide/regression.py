@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 
+from acceptance.decide.limits import MAX_RATIO, MAX_SLOWDOWN
 from acceptance.decide.proposal import rounding_floor
 from acceptance.records import (
     VERDICT_ORDER,
@@ -60,10 +61,6 @@ from acceptance.records import (
 )
 from acceptance.wording import fmt
 
-#: Default factor an error may grow by before a case is flagged.
-MAX_RATIO = 2.0
-#: Default factor a timed case's median may grow by before it is a performance regression.
-MAX_SLOWDOWN = 1.25
 #: Metrics compared: two global ones and the hybrid error's worst element and mean (bounded near zero).
 METRICS: tuple[str, ...] = ("diff1", "diff2", "max_hyb", "mean_hyb")
 

@@ -30,12 +30,14 @@ PRELOAD = ["acceptance.isolation.forkserver", "torch", "acceptance.isolation.wor
 JOB_PRELOAD = ["acceptance.measure.case", "acceptance.numerics.stats", "acceptance.numerics.metrics.many"]
 
 
-#: Whether this process starts its processes from a fork server another process launched (see :func:`adopt`).
-_adopted = False
-
-
 #: What the server preloads (set by the first :func:`start` of this process).
 _preload = PRELOAD
+
+#: Whether this process launched its fork server (:func:`start`, :func:`context`).
+_launched = False
+
+#: Whether this process starts its workers by forking itself (a job process: :func:`fork_here`).
+_forks_itself = False
 
 
 def cores() -> int:
@@ -47,76 +49,71 @@ def cores() -> int:
 
 
 def context() -> BaseContext:
-    """The ``forkserver`` multiprocessing context with its preload (:data:`PRELOAD`, and :data:`JOB_PRELOAD` when
-    :func:`start` was told of several jobs), launched (one server per process, unless it adopted its parent's:
-    :func:`adopt`)."""
+    """The context worker processes start from: the ``forkserver`` context with its preload (:data:`PRELOAD`, and
+    :data:`JOB_PRELOAD` when :func:`start` was told of several jobs), launched; in a job process
+    (:func:`fork_here`), the ``fork`` context."""
+    if _forks_itself:
+        return multiprocessing.get_context("fork")
     found = multiprocessing.get_context("forkserver")
     found.set_forkserver_preload(_preload)
-    if not _adopted:
-        _launch()
+    _launch()
     return found
 
 
-def handle() -> tuple:
-    """What a process started from this process's fork server needs to start its own processes from it too:
-    (the server's socket address, its authentication key where the Python version has one)."""
-    server = multiprocessing.forkserver._forkserver
-    return server._forkserver_address, getattr(server, "_forkserver_authkey", None)
-
-
-def adopt(found: tuple) -> bool:
-    """In a process started from a fork server (a job of ``--jobs``): start processes from that server
-    (``found``: its :func:`handle`) instead of launching one of its own, which would import torch and the
-    preloaded modules again (~1.7 s of a core per job, which its first worker waited for). Whether it was
-    adopted: not when this process launched a server itself, was not started from one (it then holds no end
-    of the server's liveness pipe), or ``found`` names none.
-
-    The server outlives a job as it did before: it ends when the last process holding that pipe ends.
-    """
-    global _adopted
-    server = multiprocessing.forkserver._forkserver
-    address, key = found
-    if address is None or getattr(server, "_forkserver_pid", None) is not None or server._forkserver_alive_fd is None:
-        return False
-    server._forkserver_address = address
-    if key is not None:
-        server._forkserver_authkey = key
-    server.ensure_running = lambda: None  # it runs: the process that launched it holds it
-    _adopted = True
-    return True
+def fork_here() -> None:
+    """In a job process of ``--jobs`` (itself started from the fork server, torch and the runner's modules
+    already imported, one thread measuring): start this process's workers by forking it, as the fork server
+    forks its own processes. Launching a fork server of its own would import torch and the preloaded modules
+    again (~1.7 s of a core per job, which its first worker waited for). Only where ``fork`` is safe to use
+    (Linux); elsewhere the job launches its own server."""
+    global _forks_itself
+    _forks_itself = sys.platform.startswith("linux")
 
 
 def start(jobs: int = 1) -> None:
     """Launch the fork server now (a no-op when it runs); it preloads in the background. ``jobs``: how many jobs
     the run will likely have (more than one adds :data:`JOB_PRELOAD`; only a server not yet launched takes it)."""
     global _preload
-    if multiprocessing.forkserver._forkserver._forkserver_pid is None and not _adopted:
+    if not _launched and not _forks_itself:
         _preload = PRELOAD + JOB_PRELOAD if jobs > 1 else PRELOAD
     context()
 
 
-def settle(timeout: float = 10.0) -> bool:
-    """Wait until no process forked from the fork server this process launched is left (jobs, their workers),
-    at most ``timeout`` seconds; whether none is. Workers end on their own once their job is killed
+def children(pid: int) -> list[int]:
+    """Live children of process ``pid`` (``/proc/<pid>/task/*/children``); empty when it cannot be read."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found += [int(c) for c in fh.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (``/proc/<pid>/stat``)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def settle(pids: list[int], timeout: float = 10.0) -> bool:
+    """Wait until none of the processes ``pids`` runs any more (the workers of killed jobs), at most ``timeout``
+    seconds; whether none does. Workers end on their own once their job is killed
     (:func:`acceptance.isolation.serve.die_with`), a few milliseconds later: until then one may still be in a call,
     watching the run's output folder, and would remove a file the runner writes there as one the call wrote.
-    Read from ``/proc/<server>/task/*/children`` (Linux); elsewhere ``False`` at once."""
-    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
-    if pid is None:
-        return True
+    Read from ``/proc`` (Linux); elsewhere ``False`` at once."""
+    if not os.path.isdir("/proc/self"):
+        return False
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            left = any(
-                open(f"/proc/{pid}/task/{task}/children").read().split() for task in os.listdir(f"/proc/{pid}/task")
-            )
-        except OSError:  # the server is gone (nothing is left), or there is no /proc to tell
-            return os.path.isdir("/proc/self") and not os.path.isdir(f"/proc/{pid}")
-        if not left:
-            return True
+    while any(_running(pid) for pid in pids):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.005)
+    return True
 
 
 #: Set in the fork server's environment as it is launched, to the launching process's id: the process that
@@ -160,12 +157,14 @@ def _launch() -> None:
     Without them, an OpenMP pool thread of torch's runtime spun between calls in a worker, taking a core from
     the runner (measured: 2.5 s of CPU in a 10 s run, and a run on two cores no faster than on one).
     """
+    global _launched
     added = {k: v for k, v in OPENMP.items() if k not in os.environ}
     os.environ.update(added)
     mark = os.environ.get(SERVER_MARK)
     os.environ[SERVER_MARK] = str(os.getpid())
     try:
         multiprocessing.forkserver.ensure_running()
+        _launched = True
     except OSError as exc:  # its socket lives in the temporary folder, whose path a socket address can outgrow
         import tempfile
 

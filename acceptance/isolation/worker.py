@@ -60,6 +60,7 @@ from typing import Any
 import torch
 
 from acceptance.errors import CaseError
+from acceptance.isolation import WORKER_THREADS
 from acceptance.isolation.forkserver import signal_name
 from acceptance.isolation.serve import (
     FLOAT64,
@@ -251,11 +252,6 @@ def _ready(conn: multiprocessing.connection.Connection) -> bool:
 
 #: Bytes of a batch message that may be sent while other batches are in flight (a socket buffer holds many).
 SMALL_MESSAGE = 8 * 1024
-
-#: torch's intra-op threads in a worker unless told otherwise: one, so that a CPU callable's result (a
-#: reduction's order can follow the thread count) is the same on every machine and for any ``--jobs``, and N
-#: jobs on N cores do not oversubscribe them.
-WORKER_THREADS = 1
 
 
 @dataclass(frozen=True)

@@ -9,32 +9,27 @@ and baseline against the oracle with their statistics
 raises, returns something unusable or times out) is measured as an error and
 the run goes on.
 
-:func:`run` measures every case, corrects the dual-delta p-values for
-multiplicity over the whole run (Holm), and only then decides each verdict
-(:func:`acceptance.decide.verdict.decide`).
+The run measures every case this way (:mod:`acceptance.session.executors`), then corrects the dual-delta
+p-values for multiplicity over the whole run (Holm) and only then decides each verdict
+(:mod:`acceptance.decide.run`).
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from acceptance.decide import verdict
 from acceptance.errors import CaseError
 from acceptance.formats import dtypes
-from acceptance.isolation.worker import WORKER_THREADS, Worker, remove_written, snapshot
+from acceptance.isolation.worker import Worker
 from acceptance.measure import engine
 from acceptance.measure import roles as faithful
-from acceptance.measure import sanitize as sanitizer
 from acceptance.measure.diagnose import (
     BiasSums,
     Diagnosis,
@@ -50,7 +45,7 @@ from acceptance.measure.references import RunReferences
 from acceptance.numerics import metrics
 from acceptance.numerics.metrics import registry
 from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
-from acceptance.spec import Case, Rules, resolve_roles, role_refs, rules_for
+from acceptance.spec import Case, Rules, resolve_roles, role_refs
 from acceptance.spec.inputs import Recipe
 
 # ----------------------------------------------------------------------------- one output over trials
@@ -172,6 +167,11 @@ def _identity(case: Case, trials: int) -> dict[str, Any]:
         waiver=case.waiver,
         description=spec.description,
     )
+
+
+def error_result(case: Case, rules: Rules, trials: int | None, message: str) -> CaseResult:
+    """The measurement of a case whose run broke before it could be measured: its identity and ``message``."""
+    return CaseResult(**_identity(case, trials_of(case, rules, trials)), error=message)
 
 
 def trials_of(case: Case, rules: Rules, trials: int | None = None) -> int:
@@ -407,191 +407,6 @@ def measure(
     return result
 
 
-# ----------------------------------------------------------------------------- the run
-
-
-def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False) -> list[CaseResult]:
-    """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.decide.verdict.decide`)."""
-    from acceptance.numerics import stats
-
-    adjusted = iter(stats.apply_holm([rec for case, _ in measured for rec in case.dual_delta]))
-    out = []
-    for case, rules in measured:
-        if case.dual_delta:
-            case = case.model_copy(update={"dual_delta": [next(adjusted) for _ in case.dual_delta]})
-        out.append(verdict.decide(case, rules, strict=strict))
-    return out
-
-
-def run(
-    cases: Iterable[Case],
-    device: torch.device,
-    *,
-    trials: int | None = None,
-    on_case: Callable[[Case, CaseResult], None] | None = None,
-    measured: list[tuple[CaseResult, Rules]] | None = None,
-    strict: bool = False,
-    isolate: bool = True,
-    guard: Path | None = None,
-    sanitize: bool = False,
-    cache: Any = None,
-    jobs: int = 1,
-    threads: int = WORKER_THREADS,
-) -> list[CaseResult]:
-    """Measure every case (``on_case`` is told of each, undecided, as it finishes), then decide them all.
-
-    ``measured`` collects (measurement, rules) as they finish, so a caller
-    interrupted mid-run can still decide the finished part with :func:`decide_all`;
-    cases already in it (by id, e.g. from a journal) are not run again.
-    ``isolate``: the callables run in a worker process (see :mod:`acceptance.isolation.worker`). ``guard``: the
-    output folder; a call (with a worker) or a case (without) during which a file appears or changes there
-    (other than the run's own journal and lock) is an error, and the file is removed. ``sanitize``: each measured impl runs once more under
-    compute-sanitizer (:mod:`acceptance.measure.sanitize`); a finding makes the case an error.
-    ``cache``: an :class:`acceptance.cache.ReferenceCache` for
-    inputs, baseline and oracle outputs (``None``: none). ``jobs``: cases measured at once, each job in its
-    own process with its own worker (:mod:`acceptance.session.parallel`); the results are the same for any count.
-    ``threads``: torch's intra-op threads in each worker (the same for any ``jobs``, so that CPU results are).
-    """
-    measured = measured if measured is not None else []
-    if jobs > 1:
-        from acceptance.session import parallel
-
-        loading = _imported_meanwhile(
-            "acceptance.numerics.stats"
-        )  # for decide_all, while this process waits on the jobs
-        parallel.measure_all(
-            cases,
-            device,
-            jobs=jobs,
-            trials=trials,
-            on_case=on_case,
-            measured=measured,
-            isolate=isolate,
-            guard=guard,
-            cache=cache,
-            sanitize=sanitize,
-            threads=threads,
-        )
-        loading.join()
-        return decide_all(measured, strict=strict)
-    references = RunReferences(cache)
-    done = {m.id for m, _ in measured}
-    worker: Worker | None = None
-    own_threads = torch.get_num_threads()
-    if isolate:  # the callables compute in the worker; here only small element-wise passes, which extra
-        torch.set_num_threads(1)  # intra-op threads slow down on a busy machine (7x on 2 loaded cores)
-    todo = [case for case in cases if case.id not in done]
-    folder = None if isolate else guard  # a worker checks the folder around each call itself
-    ahead: Begun | None = None  # the next case, its first trial sent while this one is measured
-    # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
-    # measured in full (and to decide), so they are imported meanwhile: while the worker starts and fingerprints
-    # the callables, and while this process waits on the worker's answers; an import of one of them here waits
-    # for that one (the module's import lock)
-    loading = _imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
-    references.cache.defer()  # the cache's writes wait for moments spent waiting on the worker
-    try:
-        for i, case in enumerate(todo):
-            rules = rules_for(case)
-            limit = worker_limit(case)
-            if isolate and (worker is None or worker.memory_limit != limit):
-                if worker is not None:
-                    worker.finish()
-                worker = Worker(memory_limit=limit, threads=threads, guard=guard)
-                worker.idle = references.cache.write_next
-                references.prefetch(known_roles(todo[i:]), worker)
-            begun, ahead = ahead, None
-            before = snapshot(folder)
-
-            def then(following: Case | None = todo[i + 1] if i + 1 < len(todo) else None) -> None:
-                """Send the next case's first trial to the worker once every trial of this one is sent."""
-                nonlocal ahead
-                if following is None or worker is None or sanitize or worker.memory_limit != worker_limit(following):
-                    return
-                try:
-                    started = begin(
-                        following,
-                        device,
-                        rules_for(following),
-                        trials=trials,
-                        worker=worker,
-                        references=references,
-                        ahead=True,
-                    )
-                except Exception:  # it gets ready in its turn, where its own error is reported
-                    return
-                if isinstance(started, Begun):
-                    ahead = started
-
-            result = measure(
-                case, device, rules, trials=trials, worker=worker, references=references, begun=begun, then=then
-            )
-            if sanitize:
-                result = sanitizer.check(case.id, case.spec.path, result, str(device))
-            result = guarded(result, folder, before)
-            measured.append((result, rules))
-            if on_case:
-                on_case(case, result)
-        if worker is not None:
-            worker.finish()  # it writes the inputs it made for the cache meanwhile
-    finally:
-        torch.set_num_threads(own_threads)
-        if worker is not None:
-            worker.close()
-        references.cache.defer(False)  # what is still queued is written now
-    return decide_all(measured, strict=strict)
-
-
-def _imported_meanwhile(*names: str) -> threading.Thread:
-    """A thread importing modules ``names`` in turn (an import error surfaces where the module is next imported). An
-    import of the same module elsewhere waits for this one (CPython's per-module import locks); the two threads
-    share one core's worth of the GIL while both run Python."""
-
-    def load() -> None:
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except Exception:
-                pass
-
-    thread = threading.Thread(target=load, name=f"import {', '.join(names)}", daemon=True)
-    thread.start()
-    return thread
-
-
 def worker_limit(case: Case) -> int:
     """Bytes the worker measuring ``case`` may map beyond its start (the spec's ``memory_limit_gib``)."""
     return int(case.spec.memory_limit_gib * 2**30)
-
-
-def guarded(result: CaseResult, guard: Path | None, before: dict[str, tuple[int, int]]) -> CaseResult:
-    """``result``, or an error when a file of the output folder ``guard`` appeared or changed since the
-    snapshot ``before`` (the files are removed). For callables run in this process; a worker checks each call
-    itself (:class:`acceptance.isolation.worker.Worker` ``guard``)."""
-    touched = remove_written(guard, before) if guard is not None else []
-    if not touched:
-        return result
-    return result.model_copy(
-        update={
-            "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
-            "the files were removed"
-        }
-    )
-
-
-def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:
-    """Cases whose dual-delta sign test cannot reach significance after Holm over the run.
-
-    The smallest p-value of an exact one-sided sign test on n trials is 2^-n;
-    Holm compares the smallest of m p-values with alpha/m, so a record can fail
-    the sign test only when 2^-n < alpha/m, i.e. n > log2(m/alpha). Returns
-    (case ids, m, the smallest sufficient n); such cases can still fail the
-    deterministic worst-trial check.
-    """
-    records = [rec for r in results for rec in r.dual_delta]
-    if not records:
-        return [], 0, 0
-    m = len(records)
-    alpha = min(rec.alpha for rec in records)
-    needed = math.floor(math.log2(m / alpha)) + 1
-    ids = [r.id for r in results if any(rec.trials < needed for rec in r.dual_delta)]
-    return ids, m, needed

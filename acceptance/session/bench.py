@@ -22,7 +22,7 @@ enters a time; the inputs are those of trial 0 of the case.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -31,11 +31,11 @@ import torch
 
 from acceptance.errors import CaseError
 from acceptance.isolation.worker import Worker, resolve
-from acceptance.measure import case as runner
+from acceptance.measure import case as measuring
 from acceptance.measure import engine
 from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
 from acceptance.records import CaseResult, PerfRecord
-from acceptance.spec import Case, Rules, rules_for, value_of
+from acceptance.spec import Case, rules_for, value_of
 from acceptance.spec.inputs import RoleInputs, generate
 
 #: Bytes the copy-bandwidth probe copies: large enough to leave the caches (256 MiB on a GPU, 64 MiB on a CPU).
@@ -181,41 +181,36 @@ def time_case(case: Case, bencher: Bencher, copy_gbps: float | None) -> PerfReco
     return perf_record(case, bencher.device, warm, runs, baseline_runs, copy_gbps)
 
 
-def bench(
-    cases: list[Case],
-    device: torch.device,
-    options: TimerOptions,
-    *,
-    trials: int = 1,
-    isolate: bool = True,
-    on_case: Callable[[Case, CaseResult], None] | None = None,
-    measured: list[tuple[CaseResult, Rules]] | None = None,
-) -> tuple[list[CaseResult], float | None]:
-    """Check and time every case, then decide them all: (decided results, copy GB/s).
+class Bench:
+    """The executor of ``acceptance bench`` (:class:`acceptance.protocols.Executor`): each case measured (its
+    accuracy trials, usually one), then, unless that errored, timed in the same worker (:func:`time_case`). The copy
+    bandwidth is measured once, first (``copy_gbps``; ``None`` when the probe broke). Cases run one at a time, so
+    that no two timings share the device."""
 
-    ``trials``: accuracy trials per case before the timing (>= 1; the accuracy gate of ``acceptance run``
-    applies to them); ``measured`` collects (result, rules) as cases finish, as :func:`acceptance.measure.case.run`'s.
-    A case whose accuracy check errors is not timed.
-    """
-    measured = measured if measured is not None else []
-    limit = max((int(c.spec.memory_limit_gib * 2**30) for c in cases), default=None)
-    bencher = Bencher(device, options, isolate=isolate, memory_limit=limit)
-    try:
+    def __init__(self, device: torch.device, options: TimerOptions, *, trials: int = 1, isolate: bool = True):
+        self.device, self.options, self.trials, self.isolate = device, options, trials, isolate
+        self.copy_gbps: float | None = None
+
+    def measure(
+        self, cases: Sequence[Case], started: Callable[[Case], None]
+    ) -> Generator[tuple[Case, CaseResult], None, None]:
+        limit = max((int(c.spec.memory_limit_gib * 2**30) for c in cases), default=None)
+        bencher = Bencher(self.device, self.options, isolate=self.isolate, memory_limit=limit)
         try:
-            copy = bencher.copy_gbps()
-        except CaseError:
-            copy = None
-        for case in cases:
-            rules = rules_for(case)
-            result = runner.measure(case, device, rules, trials=trials, worker=bencher.worker)
-            if result.error is None:
-                try:
-                    result = result.model_copy(update={"perf": time_case(case, bencher, copy)})
-                except CaseError as exc:
-                    result = result.model_copy(update={"error": f"timing: {exc}"})
-            measured.append((result, rules))
-            if on_case:
-                on_case(case, result)
-    finally:
-        bencher.close()
-    return runner.decide_all(measured), copy
+            try:
+                self.copy_gbps = bencher.copy_gbps()
+            except CaseError:
+                self.copy_gbps = None
+            for case in cases:
+                started(case)
+                result = measuring.measure(
+                    case, self.device, rules_for(case), trials=self.trials, worker=bencher.worker
+                )
+                if result.error is None:
+                    try:
+                        result = result.model_copy(update={"perf": time_case(case, bencher, self.copy_gbps)})
+                    except CaseError as exc:
+                        result = result.model_copy(update={"error": f"timing: {exc}"})
+                yield case, result
+        finally:
+            bencher.close()

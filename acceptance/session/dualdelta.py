@@ -273,8 +273,11 @@ def dual_delta(
     )
     try:
         for trial in trials:
-            row1, row2, rowf = [], [], []
-            for e, b, o in zip(trial.impl, trial.baseline, trial.oracle, strict=False):
+            row1: list[list[float]] = []
+            row2: list[list[float]] = []
+            rowf: list[list[float]] = []
+            assert trial.oracle is not None  # the engine runs the oracle when asked (oracle=True)
+            for e, b, o in zip(trial.impl, trial.baseline, trial.oracle, strict=True):
                 e = e.detach().cpu()
                 eo, bo, free_error, rounded = against_oracle(e, b, o, named)
                 for row, x, known in ((row1, e, eo), (row2, b, bo), (rowf, rounded, free_error)):

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from acceptance import spec
+from acceptance.decide.limits import MAX_RATIO, MAX_SLOWDOWN
 from acceptance.decide.proposal import LOOSE, MARGIN, TuneResult, observations, proposals
 from acceptance.decide.regression import compare_results
 from acceptance.device import resolve_device
 from acceptance.errors import SpecError, UsageError
-from acceptance.measure import case as runner
 from acceptance.records import CaseResult, Comparison, Results
 from acceptance.session import results as results_mod
+from acceptance.session.run import run_cases
 
 
 def run_seeds(
@@ -47,7 +48,7 @@ def run_seeds(
         cases = spec.expand(seeded, dtypes=dtypes, only=only)
         if not cases:
             raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes or []) or 'any'})")
-        out += runner.run(cases, dev, trials=trials, isolate=isolate)
+        out += run_cases(cases, dev, trials=trials, isolate=isolate)
         if on_seed:
             on_seed(k + 1, len(seeds))
     return out
@@ -108,7 +109,7 @@ def tune(
     return TuneResult(tuple(found), margin, loose, tuple(sorted({c.seed for c in cases})))
 
 
-def compare(base, new, *, max_ratio: float = 2.0, max_slowdown: float = 1.25) -> Comparison:
+def compare(base, new, *, max_ratio: float = MAX_RATIO, max_slowdown: float = MAX_SLOWDOWN) -> Comparison:
     """NEW compared with BASE (:class:`~acceptance.records.Results`, or paths of results.json files or folders):
     verdict changes, error ratios NEW/BASE, timings NEW/BASE, waivers that can go (see
     :mod:`acceptance.decide.regression`). Example::

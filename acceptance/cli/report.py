@@ -1,0 +1,95 @@
+"""``acceptance report`` (re-render reports from results.json files, merging shards) and ``acceptance metrics``
+(every metric of two saved arrays)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import click
+
+from acceptance.cli.group import main, print_console
+from acceptance.errors import OutputError, UsageError
+from acceptance.report import BY_NAME, REPORTERS, Context
+
+
+def _reporter_options(command):
+    """One ``--<name> PATH`` option per reporter of the registry."""
+    for reporter in reversed(REPORTERS):
+        command = click.option(
+            f"--{reporter.name}", f"{reporter.name}_path", type=click.Path(path_type=Path), help=reporter.help
+        )(command)
+    return command
+
+
+@main.command()
+@click.argument("results_files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_reporter_options
+@click.option("--merged", "merged_path", type=click.Path(path_type=Path), help="Write the merged results.json here.")
+@click.option("--annotations", is_flag=True, help="Print at most 10 GitHub ::error annotations.")
+@click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
+def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
+    """Re-render reports from results.json files or run folders (several = shards, merged)."""
+    from acceptance.session import results as results_mod
+
+    files = [f for p in results_files for f in results_mod.files_of(p)]
+    parts = [results_mod.load(f) for f in files]
+    res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
+    if len(parts) == 1:
+        digest = hashlib.sha256(files[0].read_bytes()).hexdigest()
+    else:
+        digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
+    context = Context(results_sha256=digest, artifact_url=artifact_url)
+    outputs: list[tuple[Path | None, Callable[[], str]]] = [(merged_path, lambda: results_mod.dumps(res))]
+    outputs += [(paths[f"{name}_path"], partial(reporter.render, res, context)) for name, reporter in BY_NAME.items()]
+    for path, render in outputs:
+        if path is None:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render(), encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        click.echo(f"wrote {path}", err=True)
+    if annotations:
+        from acceptance.report import github
+
+        for line in github.annotations(res):
+            click.echo(line)
+    if not any(path for path, _ in outputs) and not annotations:
+        print_console(res)
+
+
+@main.command("metrics")
+@click.argument("evaluated", type=click.Path(path_type=Path))
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.option("--dtype", help="Output dtype for ULP and the diff3 threshold (default: EVALUATED's dtype).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def metrics_cmd(evaluated: Path, baseline: Path, dtype: str | None, as_json: bool) -> None:
+    """Print every metric for two saved arrays (.npy or .pt)."""
+    from acceptance.numerics import metrics
+    from acceptance.wording import fmt_value as fmt
+
+    try:
+        e = metrics.load_array(evaluated)
+        b = metrics.load_array(baseline)
+        values = metrics.compute(e, b, dtype=dtype)
+    except ValueError as exc:
+        raise UsageError(f"error: {exc}") from None
+    if as_json:
+        click.echo(json.dumps({k: _jsonable(v) for k, v in values.items()}, indent=1, allow_nan=False))
+        return
+    width = max(len(k) for k in values)
+    for name, value in values.items():
+        click.echo(f"{name:<{width}}  {fmt(value)}")
+
+
+def _jsonable(value):
+    from acceptance.records import json_float
+
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    return json_float(value)

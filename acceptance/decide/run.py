@@ -1,0 +1,44 @@
+"""The run's decision: Holm over every dual-delta record of the run, then each case's verdict
+(:func:`acceptance.decide.verdict.decide`); which cases the correction leaves underpowered."""
+
+from __future__ import annotations
+
+import math
+
+from acceptance.decide import verdict
+from acceptance.records import CaseResult
+from acceptance.spec import Rules
+
+
+def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False) -> list[CaseResult]:
+    """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.decide.verdict.decide`).
+    Holm's adjusted p-values do not depend on the order of the records, so a run decided in parts' order (shards,
+    jobs) decides as one."""
+    from acceptance.numerics import stats  # scipy.stats: loaded only to decide
+
+    adjusted = iter(stats.apply_holm([rec for case, _ in measured for rec in case.dual_delta]))
+    out = []
+    for case, rules in measured:
+        if case.dual_delta:
+            case = case.model_copy(update={"dual_delta": [next(adjusted) for _ in case.dual_delta]})
+        out.append(verdict.decide(case, rules, strict=strict))
+    return out
+
+
+def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:
+    """Cases whose dual-delta sign test cannot reach significance after Holm over the run.
+
+    The smallest p-value of an exact one-sided sign test on n trials is 2^-n;
+    Holm compares the smallest of m p-values with alpha/m, so a record can fail
+    the sign test only when 2^-n < alpha/m, i.e. n > log2(m/alpha). Returns
+    (case ids, m, the smallest sufficient n); such cases can still fail the
+    deterministic worst-trial check.
+    """
+    records = [rec for r in results for rec in r.dual_delta]
+    if not records:
+        return [], 0, 0
+    m = len(records)
+    alpha = min(rec.alpha for rec in records)
+    needed = math.floor(math.log2(m / alpha)) + 1
+    ids = [r.id for r in results if any(rec.trials < needed for rec in r.dual_delta)]
+    return ids, m, needed

@@ -1,0 +1,71 @@
+"""Observers of the case loop (:class:`acceptance.protocols.CaseObserver`): what happens around every case
+whatever executor measures it, in this order: the sanitizer, the output-folder guard, the journal.
+
+Progress on standard error is the command line's observer (:mod:`acceptance.cli.progress`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acceptance.isolation.serve import remove_written, snapshot
+from acceptance.measure import sanitize
+from acceptance.records import CaseResult
+from acceptance.session.results import OutputFolder
+from acceptance.spec import Case
+
+
+class Observer:
+    """An observer that does nothing: subclasses override what they watch."""
+
+    def case_started(self, case: Case) -> None:
+        pass
+
+    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+        return result
+
+
+class Sanitizer(Observer):
+    """``--sanitize``: each measured impl runs once more under compute-sanitizer (:mod:`acceptance.measure.sanitize`);
+    a finding makes the case an error."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+        return sanitize.check(case.id, case.spec.path, result, self.device)
+
+
+class FolderGuard(Observer):
+    """For callables run in this process (a worker checks each call itself): a case during which a file of the
+    output folder appears or changes (other than the run's own journal and lock) is an error, and the file is
+    removed."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.before: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def case_started(self, case: Case) -> None:
+        self.before[case.id] = snapshot(self.folder)
+
+    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+        touched = remove_written(self.folder, self.before.pop(case.id, {}))
+        if not touched:
+            return result
+        return result.model_copy(
+            update={
+                "error": f"the code under test wrote to the output folder during this case ({', '.join(touched)}); "
+                "the files were removed"
+            }
+        )
+
+
+class Journal(Observer):
+    """Every finished case on disk the moment it finishes (:meth:`acceptance.session.results.OutputFolder.append`)."""
+
+    def __init__(self, folder: OutputFolder):
+        self.folder = folder
+
+    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+        self.folder.append(result)
+        return result

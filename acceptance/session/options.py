@@ -1,0 +1,39 @@
+"""The options of a run (those of ``acceptance run``), light to import."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from acceptance.decide.limits import MAX_SLOWDOWN
+from acceptance.isolation import WORKER_THREADS
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a run selects, measures and records its cases (the options of ``acceptance run``)."""
+
+    out: Path | None = None
+    device: str | torch.device = "auto"
+    device_option: str = "--device"  # where ``device`` came from, for messages
+    trials: int | None = None
+    seed: int | None = None
+    seeds: int = 1
+    only: str | None = None
+    dtypes: tuple[str, ...] = ()
+    shard: tuple[int, int] | None = None
+    tiers: tuple[str, ...] = ()
+    strict: bool = False
+    resume: bool = False
+    isolate: bool = True
+    sanitize: bool = False
+    cache: bool = True
+    jobs: int | None = None
+    threads: int = WORKER_THREADS
+    compare_to: Path | None = None
+    max_slowdown: float = MAX_SLOWDOWN
+    command_line: str = ""

@@ -1,0 +1,368 @@
+"""The one run: specs loaded and checked, cases selected, measured by an executor in one case loop that observers
+watch, decided together (Holm over the run), compared with a base run, and written: ``results.json`` first, then
+every default report.
+
+:func:`run` is the library call (``acceptance.run``); ``acceptance run``, ``bench``, ``tune`` and the pytest plugin
+are thin callers of :class:`Session`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
+from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
+from acceptance.isolation.worker import WORKER_THREADS
+from acceptance.protocols import CaseObserver, Executor
+from acceptance.records import CaseResult, Results
+from acceptance.report import REPORTERS, Context
+from acceptance.session import startup
+from acceptance.session.executors import Settings, cache_settings, default_jobs, executor_for
+from acceptance.session.load import load, select_cases, select_tiers
+from acceptance.session.observers import FolderGuard, Journal, Sanitizer
+from acceptance.session.options import RunOptions
+from acceptance.session.results import OutputFolder
+from acceptance.spec import Case, OperatorSpec, Rules, rules_for
+
+
+def resolved_device(device: str | torch.device, option: str = "--device") -> torch.device:
+    """``device`` as a torch device (:func:`acceptance.device.resolve_device`); a usage error naming ``option``."""
+    from acceptance.device import resolve_device
+
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return resolve_device(device, option=option)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def jobs_for(jobs: int | None, cases: int, *, isolate: bool, device: torch.device) -> int:
+    """``--jobs``, by default the CPU cores on CPU and one per GPU on CUDA (:func:`default_jobs`); one job for a
+    single case or without isolation (the code under test then runs in this process)."""
+    from acceptance.isolation.forkserver import cores
+
+    if jobs is None:
+        jobs = default_jobs(device, cores(), torch.cuda.device_count() if device.type == "cuda" else 0)
+    return 1 if not isolate or cases < 2 else min(jobs, cases)
+
+
+def reference_cache(enabled: bool):  # noqa: ANN201 - the cache class loads with torch
+    """The user's reference cache (:class:`acceptance.cache.ReferenceCache`); a usage error when its folder
+    setting is bad."""
+    from acceptance.cache import ReferenceCache
+
+    try:
+        return ReferenceCache(enabled=enabled)
+    except ValueError as exc:
+        raise UsageError(f"reference cache: {exc}") from None
+
+
+class Session:
+    """One run of ``options``: :meth:`prepare` (checks the options, loads the specs, selects the cases, holds the
+    output folder), then :meth:`run`. ``observers`` watch the case loop after the session's own (sanitizer,
+    folder guard, journal)."""
+
+    def __init__(self, options: RunOptions, observers: Sequence[CaseObserver] = ()):
+        self.options = options
+        self.observers = list(observers)
+        self.device = torch.device("cpu")
+        self.specs: list[OperatorSpec] = []
+        self.cases: list[Case] = []
+        self.measured: list[tuple[CaseResult, Rules]] = []  # journaled ones first, then as the cases finish
+        self.folder: OutputFolder | None = None
+        self.base_run: Results | None = None
+        self.written: list[Path] = []
+        self.messages: list[str] = []  # what went wrong without stopping the run (a reporter that broke)
+        self.stopped: int | None = None  # the exit code of an interrupted run
+        self._reports_loading = False  # the reports' modules are being imported in a thread
+
+    # ------------------------------------------------------------------ before the loop
+
+    def check(self) -> None:
+        """The options, checked before anything loads: dtypes, device, sanitizer, the base run."""
+        from acceptance.formats import dtypes
+
+        o = self.options
+        unknown = [d for d in o.dtypes if d not in dtypes.TEST_DTYPES]
+        if unknown:
+            known = ", ".join(dtypes.TEST_DTYPES)
+            raise UsageError(*(f"--dtype: unknown dtype {d!r} (known: {known})" for d in unknown))
+        self.device = resolved_device(o.device, o.device_option)
+        if o.sanitize:
+            from acceptance.measure.sanitize import unavailable
+
+            why = unavailable(self.device.type)
+            if why:
+                raise UsageError(why)
+        self.base_run = compare_base(o.compare_to, o.max_slowdown)
+
+    def prepare(
+        self,
+        specs: Sequence[Path] | Sequence[OperatorSpec] = (),
+        meanwhile: Sequence[Callable[[], object]] = (),
+    ) -> None:
+        """Check the options, hold the output folder, load ``specs`` (paths; or specs already loaded), select the
+        cases and read the journal of a resumed run. ``meanwhile``: work for threads while the specs' imports are
+        checked (with several jobs, the modules this process needs later: it then waits while the fork server
+        preloads theirs)."""
+        self.check()
+        o = self.options
+        if not meanwhile and startup.several_jobs(o.isolate, o.jobs, str(o.device)):
+            meanwhile = (partial(importlib.import_module, "acceptance.numerics.stats"), _prepare_reports)
+            self._reports_loading = True
+        if o.out is not None:
+            from acceptance.report import REPORTERS
+
+            self.folder = OutputFolder(o.out, resume=o.resume, stale=tuple(r.filename for r in REPORTERS))
+        try:
+            loaded = [s for s in specs if not isinstance(s, Path)] or load(
+                [p for p in specs if isinstance(p, Path)], meanwhile
+            )
+            self.specs = select_tiers(loaded, o.tiers)
+            self.cases = select_cases(self.specs, o)
+        except BaseException:
+            self.close()
+            raise
+        if o.resume and self.folder is not None:
+            journaled = {c.id: c for c in self.folder.journaled()}
+            self.measured = [(journaled[c.id], rules_for(c)) for c in self.cases if c.id in journaled]
+
+    @property
+    def todo(self) -> list[Case]:
+        """The cases still to measure (a resumed run's journaled ones aside)."""
+        done = {m.id for m, _ in self.measured}
+        return [c for c in self.cases if c.id not in done]
+
+    def executor(self) -> Executor:
+        """The executor of this run's options (:func:`acceptance.session.executors.executor_for`)."""
+        o = self.options
+        settings = Settings(
+            device=self.device,
+            trials=o.trials,
+            threads=o.threads,
+            guard=o.out if o.isolate else None,
+            cache=cache_settings(reference_cache(o.cache)),
+            ahead=not o.sanitize,
+        )
+        jobs = jobs_for(o.jobs, len(self.todo), isolate=o.isolate, device=self.device)
+        return executor_for(settings, isolate=o.isolate, jobs=jobs)
+
+    def _observers(self) -> list[CaseObserver]:
+        o = self.options
+        own: list[CaseObserver] = []
+        if o.sanitize:
+            own.append(Sanitizer(str(self.device)))
+        if not o.isolate and o.out is not None:  # a worker checks the folder around each of its calls itself
+            own.append(FolderGuard(o.out))
+        if self.folder is not None:
+            own.append(Journal(self.folder))
+        return own + self.observers
+
+    # ------------------------------------------------------------------ the loop
+
+    def measure(
+        self, executor: Executor | None = None, around: Callable[[], AbstractContextManager[object]] | None = None
+    ) -> None:
+        """The case loop: every case still to measure, through ``executor`` (default: :meth:`executor`), each
+        result passed through the observers and kept. Ctrl-C or SIGTERM (:class:`acceptance.errors.Terminated`)
+        stops it, also while ``around()`` (a context the loop runs in: a progress display, a signal handler) is
+        entered or left; the finished cases are kept and :attr:`stopped` holds the exit code."""
+        observers = self._observers()
+
+        def started(case: Case) -> None:
+            for observer in observers:
+                observer.case_started(case)
+
+        executor = executor if executor is not None else self.executor()
+        try:
+            with around() if around is not None else contextlib.nullcontext():
+                with contextlib.closing(executor.measure(self.todo, started)) as finished:
+                    for case, result in finished:
+                        for observer in observers:
+                            result = observer.case_finished(case, result)
+                        self.measured.append((result, rules_for(case)))
+        except KeyboardInterrupt as exc:
+            self.stopped = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+    # ------------------------------------------------------------------ after the loop
+
+    def results(self, decided: list[CaseResult], *, start: datetime, end: datetime) -> Results:
+        """The run's record: ``decided`` in case order, the summary, provenance, waivers and the comparison."""
+        from acceptance.decide.verdict import summarize
+        from acceptance.decide.waivers import waiver_records
+        from acceptance.session import provenance
+
+        order = {case.id: k for k, case in enumerate(self.cases)}
+        cases = sorted(decided, key=lambda c: order.get(c.id, len(order)))
+        env = provenance.environment(self.device, command_line=self.options.command_line, start=start, end=end)
+        ran = {c.id for c in cases}
+        res = Results(
+            environment=env,
+            summary=summarize(cases, interrupted=self.stopped),
+            cases=cases,
+            interrupted=self.stopped is not None,
+            not_run=[c.id for c in self.cases if c.id not in ran] if self.stopped else [],
+            waivers=waiver_records(self.specs, cases),
+        )
+        if self.base_run is not None:
+            res = with_comparison(res, self.base_run, str(self.options.compare_to), self.options.max_slowdown)
+        return res
+
+    def decide(self) -> list[CaseResult]:
+        """Every measured case decided together (Holm over the run), in case order."""
+        from acceptance.decide.run import decide_all
+
+        order = {case.id: k for k, case in enumerate(self.cases)}
+        measured = sorted(self.measured, key=lambda m: order.get(m[0].id, len(order)))
+        return decide_all(measured, strict=self.options.strict)
+
+    def write(self, res: Results) -> list[Path]:
+        """results.json, then the default reports, into the output folder (none: nothing written)."""
+        out = self.options.out
+        if out is None:
+            return []
+        try:
+            self.written = write_reports(res, out, on_error=self.messages.append)
+        except OSError as exc:
+            raise OutputError(f"--out {out}: cannot write the results: {exc.strerror or exc}") from None
+        finally:
+            self.close()
+        return self.written
+
+    def close(self) -> None:
+        if self.folder is not None:
+            self.folder.close()
+            self.folder = None
+
+    def run(
+        self, executor: Executor | None = None, around: Callable[[], AbstractContextManager[object]] | None = None
+    ) -> Results:
+        """Measure (:meth:`measure`), decide, record and write (after :meth:`prepare`); the run's
+        :class:`Results`."""
+        from acceptance.session import provenance
+
+        start = provenance.now()
+        if not self._reports_loading:
+            startup.meanwhile(_prepare_reports)  # the reports' modules and template, ready when the run ends
+        startup.freeze()
+        try:
+            self.measure(executor, around)
+            res = self.results(self.decide(), start=start, end=provenance.now())
+        except BaseException:
+            self.close()
+            raise
+        self.write(res)
+        return res
+
+
+def _prepare_reports() -> None:
+    from acceptance.report import prepare
+
+    prepare()
+
+
+def compare_base(path: Path | None, max_slowdown: float = MAX_SLOWDOWN) -> Results | None:
+    """The base run of ``--compare-to``, loaded before anything runs (a bad path or ``--max-slowdown`` is a usage
+    error at once)."""
+    if path is None:
+        return None
+    from acceptance.session import results as results_mod
+
+    check_max_slowdown(max_slowdown)
+    return results_mod.load_run(path)
+
+
+def with_comparison(res: Results, base: Results, label: str, max_slowdown: float = MAX_SLOWDOWN) -> Results:
+    """The run with its comparison to ``base`` recorded and put into the gate."""
+    from acceptance.decide import regression, verdict
+
+    cmp = regression.compare_results(base, res, base_label=label, max_slowdown=max_slowdown)
+    return res.model_copy(update={"comparison": cmp, "summary": verdict.gate_comparison(res.summary, cmp)})
+
+
+def write_reports(res: Results, out_dir: Path, on_error: Callable[[str], None] | None = None) -> list[Path]:
+    """results.json first (atomically), then every default reporter rendered from it; a reporter that breaks is
+    reported to ``on_error`` and the others are still written (the results are never lost to a reporter bug)."""
+    from acceptance.session import results as results_mod
+
+    results_path = results_mod.write(res, out_dir / "results.json")
+    context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
+    written = [results_path]
+    for reporter in REPORTERS:
+        if not reporter.default:
+            continue
+        path = out_dir / reporter.filename
+        try:
+            path.write_text(reporter.render(res, context), encoding="utf-8")
+        except Exception as exc:  # a reporter bug must not lose the results
+            if on_error is not None:
+                on_error(f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact")
+            continue
+        written.append(path)
+    return written
+
+
+def run_cases(
+    cases: Sequence[Case],
+    device: torch.device,
+    *,
+    trials: int | None = None,
+    isolate: bool = True,
+    jobs: int = 1,
+    strict: bool = False,
+    cache: bool = False,
+    threads: int = WORKER_THREADS,
+    observers: Sequence[CaseObserver] = (),
+    executor: Executor | None = None,
+) -> list[CaseResult]:
+    """The case loop and the decision over ``cases`` already expanded (no spec loading, no files): their decided
+    results in case order. The library call behind :func:`acceptance.session.tune.run_seeds` and the pytest
+    plugin (which holds its ``executor`` across cases)."""
+    options = RunOptions(
+        device=device, trials=trials, isolate=isolate, jobs=jobs, strict=strict, cache=cache, threads=threads
+    )
+    session = Session(options, observers)
+    session.device, session.cases = device, list(cases)
+    session.specs = list({id(c.spec): c.spec for c in cases}.values())
+    session.measure(executor)
+    if session.stopped:
+        raise KeyboardInterrupt
+    return session.decide()
+
+
+def run(specs: Sequence[Path | str] | Sequence[OperatorSpec] = (), **options: object) -> Results:
+    """Run operator specs and return the decided :class:`~acceptance.records.Results` (``acceptance.run``).
+
+    ``specs``: spec files or folders (default ``operator_specs``), or specs already loaded. ``options``: the
+    fields of :class:`RunOptions` (``out=`` writes results.json and the reports there, as ``acceptance run
+    --out`` does; without it nothing is written). Example::
+
+        res = acceptance.run(["operator_specs/gelu.yaml"], dtypes=("float16",), jobs=2)
+        res.summary.verdict, [c.id for c in res.cases if c.verdict == "fail"]
+    """
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise TypeError(f"run() got unexpected option(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+    if "out" in options and options["out"] is not None:
+        options["out"] = Path(str(options["out"]))
+    for name in ("dtypes", "tiers"):
+        if isinstance(options.get(name), str):
+            options[name] = (options[name],)
+        elif name in options:
+            options[name] = tuple(options[name])  # type: ignore[arg-type]
+    session = Session(RunOptions(**options))  # type: ignore[arg-type]
+    chosen = [Path(p) if isinstance(p, str) else p for p in specs]
+    session.prepare(chosen)  # type: ignore[arg-type]
+    return session.run()
