@@ -110,9 +110,12 @@ def criterion_text(criterion: Criterion) -> str:
     it failed; a dual-delta gate says ``non-inferior`` / ``inferior``. A
     failed diff4 rule and a failed NaN/Inf placement are said in words
     (``diff4 one-sided: p1=1, p2=0 over n=120 unequal points``, ``NaN
-    placement differs from the baseline at 3 positions``). The verdict's
-    reasons are these sentences.
+    placement differs from the baseline at 3 positions``), and so are the
+    vacuity and determinism rules (``vacuous (--strict): ...``, ``impl is not
+    deterministic: ...``). The verdict's reasons are these sentences.
     """
+    if criterion.kind in ("vacuity", "determinism"):
+        return one_line(_rule_text(criterion))
     name = metric_name(criterion)
     where = f"[output {criterion.output}]" if criterion.output else ""
     if criterion.passed is None:
@@ -138,6 +141,22 @@ def criterion_text(criterion: Criterion) -> str:
     if criterion.note:
         text += f"; {criterion.note}"
     return one_line(text)
+
+
+def _rule_text(criterion: Criterion) -> str:
+    """The vacuity or determinism rule in words (see :func:`acceptance.decide.verdict.vacuity_criteria` and
+    :func:`acceptance.decide.verdict.determinism_criteria`): its note holds what was measured."""
+    note = criterion.note or ""
+    if criterion.kind == "vacuity":
+        return f"vacuous (--strict): {note}" if criterion.passed is False else f"vacuous: {note} ({criterion.source})"
+    if criterion.passed is False:
+        return (
+            f"impl is not deterministic: {note}; {criterion.source} "
+            "(spec `deterministic: false` allows run-to-run variation)"
+        )
+    if criterion.passed is None:
+        return f"impl determinism not required: {note} ({criterion.source})"
+    return f"impl deterministic: {note} ({criterion.source})"
 
 
 def full(x: float | None) -> str:

@@ -11,8 +11,9 @@ first run, over all trials and outputs, into one class:
   them (``inf`` where one run is NaN or infinite and the other is not; 0 when
   only the sign of a zero differs) and ``differing`` counts them.
 
-The rule (:func:`reasons`): every category but ``atomic_add`` must be
-``bitwise`` or ``nan_payloads`` unless the spec says ``deterministic: false``.
+The rule (:func:`acceptance.decide.verdict.determinism_criteria`): every
+category but ``atomic_add`` must be ``bitwise`` or ``nan_payloads`` unless the
+spec says ``deterministic: false`` (:func:`required`).
 A baseline that varies is a spec error (the reference must be reproducible);
 the runner records it as the case's error.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from acceptance.formats import dtypes
-from acceptance.records import CaseResult, Determinism
+from acceptance.records import Determinism
 
 KINDS: tuple[str, ...] = ("bitwise", "nan_payloads", "varying")
 
@@ -105,15 +106,3 @@ def baseline_error(baseline: RunToRun) -> str | None:
         f"spec error: the baseline is not deterministic ({baseline.differing} elements differ between runs on "
         f"the same inputs, max |run_i - run_1| = {baseline.spread:.6g}); a reference must be reproducible"
     )
-
-
-def reasons(case: CaseResult) -> list[str]:
-    """The determinism rule's reasons to fail ``case`` (empty when it holds or was not measured)."""
-    d = case.determinism
-    if d is None or not d.required or d.impl != "varying":
-        return []
-    return [
-        f"impl is not deterministic: {d.impl_differing} elements differ between {d.runs} runs on the same "
-        f"inputs (max |run_i - run_1| = {d.impl_spread:.6g}); category {case.category} must be bitwise "
-        f"deterministic (spec `deterministic: false` allows run-to-run variation)"
-    ]

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from acceptance.records import CaseResult
+from acceptance.records import MeasuredCase
 
 #: The tools run, in order.
 TOOLS: tuple[str, ...] = ("memcheck", "racecheck")
@@ -67,7 +67,7 @@ def findings(report: str) -> tuple[int, list[str]]:
     return count, body[:FIRST_LINES]
 
 
-def check(case_id: str, spec_path: Path, result: CaseResult, device: str) -> CaseResult:
+def check(case_id: str, spec_path: Path, result: MeasuredCase, device: str) -> MeasuredCase:
     """``result`` unchanged when every tool is clean; else a copy with ``error`` = the tool's first lines."""
     if result.error is not None:
         return result

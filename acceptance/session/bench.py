@@ -34,7 +34,7 @@ from acceptance.isolation.worker import Worker, resolve
 from acceptance.measure import case as runner
 from acceptance.measure import engine
 from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
-from acceptance.records import CaseResult, PerfRecord
+from acceptance.records import CaseResult, MeasuredCase, PerfRecord
 from acceptance.spec import Case, Rules, rules_for, value_of
 from acceptance.spec.inputs import RoleInputs, generate
 
@@ -188,8 +188,8 @@ def bench(
     *,
     trials: int = 1,
     isolate: bool = True,
-    on_case: Callable[[Case, CaseResult], None] | None = None,
-    measured: list[tuple[CaseResult, Rules]] | None = None,
+    on_case: Callable[[Case, MeasuredCase], None] | None = None,
+    measured: list[tuple[MeasuredCase, Rules]] | None = None,
 ) -> tuple[list[CaseResult], float | None]:
     """Check and time every case, then decide them all: (decided results, copy GB/s).
 

@@ -35,7 +35,7 @@ import torch
 
 from acceptance.device import job_devices
 from acceptance.isolation import forkserver
-from acceptance.records import CaseResult
+from acceptance.records import MeasuredCase
 from acceptance.spec import Case, Rules, rules_for
 
 _STATE: dict[str, Any] = {}
@@ -89,7 +89,7 @@ def _finish() -> None:  # pragma: no cover - runs in a job process
         _STATE["worker"].finish()
 
 
-def _measure(case: Case) -> CaseResult:  # pragma: no cover - runs in a job process
+def _measure(case: Case) -> MeasuredCase:  # pragma: no cover - runs in a job process
     from acceptance.isolation.worker import Worker
     from acceptance.measure import case as runner
 
@@ -118,8 +118,8 @@ def measure_all(
     *,
     jobs: int,
     trials: int | None = None,
-    on_case: Callable[[Case, CaseResult], None] | None = None,
-    measured: list[tuple[CaseResult, Rules]],
+    on_case: Callable[[Case, MeasuredCase], None] | None = None,
+    measured: list[tuple[MeasuredCase, Rules]],
     isolate: bool = True,
     guard: Path | None = None,
     cache: Any = None,
@@ -160,7 +160,7 @@ def measure_all(
         ),
     )
     folder = None if isolate else guard  # each job's worker checks its calls itself
-    finished: dict[str, tuple[CaseResult, Rules]] = {}
+    finished: dict[str, tuple[MeasuredCase, Rules]] = {}
     complete = False
     try:
         pending: dict[concurrent.futures.Future, tuple[Case, dict]] = {}
@@ -182,7 +182,7 @@ def measure_all(
                 try:
                     result = future.result()
                 except Exception as exc:  # the job process died (a worker is what the code under test can kill)
-                    result = CaseResult(
+                    result = MeasuredCase(
                         **runner._identity(case, runner.trials_of(case, rules_for(case), trials)),
                         error=f"the job measuring this case failed: {type(exc).__name__}: {exc}",
                     )
