@@ -26,7 +26,7 @@ from acceptance import errors
 from acceptance.formats import dtypes
 from acceptance.numerics import factors
 from acceptance.numerics.metrics import registry
-from acceptance.records import CaseResult, Criterion, DualDeltaRecord, Results
+from acceptance.records import CaseResult, Criterion, DualDeltaRecord, MeasuredCase, OutputMeasurement, Results
 from acceptance.spec import defaults
 from acceptance.spec.model import CATEGORIES
 from acceptance.wording import fmt
@@ -224,6 +224,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "exit-codes": exit_codes_table,
     "case-fields": lambda: _fields_table(CaseResult),
     "criterion-fields": lambda: _fields_table(Criterion),
+    "measured-case-fields": lambda: _fields_table(MeasuredCase),
+    "output-fields": lambda: _fields_table(OutputMeasurement),
     "dual-delta-fields": lambda: _fields_table(DualDeltaRecord),
     "results-fields": lambda: _fields_table(Results),
     "cli": cli_reference,
