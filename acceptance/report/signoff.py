@@ -68,11 +68,12 @@ class SignoffLine:
 
 
 def thresholds_in_force(cases: list[CaseResult]) -> list[Threshold]:
-    """Distinct (metric, comparison, source) over the cases' criteria, with the range of their thresholds, in first-seen order."""
+    """Distinct (metric, comparison, source) over the cases' evaluated criteria, with the range of their thresholds,
+    in first-seen order (a rule not in force, e.g. determinism where the category allows variation, is left out)."""
     seen: dict[tuple[str, str, str], list[float]] = {}
     for case in cases:
         for c in case.criteria:
-            if c.threshold is not None:
+            if c.threshold is not None and c.passed is not None:
                 seen.setdefault((metric_name(c), c.comparison, c.source), []).append(c.threshold)
     return [Threshold(m, comp, min(ts), max(ts), src) for (m, comp, src), ts in seen.items()]
 
