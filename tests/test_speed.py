@@ -476,7 +476,7 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
 
     from acceptance import spec
     from acceptance.measure import case as runner
-    from acceptance.records import CaseResult
+    from acceptance.records import MeasuredCase
     from acceptance.session import parallel
 
     specs, problems = spec.load_specs(spec.discover([ROOT / "operator_specs"]))
@@ -493,7 +493,7 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
         def submit(self, fn, case):
             sent.append(case.id)
             future = concurrent.futures.Future()
-            future.set_result(CaseResult(**runner._identity(case, 1)))
+            future.set_result(MeasuredCase(**runner._identity(case, 1)))
             return future
 
         def shutdown(self, **kwargs):
