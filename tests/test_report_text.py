@@ -155,7 +155,9 @@ def test_the_vacuity_and_determinism_rules_read_in_every_report_as_the_rule_s_wo
         "0.5); category activation must be bitwise deterministic (spec `deterministic: false` allows run-to-run "
         "variation)"
     )
-    vacuous = Criterion(kind="vacuity", metric="vacuous", comparison="==", source="fails only with --strict", note="why")
+    vacuous = Criterion(
+        kind="vacuity", metric="vacuous", comparison="==", source="fails only with --strict", note="why"
+    )
     fine = Criterion(metric="diff1", value=1e-4, threshold=3e-3, passed=True)
     c = case(criteria=[fine, vacuous, varying], reasons=[said])
     assert criterion_text(varying) == said and deciding_criterion(c) is varying and headline(c) == said

@@ -42,7 +42,7 @@ tolerance (and where they sit) and the worst element.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -57,11 +57,15 @@ from acceptance.records import (
     Diff4Counts,
     DualDeltaRecord,
     MeasuredCase,
+    MetricValue,
     OutputMeasurement,
     Summary,
+    Verdict,
 )
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
 from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
+
+_T = TypeVar("_T")
 
 
 def _holds(value: Any, threshold: Any, comparison: str) -> bool:
@@ -108,25 +112,32 @@ def _criterion(
     shown = list(threshold) if isinstance(threshold, tuple) else threshold
     crit = dict(kind=kind, metric=metric, output=out, threshold=shown, comparison=comparison, source=source)
     if _holds(value, threshold, comparison):
-        return Criterion(**crit, value=value, passed=True)
+        return Criterion.model_validate({**crit, "value": value, "passed": True})
     io = impl_oracle.get(metric) if impl_oracle else None
     bo = baseline_oracle.get(metric) if baseline_oracle else None
     io = list(io) if isinstance(io, tuple) else io
     if io is not None and bo is not None and _as_close(io, bo, comparison) and _holds(io, threshold, comparison):
-        return Criterion(
-            **crit,
-            value=io,
-            passed=True,
-            against="oracle",
-            note=f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
-            f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})",
+        return Criterion.model_validate(
+            {
+                **crit,
+                "value": io,
+                "passed": True,
+                "against": "oracle",
+                "note": f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
+                f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})",
+            }
         )
     note = None
     if io is not None and bo is not None:
         note = f"against the oracle rounded to {dtype}: impl {fmt_value(io)}, baseline {fmt_value(bo)}" + (
             "" if _as_close(io, bo, comparison) else " (the impl is the further one)"
         )
-    return Criterion(**crit, value=value, passed=False, note=note)
+    return Criterion.model_validate({**crit, "value": value, "passed": False, "note": note})
+
+
+def _count(value: MetricValue) -> float:
+    """A scalar count (NaN/Inf mismatches) as a float."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
 
 
 def threshold_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
@@ -143,7 +154,7 @@ def threshold_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[C
                     0.0,
                     "==",
                     "NaN/Inf placement must match the baseline",
-                    float(worst.get(name, 0)),
+                    _count(worst.get(name, 0.0)),
                     io,
                     bo,
                     rules.dtype,
@@ -242,7 +253,8 @@ def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor
     )
     if bias is None or bias.n < DIFF4_MIN_POINTS:
         got = 0 if bias is None else bias.n
-        return Criterion(**crit, passed=None, note=f"{got} elements compared with the oracle < {DIFF4_MIN_POINTS}")
+        note = f"{got} elements compared with the oracle < {DIFF4_MIN_POINTS}"
+        return Criterion.model_validate({**crit, "passed": None, "note": note})
     shifts = {
         "additive": (bias.impl_value, bias.baseline_value),
         "magnitude": (bias.impl_magnitude, bias.baseline_magnitude),
@@ -262,7 +274,7 @@ def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor
         words.insert(0, f"material {' and '.join(material)} bias")
     elif one_sided:
         words.insert(0, "one-sided but immaterial")
-    return Criterion(**crit, passed=not material, note="; ".join(words))
+    return Criterion.model_validate({**crit, "passed": not material, "note": "; ".join(words)})
 
 
 def _errors(x: list[float]) -> np.ndarray:
@@ -420,8 +432,9 @@ def _flat(case: MeasuredCase) -> dict[str, Any]:
     """The measurement as :class:`CaseResult`'s fields: the per-output records flattened into its parallel
     lists (a list empty when some output lacks that measurement)."""
 
-    def every(values: list[Any]) -> list[Any]:
-        return values if all(v is not None for v in values) else []
+    def every(values: list[_T | None]) -> list[_T]:
+        present = [v for v in values if v is not None]
+        return present if len(present) == len(values) else []
 
     outs = case.outputs
     return {
@@ -436,7 +449,7 @@ def _flat(case: MeasuredCase) -> dict[str, Any]:
     }
 
 
-def _error_verdict(case: MeasuredCase, rules: Rules) -> tuple[str, list[str]]:
+def _error_verdict(case: MeasuredCase, rules: Rules) -> tuple[Verdict, list[str]]:
     """A case whose run broke: ``error`` with its message (``skip`` when its waiver covers errors)."""
     assert case.error is not None
     if rules.waiver and "error" in rules.waiver_covers:
@@ -497,7 +510,7 @@ def summarize(cases: list[CaseResult], *, interrupted: int | None = None) -> Sum
     for case in cases:
         counts[case.verdict] += 1
     bad = counts["fail"] + counts["error"]
-    verdict = "interrupted" if interrupted else "fail" if bad else "pass"
+    verdict: Literal["pass", "fail", "interrupted"] = "interrupted" if interrupted else "fail" if bad else "pass"
     return Summary(
         total=len(cases),
         passed=counts["pass"],

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from acceptance.formats import dtypes
 from acceptance.records import Determinism
 
-KINDS: tuple[str, ...] = ("bitwise", "nan_payloads", "varying")
+#: A role's run-to-run class (see the module docstring).
+Kind = Literal["bitwise", "nan_payloads", "varying"]
+KINDS: tuple[Kind, ...] = ("bitwise", "nan_payloads", "varying")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -36,7 +39,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return dtypes.bits_view(t) if t.is_floating_point() or t.is_complex() else t
 
 
-def compare(first: torch.Tensor, again: torch.Tensor) -> tuple[str, float, int]:
+def compare(first: torch.Tensor, again: torch.Tensor) -> tuple[Kind, float, int]:
     """(kind, spread, differing elements) of one output's second run against its first (see the module)."""
     if first.shape != again.shape or first.dtype != again.dtype:
         return "varying", math.inf, max(first.numel(), again.numel())
@@ -64,7 +67,7 @@ class RunToRun:
     """The determinism of one role over a case: the worst class seen, the spread and count of differing
     elements summed over trials and outputs, and how many runs each trial had."""
 
-    kind: str = "bitwise"
+    kind: Kind = "bitwise"
     spread: float = 0.0
     differing: int = 0
     runs: int = 1

@@ -143,6 +143,7 @@ class Memo:
             k = len(self.digests) - 1
             if (
                 digest is not None
+                and self.expected is not None
                 and k < len(self.expected)
                 and digest == self.expected[k]
                 and self._bytes + size <= HOLD_BYTES
@@ -172,7 +173,8 @@ class Memo:
         """Store a case's fresh measurement (one measured without an error, every trial digested)."""
         if measured.error is not None or len(self.digests) != self.trials or any(d is None for d in self.digests):
             return
-        rows = torch.frombuffer(bytearray(b"".join(self.digests)), dtype=torch.uint8).reshape(self.trials, _DIGEST)
+        digests = b"".join(d for d in self.digests if d is not None)
+        rows = torch.frombuffer(bytearray(digests), dtype=torch.uint8).reshape(self.trials, _DIGEST)
         text = torch.frombuffer(bytearray(measured.model_dump_json().encode()), dtype=torch.uint8)
         self.cache.put_later(self.entry, [rows, text])
 

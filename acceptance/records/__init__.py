@@ -19,7 +19,7 @@ records; run comparison) and are all importable from here.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import ConfigDict
 
@@ -63,6 +63,8 @@ __all__ = [
     "sorted_failures_first",
     "REL_ERROR_BUCKETS",
 ]
+
+_T = TypeVar("_T")
 
 #: Relative-error buckets of :attr:`CaseResult.rel_error_buckets`, as rocMLIR prints them: label -> upper
 #: bound (exclusive); below them "=0", above them ">1".
@@ -530,22 +532,23 @@ class CaseResult(_Model):
     @property
     def outputs(self) -> list[OutputMeasurement]:
         """The per-output lists read back as one record per output (a list left empty gives null there)."""
-
-        def at(values: list[Any], k: int) -> Any:
-            return values[k] if k < len(values) else None
-
         return [
             OutputMeasurement(
                 metrics=m,
-                impl_oracle=at(self.impl_oracle, k),
-                baseline_oracle=at(self.baseline_oracle, k),
-                ulp=at(self.ulp, k),
-                bias=at(self.bias, k),
-                bit_mismatches=at(self.bit_mismatches, k),
-                diff4=at(self.diff4_counts, k) or Diff4Counts(),
+                impl_oracle=_at(self.impl_oracle, k),
+                baseline_oracle=_at(self.baseline_oracle, k),
+                ulp=_at(self.ulp, k),
+                bias=_at(self.bias, k),
+                bit_mismatches=_at(self.bit_mismatches, k),
+                diff4=_at(self.diff4_counts, k) or Diff4Counts(),
             )
             for k, m in enumerate(self.metrics)
         ]
+
+
+def _at(values: list[_T], k: int) -> _T | None:
+    """``values[k]``, or ``None`` past its end."""
+    return values[k] if k < len(values) else None
 
 
 class Summary(_Model):

@@ -140,7 +140,8 @@ class Bencher:
     def time(
         self, role: str, ref: tuple, args: tuple, params: dict, *, timeout: float
     ) -> tuple[list[float], list[float]]:
-        """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see :data:`acceptance.isolation.worker.Ref`)."""
+        """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see
+        :data:`acceptance.isolation.worker.Ref`)."""
         if self.isolate:
             fn: Any = ("timed", ref, self.options.key())
         else:

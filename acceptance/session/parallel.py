@@ -13,11 +13,12 @@ them together (Holm over the run) as with one job. The records' timings
 
 Jobs ignore SIGINT (a terminal's Ctrl-C reaches the runner only, which stops
 them) and end when the runner ends, however it ends; a job that dies takes
-only its in-flight cases down, each recorded as an error. Each job's worker checks the output folder around every call, so a
-file the code under test writes there is charged to the call that wrote it;
-without isolation the folder is compared before a case was submitted and when
-it finished, and with several cases in flight such a file is charged to the
-first of them that finishes.
+only its in-flight cases down, each recorded as an error. Each job's worker
+checks the output folder around every call, so a file the code under test
+writes there is charged to the call that wrote it; without isolation the
+folder is compared before a case was submitted and when it finished, and with
+several cases in flight such a file is charged to the first of them that
+finishes.
 """
 
 from __future__ import annotations
