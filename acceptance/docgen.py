@@ -26,10 +26,10 @@ from acceptance import errors
 from acceptance.formats import dtypes
 from acceptance.numerics import factors
 from acceptance.numerics.metrics import registry
-from acceptance.records import CaseResult, Criterion, DualDeltaRecord, Results
+from acceptance.records import CaseResult, Criterion, DualDeltaRecord, MeasuredCase, OutputMeasurement, Results
 from acceptance.spec import defaults
 from acceptance.spec.model import CATEGORIES
-from acceptance.wording import fmt
+from acceptance.wording import fmt, fmt_value
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -57,7 +57,7 @@ def categories_table() -> str:
         for dtype in dtypes.TEST_DTYPES:
             ths = defaults.thresholds_for(category, dtype)
             row.append(
-                ", ".join(f"{t.metric} {t.comparison} {fmt(t.value)}" for t in ths)
+                ", ".join(f"{t.metric} {t.comparison} {fmt_value(t.value)}" for t in ths)
                 or "bits of the baseline or of the rounded oracle"
             )
         row.append("yes" if category in defaults.DEFAULT_CATEGORIES else "no")
@@ -224,6 +224,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "exit-codes": exit_codes_table,
     "case-fields": lambda: _fields_table(CaseResult),
     "criterion-fields": lambda: _fields_table(Criterion),
+    "measured-case-fields": lambda: _fields_table(MeasuredCase),
+    "output-fields": lambda: _fields_table(OutputMeasurement),
     "dual-delta-fields": lambda: _fields_table(DualDeltaRecord),
     "results-fields": lambda: _fields_table(Results),
     "cli": cli_reference,

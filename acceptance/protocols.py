@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from acceptance.records import CaseResult, Results
+    from acceptance.records import MeasuredCase, Results
     from acceptance.spec import Case
 
     Tensors = tuple[torch.Tensor, ...]
@@ -30,7 +30,7 @@ class Executor(Protocol):
 
     def measure(
         self, cases: Sequence[Case], started: Callable[[Case], None]
-    ) -> Generator[tuple[Case, CaseResult], None, None]:
+    ) -> Generator[tuple[Case, MeasuredCase], None, None]:
         """Each case with its measurement, as it finishes (any order); ``started(case)`` is called as a case
         begins where the case loop can see it. Closing the generator early stops what is in flight."""
         ...
@@ -41,7 +41,7 @@ class CaseObserver(Protocol):
 
     def case_started(self, case: Case) -> None: ...
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult: ...
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase: ...
 
 
 class ReferenceSource(Protocol):

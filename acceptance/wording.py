@@ -81,7 +81,7 @@ def fmt(x: float | None) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-def fmt_value(value: MetricValue) -> str:
+def fmt_value(value: MetricValue | tuple[float, ...]) -> str:
     """A metric value: a number, or a tuple such as diff3 ``(m1, m2)`` written ``(a, b)``."""
     if isinstance(value, (list, tuple)):
         return "(" + ", ".join(fmt(v) for v in value) + ")"
@@ -110,24 +110,27 @@ def criterion_text(criterion: Criterion) -> str:
     it failed; a dual-delta gate says ``non-inferior`` / ``inferior``. A
     failed diff4 rule and a failed NaN/Inf placement are said in words
     (``diff4 one-sided: p1=1, p2=0 over n=120 unequal points``, ``NaN
-    placement differs from the baseline at 3 positions``). The verdict's
-    reasons are these sentences.
+    placement differs from the baseline at 3 positions``), and so are the
+    vacuity and determinism rules (``vacuous (--strict): ...``, ``impl is not
+    deterministic: ...``). The verdict's reasons are these sentences.
     """
+    if criterion.kind in ("vacuity", "determinism"):
+        return one_line(_rule_text(criterion))
     name = metric_name(criterion)
     where = f"[output {criterion.output}]" if criterion.output else ""
     if criterion.passed is None:
         return one_line(f"{name} not evaluated" + (f": {criterion.note}" if criterion.note else ""))
     if criterion.passed is False and criterion.kind == "placement":
         kind = "NaN" if criterion.metric == "nan_mismatch" else "Inf"
-        return one_line(f"{kind} placement{where} differs from the baseline at {fmt(criterion.value)} positions")
-    if criterion.passed is False and criterion.kind == "diff4":
+        return one_line(f"{kind} placement{where} differs from the baseline at {fmt_value(criterion.value)} positions")
+    if criterion.passed is False and criterion.kind == "diff4" and isinstance(criterion.value, list):
         p1, p2, n = criterion.value
         text = f"diff4{where} ({fmt(p1)}, {fmt(p2)}, n={fmt(n)}): {criterion.note or 'failed'}"
         return one_line(text + (f" ({criterion.source})" if criterion.source else ""))
     value = fmt_value(criterion.value)
     if criterion.kind == "dual_delta":
         word = "non-inferior" if criterion.passed else "inferior"
-        text = f"{name} median ratio {value} {word} (factor {fmt(criterion.threshold)})"
+        text = f"{name} median ratio {value} {word} (factor {fmt_value(criterion.threshold)})"
     elif criterion.comparison in _FAILED_OP:
         op = criterion.comparison if criterion.passed else _FAILED_OP[criterion.comparison]
         text = f"{name} {value} {op} {fmt_value(criterion.threshold)}"
@@ -140,6 +143,22 @@ def criterion_text(criterion: Criterion) -> str:
     return one_line(text)
 
 
+def _rule_text(criterion: Criterion) -> str:
+    """The vacuity or determinism rule in words (see :func:`acceptance.decide.verdict.vacuity_criteria` and
+    :func:`acceptance.decide.verdict.determinism_criteria`): its note holds what was measured."""
+    note = criterion.note or ""
+    if criterion.kind == "vacuity":
+        return f"vacuous (--strict): {note}" if criterion.passed is False else f"vacuous: {note} ({criterion.source})"
+    if criterion.passed is False:
+        return (
+            f"impl is not deterministic: {note}; {criterion.source} "
+            "(spec `deterministic: false` allows run-to-run variation)"
+        )
+    if criterion.passed is None:
+        return f"impl determinism not required: {note} ({criterion.source})"
+    return f"impl deterministic: {note} ({criterion.source})"
+
+
 def full(x: float | None) -> str:
     """A value at full precision (the shortest repr that round-trips)."""
     return "—" if x is None else repr(float(x))
@@ -148,7 +167,10 @@ def full(x: float | None) -> str:
 def worst_element_text(w: WorstElement) -> str:
     """The worst element in words, values at full precision: index, trial, impl, baseline, oracle, ULP distance."""
     out = f" of output {w.output}" if w.output else ""
-    text = f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, baseline {full(w.baseline)}"
+    text = (
+        f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, "
+        f"baseline {full(w.baseline)}"
+    )
     if w.oracle is not None:
         text += f", oracle {full(w.oracle)}; |e-o| = {fmt(w.oracle_error)}" + (
             f" = {fmt(w.ulp)} ulp" if w.ulp is not None else ""

@@ -15,9 +15,9 @@ from acceptance.cli import main
 from acceptance.decide import regression as compare_mod
 from acceptance.decide import verdict
 from acceptance.device import resolve_device
-from acceptance.session.run import run_cases
 from acceptance.records import Results
 from acceptance.session import provenance
+from acceptance.session.run import run_cases
 
 MUTANTS = Path(__file__).resolve().parent / "mutants.py"
 

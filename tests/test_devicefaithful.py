@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from acceptance.session.run import run_cases
 from acceptance.measure.determinism import compare
 from acceptance.measure.sanitize import findings
 from acceptance.numerics.emulate.roles import emulated_baseline
 from acceptance.report.buckets import bucket_table
+from acceptance.report.text import deciding_criterion
+from acceptance.session.run import run_cases
 from acceptance.spec import expand, load_spec, load_specs
 from acceptance.spec.axes import with_seeds
 from acceptance.spec.inputs import generate
@@ -407,8 +408,14 @@ def test_a_racy_kernel_fails_the_determinism_rule_outside_atomic_add(tmp_path, c
     got = run_cases(expand([spec]), CPU, isolate=False)[0]
     assert got.determinism.impl == "varying" and got.determinism.impl_differing > 0
     assert got.verdict == verdict, got.reasons
+    (rule,) = [c for c in got.criteria if c.kind == "determinism"]
+    assert (rule.value, rule.threshold, rule.comparison) == (float(got.determinism.impl_differing), 0.0, "==")
     if verdict == "fail":
         assert got.reasons[0].startswith("impl is not deterministic: ")
+        assert rule.passed is False and deciding_criterion(got) == rule
+        assert got.tolerance_to_pass == {"run_to_run_differing": float(got.determinism.impl_differing)}
+    else:
+        assert rule.passed is None  # variation allowed: the rule is not in force
 
 
 def test_a_varying_baseline_is_a_spec_error(tmp_path):

@@ -257,7 +257,6 @@ def test_a_sigterm_as_the_measuring_ends_still_gives_an_interrupted_run(tmp_path
     """A SIGTERM that lands after the last case, while the run takes its handler down, is still an interrupted
     run (143, results written), not click's "Aborted!" (exit 1, no results). The signal is simulated by the
     progress display raising it as it closes, the moment after the handler's removal would run."""
-    import contextlib
 
     from click.testing import CliRunner
 

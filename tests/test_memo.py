@@ -163,12 +163,12 @@ def test_other_measuring_code_or_an_unreadable_record_measures_again(tmp_path, m
     assert len(measured) == 32
     assert _stripped(edited) == _stripped(cold)
 
-    from acceptance.records import CaseResult
+    from acceptance.records import MeasuredCase
 
     def unreadable(cls, text):
         raise ValueError("not JSON")
 
-    monkeypatch.setattr(CaseResult, "model_validate_json", classmethod(unreadable))
+    monkeypatch.setattr(MeasuredCase, "model_validate_json", classmethod(unreadable))
     broken = _run(specs, tmp_path / "broken")  # every trial held while it matched, then measured after all
     assert len(measured) == 48
     assert _stripped(broken) == _stripped(cold)

@@ -13,8 +13,8 @@ import torch
 from acceptance import spec
 from acceptance.device import resolve_device
 from acceptance.formats import quant_kernels
-from acceptance.session.run import run_cases
 from acceptance.numerics import metrics
+from acceptance.session.run import run_cases
 from acceptance.spec.inputs import generate
 
 ROOT = Path(__file__).resolve().parents[1]

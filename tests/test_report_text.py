@@ -134,3 +134,38 @@ def test_visible_controls_and_one_line():
     assert visible_controls("a\x1bb\x00c\td\ne\ud800\x85") == "a\\x1bb\\x00c\td\ne\\ud800\\x85"
     assert one_line("a\n  b\r\nc", None) == "a b c"
     assert one_line("abcdef", 4) == "abc…"
+
+
+def test_the_vacuity_and_determinism_rules_read_in_every_report_as_the_rule_s_words():
+    from acceptance.report.html import _criterion_row
+    from acceptance.report.text import case_details
+
+    varying = Criterion(
+        kind="determinism",
+        metric="run_to_run_differing",
+        value=3.0,
+        threshold=0.0,
+        comparison="==",
+        passed=False,
+        source="category activation must be bitwise deterministic",
+        note="3 elements differ between 2 runs on the same inputs (max |run_i - run_1| = 0.5)",
+    )
+    said = (
+        "impl is not deterministic: 3 elements differ between 2 runs on the same inputs (max |run_i - run_1| = "
+        "0.5); category activation must be bitwise deterministic (spec `deterministic: false` allows run-to-run "
+        "variation)"
+    )
+    vacuous = Criterion(
+        kind="vacuity", metric="vacuous", comparison="==", source="fails only with --strict", note="why"
+    )
+    fine = Criterion(metric="diff1", value=1e-4, threshold=3e-3, passed=True)
+    c = case(criteria=[fine, vacuous, varying], reasons=[said])
+    assert criterion_text(varying) == said and deciding_criterion(c) is varying and headline(c) == said
+    assert margin(varying) == 0.0
+    assert criterion_text(vacuous) == "vacuous: why (fails only with --strict)"
+    assert criterion_text(vacuous.model_copy(update={"passed": False})) == "vacuous (--strict): why"
+    assert f"FAIL {said}" in case_details(c) and "n/a  vacuous: why" in case_details(c)
+    assert _criterion_row(varying)["result"] == "fail" and _criterion_row(vacuous)["value"] == "—"
+    bitwise = varying.model_copy(update={"value": 0.0, "passed": True, "note": "bitwise identical over 2 runs"})
+    assert criterion_text(bitwise).startswith("impl deterministic: bitwise identical over 2 runs (category")
+    assert margin(bitwise) == math.inf

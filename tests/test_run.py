@@ -470,3 +470,28 @@ def test_the_library_run_refuses_an_unknown_option():
 
     with pytest.raises(TypeError, match="unexpected option.*colour"):
         acceptance.run([], colour=True)
+
+
+def test_strict_fails_a_vacuous_case_by_its_vacuity_criterion_and_a_plain_run_passes_it(tmp_path):
+    """log of negative inputs is NaN on every side: nothing finite is compared, so the case shows nothing."""
+    write_spec(
+        tmp_path,
+        "nan_log",
+        "torch:log",
+        category="activation",
+        inputs="  - {name: x, shape: [N], dist: {uniform: [-2, -1]}}\n",
+        cases="[{N: 33}]",
+        trials=2,
+    )
+    spec = tmp_path / "nan_log.yaml"
+    spec.write_text(spec.read_text().replace("torch:matmul", "torch:log"))
+    why = "no finite element was compared (every output empty or non-finite on both sides)"
+    for strict, code, verdict, passed in ((False, 0, "pass", None), (True, 1, "fail", False)):
+        out = tmp_path / f"out-{strict}"
+        r = run_cli("run", tmp_path, "--out", out, "--no-cache", "--jobs", "1", *(["--strict"] if strict else []))
+        assert r.exit_code == code, r.output
+        _, by_op = cases_by_operator(out)
+        case = by_op["nan_log"]
+        (rule,) = [c for c in case.criteria if c.kind == "vacuity"]
+        assert (case.verdict, rule.passed, rule.note, case.vacuous) == (verdict, passed, why, why)
+        assert case.reasons == ([f"vacuous (--strict): {why}"] if strict else [])

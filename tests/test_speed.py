@@ -329,7 +329,8 @@ def _library_subset(folder: Path) -> Path:
     (folder / "zz_np_arctan.yaml").write_text(yaml.safe_dump(arctan))  # last in case order, first sent to a job
     (folder / "big_add.yaml").write_text(
         "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
-        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {normal: [0, 1]}}\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "  - {name: b, shape: [N], dist: {normal: [0, 1]}}\n"
         "params: {alpha: 1.0}\noracle_params: {alpha: 1}\ncases: [{N: 600001}]\ntrials: 2\nseed: 3\n"
     )
     return folder
@@ -579,7 +580,8 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
     )
     (tmp_path / "s" / "add.yaml").write_text(
         "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
-        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
         "cases: [{N: 3}, {N: 4}, {N: 5}, {N: 6}, {N: 7}, {N: 8}]\ntrials: 2\nseed: 0\n"
     )
     for jobs in ("2", "1"):

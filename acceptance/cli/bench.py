@@ -25,7 +25,7 @@ from acceptance.decide.limits import MAX_SLOWDOWN
 from acceptance.errors import UsageError
 
 if TYPE_CHECKING:
-    from acceptance.records import CaseResult
+    from acceptance.records import MeasuredCase
     from acceptance.spec import Case
 
 
@@ -142,7 +142,7 @@ class _Timings:
     def case_started(self, case: Case) -> None:
         pass
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         p = result.perf
         took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {result.error}"
         click.echo(f"  {case.id}: {took}", err=True)

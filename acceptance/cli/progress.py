@@ -12,7 +12,7 @@ import click
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
 
-    from acceptance.records import CaseResult
+    from acceptance.records import MeasuredCase
     from acceptance.spec import Case
 
 
@@ -45,7 +45,7 @@ class Progress:
     def case_started(self, case: Case) -> None:
         pass
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         self.count += 1
         if self.bar is not None:
             self.bar.update(1, case)

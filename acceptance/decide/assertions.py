@@ -29,7 +29,7 @@ from acceptance.decide.verdict import bits_criteria, threshold_criteria
 from acceptance.formats import dtypes
 from acceptance.measure.diagnose import Diagnosis, bit_mismatches
 from acceptance.numerics import metrics
-from acceptance.records import CaseResult
+from acceptance.records import MetricValue, OutputMeasurement
 from acceptance.spec.defaults import BIT_EXACT_CATEGORIES, Rules, thresholds_for
 from acceptance.spec.model import CATEGORIES
 from acceptance.wording import criterion_text, fmt, worst_element_text
@@ -46,6 +46,11 @@ def _tensor(x: Any, name: str) -> torch.Tensor:
         return torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise TypeError(f"{name}: expected a tensor or an array, got {type(x).__name__} ({exc})") from None
+
+
+def _listed(measured: dict[str, Any]) -> dict[str, MetricValue]:
+    """Metric values as a record holds them: tuples (diff3, diff4) as lists."""
+    return {m: (list(v) if isinstance(v, tuple) else v) for m, v in measured.items()}
 
 
 def assert_accurate(
@@ -77,7 +82,8 @@ def assert_accurate(
     b = b.to(e.device)
     th = thresholds_for(category, name, thresholds)
     bit_exact = category in BIT_EXACT_CATEGORIES and not thresholds
-    tolerance = 0.0 if bit_exact else min((float(t.value) for t in th if t.metric in ("diff1", "diff2")), default=0.0)
+    scalar = [float(t.value) for t in th if t.metric in ("diff1", "diff2") and isinstance(t.value, (int, float))]
+    tolerance = 0.0 if bit_exact else min(scalar, default=0.0)
     rules = Rules(
         category=category,
         dtype=name,
@@ -87,32 +93,19 @@ def assert_accurate(
         element_tolerance=tolerance,
         bit_exact=bit_exact,
     )
-    measured: dict[str, Any] = dict(metrics=[metrics.compute(e, b, dtype=name)])
     rounded = None
     if o is not None:
         rounded = dtypes.rounded(o, b.dtype)
         rounded = o if rounded is None else rounded
-        measured["impl_oracle"] = [metrics.compute(e, rounded.to(e.device), dtype=name)]
-        measured["baseline_oracle"] = [metrics.compute(b, rounded.to(b.device), dtype=name)]
-    if bit_exact:
-        measured["bit_mismatches"] = [bit_mismatches(e, b, rounded.to(e.device) if rounded is not None else None)]
-    case = CaseResult(
-        id="assert_accurate",
-        operator="assert_accurate",
-        category=category,
-        spec_file="",
-        dtype=name,
-        params={},
-        trials=1,
-        seed=0,
-        **{
-            k: [{m: (list(v) if isinstance(v, tuple) else v) for m, v in d.items()} for d in vals]
-            if k != "bit_mismatches"
-            else vals
-            for k, vals in measured.items()
-        },
+    output = OutputMeasurement(
+        metrics=_listed(metrics.compute(e, b, dtype=name)),
+        impl_oracle=_listed(metrics.compute(e, rounded.to(e.device), dtype=name)) if rounded is not None else None,
+        baseline_oracle=_listed(metrics.compute(b, rounded.to(b.device), dtype=name)) if rounded is not None else None,
+        bit_mismatches=bit_mismatches(e, b, rounded.to(e.device) if rounded is not None else None)
+        if bit_exact
+        else None,
     )
-    criteria = threshold_criteria(case, rules) + bits_criteria(case, rules)
+    criteria = threshold_criteria([output], rules) + bits_criteria([output], rules)
     failed = [c for c in criteria if c.passed is False]
     if not failed:
         return

@@ -128,6 +128,7 @@ def observations(cases: Iterable[CaseResult]) -> list[Observation]:
         if case.verdict == "error" or case.error is not None:
             continue
         symbols = {k: v for k, v in case.params.items() if isinstance(v, int) and not isinstance(v, bool)}
+        outputs = case.outputs
         for c in case.criteria:
             threshold = _scalar(c.threshold)
             if c.kind != "threshold" or c.comparison != "<=" or threshold is None:
@@ -135,9 +136,10 @@ def observations(cases: Iterable[CaseResult]) -> list[Observation]:
             if registry.get(c.metric).kind != "error":
                 continue
             k = c.output
-            vb = _scalar(case.metrics[k].get(c.metric)) if k < len(case.metrics) else None
-            io = _scalar(case.impl_oracle[k].get(c.metric)) if k < len(case.impl_oracle) else None
-            bo = _scalar(case.baseline_oracle[k].get(c.metric)) if k < len(case.baseline_oracle) else None
+            o = outputs[k] if k < len(outputs) else None
+            vb = _scalar(o.metrics.get(c.metric)) if o is not None else None
+            io = _scalar(o.impl_oracle.get(c.metric)) if o is not None and o.impl_oracle is not None else None
+            bo = _scalar(o.baseline_oracle.get(c.metric)) if o is not None and o.baseline_oracle is not None else None
             out.append(
                 Observation(
                     case.operator,

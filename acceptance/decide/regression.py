@@ -74,24 +74,20 @@ def _num(d: dict | None, metric: str) -> float | None:
     return None
 
 
-def _at(rows: list[dict], k: int) -> dict | None:
-    return rows[k] if k < len(rows) else None
-
-
 def metric_ratios(
     base: CaseResult, new: CaseResult, *, max_ratio: float = MAX_RATIO, metrics: tuple[str, ...] = METRICS
 ) -> list[MetricRatio]:
     """Every compared metric of every output of one case in both runs (see the module docstring)."""
     out = []
-    for k in range(min(len(base.metrics), len(new.metrics))):
-        oracle = _at(base.impl_oracle, k) is not None and _at(new.impl_oracle, k) is not None
+    for k, (was, now) in enumerate(zip(base.outputs, new.outputs, strict=False)):
+        oracle = was.impl_oracle is not None and now.impl_oracle is not None
         for m in metrics:
             f = rounding_floor(m, new.dtype)
             if oracle:
-                e_b, e_n = _num(_at(base.impl_oracle, k), m), _num(_at(new.impl_oracle, k), m)
-                b_b, b_n = _num(_at(base.baseline_oracle, k), m), _num(_at(new.baseline_oracle, k), m)
+                e_b, e_n = _num(was.impl_oracle, m), _num(now.impl_oracle, m)
+                b_b, b_n = _num(was.baseline_oracle, m), _num(now.baseline_oracle, m)
             else:
-                e_b, e_n = _num(base.metrics[k], m), _num(new.metrics[k], m)
+                e_b, e_n = _num(was.metrics, m), _num(now.metrics, m)
                 b_b = b_n = None
             if e_b is None or e_n is None:
                 continue

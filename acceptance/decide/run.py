@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 from acceptance.decide import verdict
-from acceptance.records import CaseResult
+from acceptance.records import CaseResult, MeasuredCase
 from acceptance.spec import Rules
 
 
-def decide_all(measured: list[tuple[CaseResult, Rules]], *, strict: bool = False) -> list[CaseResult]:
+def decide_all(measured: list[tuple[MeasuredCase, Rules]], *, strict: bool = False) -> list[CaseResult]:
     """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.decide.verdict.decide`).
     Holm's adjusted p-values do not depend on the order of the records, so a run decided in parts' order (shards,
     jobs) decides as one."""

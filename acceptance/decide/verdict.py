@@ -1,10 +1,10 @@
 """The verdict: every pass/fail decision of the package, made once per case.
 
-:func:`decide` takes a measured case (:class:`~acceptance.records.CaseResult`
-without a verdict) and the :class:`~acceptance.spec.defaults.Rules` it is
-judged by, once every statistic the decision needs is known (the run's Holm
-correction of the dual-delta p-values included), and returns it with its
-criteria, verdict and reasons:
+:func:`decide` takes a measured case (:class:`~acceptance.records.MeasuredCase`)
+and the :class:`~acceptance.spec.defaults.Rules` it is judged by, once every
+statistic the decision needs is known (the run's Holm correction of the
+dual-delta p-values included), and returns the decided
+:class:`~acceptance.records.CaseResult` with its criteria, verdict and reasons:
 
 1. **Fixed thresholds** (:func:`threshold_criteria`): each output's
    worst-over-trials metric against each threshold in force, NaN-proof (a
@@ -23,24 +23,30 @@ criteria, verdict and reasons:
    adjusted) finds its worst trial beyond what n draws of factor x the
    baseline's error reach; or (c) its error is NaN/inf in a trial where the
    baseline's is finite.
+4. **Vacuity** (:func:`vacuity_criteria`): under ``--strict`` a case that
+   showed nothing (no finite element compared, or a constant answer where the
+   oracle varies) fails.
+5. **Determinism** (:func:`determinism_criteria`): every category but
+   ``atomic_add`` must give the same bits run to run on the same inputs (NaN
+   payloads aside) unless the spec says ``deterministic: false``.
 
 A case fails when any criterion fails; a waived failure becomes ``skip``; a
 case whose run broke is ``error`` (``skip`` when its waiver covers errors); an
-expired waiver waives nothing and is named among the reasons. Reasons list every failed criterion (in
+expired waiver waives nothing and is named among the reasons. Reasons list every failed fixed criterion (in
 the words of :func:`acceptance.wording.criterion_text`), then every failed
-dual-delta gate, then where the damage is: the fraction of elements over
+dual-delta gate, then the failed vacuity and determinism rules (in the same words); when the oracle leaves
+the test dtype's range that is said first; then where the damage is: the fraction of elements over
 tolerance (and where they sit) and the worst element.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from acceptance.errors import EXIT_FAIL, EXIT_OK
-from acceptance.measure import determinism
 from acceptance.numerics.metrics import diff4_value
 from acceptance.records import (
     VERDICT_ORDER,
@@ -50,10 +56,16 @@ from acceptance.records import (
     Criterion,
     Diff4Counts,
     DualDeltaRecord,
+    MeasuredCase,
+    MetricValue,
+    OutputMeasurement,
     Summary,
+    Verdict,
 )
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
 from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
+
+_T = TypeVar("_T")
 
 
 def _holds(value: Any, threshold: Any, comparison: str) -> bool:
@@ -100,33 +112,39 @@ def _criterion(
     shown = list(threshold) if isinstance(threshold, tuple) else threshold
     crit = dict(kind=kind, metric=metric, output=out, threshold=shown, comparison=comparison, source=source)
     if _holds(value, threshold, comparison):
-        return Criterion(**crit, value=value, passed=True)
+        return Criterion.model_validate({**crit, "value": value, "passed": True})
     io = impl_oracle.get(metric) if impl_oracle else None
     bo = baseline_oracle.get(metric) if baseline_oracle else None
     io = list(io) if isinstance(io, tuple) else io
     if io is not None and bo is not None and _as_close(io, bo, comparison) and _holds(io, threshold, comparison):
-        return Criterion(
-            **crit,
-            value=io,
-            passed=True,
-            against="oracle",
-            note=f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
-            f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})",
+        return Criterion.model_validate(
+            {
+                **crit,
+                "value": io,
+                "passed": True,
+                "against": "oracle",
+                "note": f"against the baseline {fmt_value(value)}; the baseline is further from the oracle "
+                f"rounded to {dtype} ({fmt_value(bo)}) than the impl ({fmt_value(io)})",
+            }
         )
     note = None
     if io is not None and bo is not None:
         note = f"against the oracle rounded to {dtype}: impl {fmt_value(io)}, baseline {fmt_value(bo)}" + (
             "" if _as_close(io, bo, comparison) else " (the impl is the further one)"
         )
-    return Criterion(**crit, value=value, passed=False, note=note)
+    return Criterion.model_validate({**crit, "value": value, "passed": False, "note": note})
 
 
-def threshold_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+def _count(value: MetricValue) -> float:
+    """A scalar count (NaN/Inf mismatches) as a float."""
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def threshold_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
     """Each output's NaN/Inf placement and fixed thresholds, decided oracle-aware (see :func:`_criterion`)."""
     criteria: list[Criterion] = []
-    for out, worst in enumerate(case.metrics):
-        io = case.impl_oracle[out] if out < len(case.impl_oracle) else None
-        bo = case.baseline_oracle[out] if out < len(case.baseline_oracle) else None
+    for out, o in enumerate(outputs):
+        worst, io, bo = o.metrics, o.impl_oracle, o.baseline_oracle
         for name in ("nan_mismatch", "inf_mismatch"):
             criteria.append(
                 _criterion(
@@ -136,7 +154,7 @@ def threshold_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
                     0.0,
                     "==",
                     "NaN/Inf placement must match the baseline",
-                    float(worst.get(name, 0)),
+                    _count(worst.get(name, 0.0)),
                     io,
                     bo,
                     rules.dtype,
@@ -160,7 +178,7 @@ def threshold_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
     return criteria
 
 
-def bits_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+def bits_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
     """Bit-exact categories: every element's bits equal the baseline's or the oracle's rounded once to the dtype
     (a fused multiply-add is the correctly rounded result, not a bug); the sign of zero counts, NaNs are equal."""
     return [
@@ -174,11 +192,12 @@ def bits_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
             passed=count == 0,
             source=f"{rules.category} default (bit exact: the baseline's or the rounded oracle's bits)",
         )
-        for out, count in enumerate(case.bit_mismatches)
+        for out, count in enumerate(o.bit_mismatches for o in outputs)
+        if count is not None
     ]
 
 
-def ulp_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
+def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
     """ULP error against the oracle (flush to zero forgiven), scaled by the baseline's own, above the floor:
 
         max:  impl_max  <= max(f_max · baseline_max,   floor_max,  0.5)
@@ -188,7 +207,9 @@ def ulp_criteria(case: CaseResult, rules: Rules) -> list[Criterion]:
     error of the correctly rounded result.
     """
     criteria = []
-    for out, u in enumerate(case.ulp):
+    for out, u in enumerate(o.ulp for o in outputs):
+        if u is None:
+            continue
         for which, impl, base, floor, free in (
             ("max", u.impl_max, u.baseline_max, rules.floor_max, 0.5),
             ("mean", u.impl_mean, u.baseline_mean, rules.floor_mean, 0.25),
@@ -232,7 +253,8 @@ def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor
     )
     if bias is None or bias.n < DIFF4_MIN_POINTS:
         got = 0 if bias is None else bias.n
-        return Criterion(**crit, passed=None, note=f"{got} elements compared with the oracle < {DIFF4_MIN_POINTS}")
+        note = f"{got} elements compared with the oracle < {DIFF4_MIN_POINTS}"
+        return Criterion.model_validate({**crit, "passed": None, "note": note})
     shifts = {
         "additive": (bias.impl_value, bias.baseline_value),
         "magnitude": (bias.impl_magnitude, bias.baseline_magnitude),
@@ -252,7 +274,7 @@ def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor
         words.insert(0, f"material {' and '.join(material)} bias")
     elif one_sided:
         words.insert(0, "one-sided but immaterial")
-    return Criterion(**crit, passed=not material, note="; ".join(words))
+    return Criterion.model_validate({**crit, "passed": not material, "note": "; ".join(words)})
 
 
 def _errors(x: list[float]) -> np.ndarray:
@@ -316,7 +338,7 @@ def tolerance_to_pass(criteria: list[Criterion]) -> dict[str, float]:
     return out
 
 
-def _where(case: CaseResult) -> list[str]:
+def _where(case: MeasuredCase) -> list[str]:
     """Where the damage is: the fraction of elements over tolerance (and where they sit) and the worst element."""
     lines = []
     if case.bad_fraction:
@@ -327,7 +349,7 @@ def _where(case: CaseResult) -> list[str]:
     return lines
 
 
-def perf_criteria(case: CaseResult) -> list[Criterion]:
+def perf_criteria(case: MeasuredCase) -> list[Criterion]:
     """The speed-up gate of ``acceptance bench``: speedup = baseline median / impl median >= perf.min_speedup
     (no criterion when the case was not timed or its spec sets no min_speedup)."""
     perf = case.perf
@@ -353,24 +375,100 @@ def perf_criteria(case: CaseResult) -> list[Criterion]:
     ]
 
 
-def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResult:
-    """The case with its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
+def vacuity_criteria(case: MeasuredCase, *, strict: bool) -> list[Criterion]:
+    """The vacuity rule, present only for a case that showed nothing (no finite element compared, or a constant
+    answer where the oracle varies): metric ``vacuous``, no value or threshold, ``note`` = why; ``passed`` is
+    ``False`` under ``--strict`` and ``None`` (not failing) otherwise."""
+    if not case.vacuous:
+        return []
+    return [
+        Criterion(
+            kind="vacuity",
+            metric="vacuous",
+            comparison="==",
+            passed=False if strict else None,
+            source="--strict" if strict else "fails only with --strict",
+            note=case.vacuous,
+        )
+    ]
+
+
+def determinism_criteria(case: MeasuredCase) -> list[Criterion]:
+    """The determinism rule, present when determinism was measured: value = elements whose bits differ between
+    runs of the impl on the same inputs (summed over trials), threshold 0, comparison ``==``. It holds when the
+    impl is bitwise or differs only in NaN payloads; ``passed`` is ``None`` when run-to-run variation is allowed
+    (category atomic_add, or the spec's ``deterministic: false``)."""
+    d = case.determinism
+    if d is None:
+        return []
+    if d.impl == "varying":
+        note = (
+            f"{d.impl_differing} elements differ between {d.runs} runs on the same inputs "
+            f"(max |run_i - run_1| = {d.impl_spread:.6g})"
+        )
+    else:
+        same = "bitwise identical" if d.impl == "bitwise" else "identical but for NaN payloads"
+        note = f"{same} over {d.runs} runs on the same inputs"
+    if d.required:
+        source, passed = f"category {case.category} must be bitwise deterministic", d.impl != "varying"
+    else:
+        allowed = f"category {case.category}" if case.category == "atomic_add" else "spec `deterministic: false`"
+        source, passed = f"{allowed} allows run-to-run variation", None
+    return [
+        Criterion(
+            kind="determinism",
+            metric="run_to_run_differing",
+            value=float(d.impl_differing),
+            threshold=0.0,
+            comparison="==",
+            passed=passed,
+            source=source,
+            note=note,
+        )
+    ]
+
+
+def _flat(case: MeasuredCase) -> dict[str, Any]:
+    """The measurement as :class:`CaseResult`'s fields: the per-output records flattened into its parallel
+    lists (a list empty when some output lacks that measurement)."""
+
+    def every(values: list[_T | None]) -> list[_T]:
+        present = [v for v in values if v is not None]
+        return present if len(present) == len(values) else []
+
+    outs = case.outputs
+    return {
+        **{name: getattr(case, name) for name in MeasuredCase.model_fields if name != "outputs"},
+        "metrics": [o.metrics for o in outs],
+        "impl_oracle": every([o.impl_oracle for o in outs]),
+        "baseline_oracle": every([o.baseline_oracle for o in outs]),
+        "ulp": every([o.ulp for o in outs]),
+        "bias": every([o.bias for o in outs]),
+        "bit_mismatches": every([o.bit_mismatches for o in outs]),
+        "diff4_counts": [o.diff4 for o in outs],
+    }
+
+
+def _error_verdict(case: MeasuredCase, rules: Rules) -> tuple[Verdict, list[str]]:
+    """A case whose run broke: ``error`` with its message (``skip`` when its waiver covers errors)."""
+    assert case.error is not None
+    if rules.waiver and "error" in rules.waiver_covers:
+        return "skip", [f"waived: {rules.waiver}", case.error]
+    return "error", [case.error] + ([rules.expired_waiver] if rules.expired_waiver else [])
+
+
+def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseResult:
+    """The decided case: its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
     (nothing compared, or a constant answer where the oracle varies) fails."""
     if case.error is not None:
-        if rules.waiver and "error" in rules.waiver_covers:
-            return case.model_copy(
-                update={"verdict": "skip", "reasons": [f"waived: {rules.waiver}", case.error], "criteria": []}
-            )
-        expired = [rules.expired_waiver] if rules.expired_waiver else []
-        return case.model_copy(update={"verdict": "error", "reasons": [case.error] + expired, "criteria": []})
-    criteria = threshold_criteria(case, rules) + bits_criteria(case, rules) + perf_criteria(case)
+        verdict, reasons = _error_verdict(case, rules)
+        return CaseResult(**_flat(case), verdict=verdict, reasons=reasons)
+    outputs = case.outputs
+    criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
-        criteria += ulp_criteria(case, rules)
+        criteria += ulp_criteria(outputs, rules)
     if rules.diff4:
-        criteria += [
-            diff4_criterion(out, counts, case.bias[out] if out < len(case.bias) else None, rules.bias_floor)
-            for out, counts in enumerate(case.diff4_counts)
-        ]
+        criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
     reasons = [criterion_text(c) for c in criteria if c.passed is False]
     records = [dual_delta_gate(rec) for rec in case.dual_delta]
     defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
@@ -380,9 +478,9 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
         criteria.append(dual_delta_criterion(rec, source))
         where = f" [output {rec.output}]" if rec.output else ""
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
-    if strict and case.vacuous:
-        reasons.append(f"vacuous (--strict): {case.vacuous}")
-    reasons += determinism.reasons(case)
+    rule_criteria = vacuity_criteria(case, strict=strict) + determinism_criteria(case)
+    criteria += rule_criteria
+    reasons += [criterion_text(c) for c in rule_criteria if c.passed is False]
     if reasons and case.oracle_range:
         reasons.insert(
             0,
@@ -396,14 +494,12 @@ def decide(case: CaseResult, rules: Rules, *, strict: bool = False) -> CaseResul
         verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
     elif verdict == "fail" and rules.expired_waiver:
         reasons.append(rules.expired_waiver)
-    return case.model_copy(
-        update={
-            "verdict": verdict,
-            "reasons": reasons,
-            "criteria": criteria,
-            "dual_delta": records,
-            "tolerance_to_pass": tolerance_to_pass(criteria),
-        }
+    return CaseResult(
+        **{**_flat(case), "dual_delta": records},
+        verdict=verdict,
+        reasons=reasons,
+        criteria=criteria,
+        tolerance_to_pass=tolerance_to_pass(criteria),
     )
 
 
@@ -414,7 +510,7 @@ def summarize(cases: list[CaseResult], *, interrupted: int | None = None) -> Sum
     for case in cases:
         counts[case.verdict] += 1
     bad = counts["fail"] + counts["error"]
-    verdict = "interrupted" if interrupted else "fail" if bad else "pass"
+    verdict: Literal["pass", "fail", "interrupted"] = "interrupted" if interrupted else "fail" if bad else "pass"
     return Summary(
         total=len(cases),
         passed=counts["pass"],

@@ -44,7 +44,7 @@ from acceptance.measure.peers import Peers
 from acceptance.measure.references import RunReferences
 from acceptance.numerics import metrics
 from acceptance.numerics.metrics import registry
-from acceptance.records import CaseResult, Diff4Counts, Timing, UlpStats
+from acceptance.records import Diff4Counts, MeasuredCase, OutputMeasurement, Timing, UlpStats
 from acceptance.spec import Case, Rules, resolve_roles, role_refs
 from acceptance.spec.inputs import Recipe
 
@@ -145,9 +145,19 @@ class _Output:
         self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
         self.oracle_constant = self.oracle_constant and constant(o)
 
-    def metrics_record(self) -> dict[str, Any]:
-        """The worst metrics, with diff4 from the counts summed over trials."""
-        return {**self.worst, "diff4": list(metrics.diff4_value(self.diff4.above, self.diff4.below))}
+    def record(self, rules: Rules) -> OutputMeasurement:
+        """The output's measurement: the worst metrics (with diff4 from the counts summed over trials) against
+        the baseline and against the rounded oracle, the ULP stats (``rules.ulp_check``), the bias, the bit
+        mismatches (``rules.bit_exact``) and the diff4 counts."""
+        return OutputMeasurement(
+            metrics={**self.worst, "diff4": list(metrics.diff4_value(self.diff4.above, self.diff4.below))},
+            impl_oracle=self.impl_oracle,
+            baseline_oracle=self.baseline_oracle,
+            ulp=self.ulp if rules.ulp_check else None,
+            bias=self.bias.record(),
+            bit_mismatches=self.bits if rules.bit_exact else None,
+            diff4=self.diff4,
+        )
 
 
 # ----------------------------------------------------------------------------- one case
@@ -169,9 +179,9 @@ def _identity(case: Case, trials: int) -> dict[str, Any]:
     )
 
 
-def error_result(case: Case, rules: Rules, trials: int | None, message: str) -> CaseResult:
+def error_result(case: Case, rules: Rules, trials: int | None, message: str) -> MeasuredCase:
     """The measurement of a case whose run broke before it could be measured: its identity and ``message``."""
-    return CaseResult(**_identity(case, trials_of(case, rules, trials)), error=message)
+    return MeasuredCase(**_identity(case, trials_of(case, rules, trials)), error=message)
 
 
 def trials_of(case: Case, rules: Rules, trials: int | None = None) -> int:
@@ -216,7 +226,7 @@ def begin(
     worker: Worker | None = None,
     references: RunReferences | None = None,
     ahead: bool = False,
-) -> Begun | CaseResult | None:
+) -> Begun | MeasuredCase | None:
     """Get ``case`` ready for :func:`measure` (its error, as a result, when its callables cannot be resolved).
 
     ``ahead``: the worker may be answering another case meanwhile, so nothing may call it now: ``None`` when
@@ -229,7 +239,7 @@ def begin(
     try:
         roles = roles_of(case, refs=worker is not None)
     except Exception as exc:
-        return None if ahead else CaseResult(**identity, error=f"cannot resolve callables: {exc}")
+        return None if ahead else MeasuredCase(**identity, error=f"cannot resolve callables: {exc}")
     if ahead and (engine.needs_setup(roles, True) or (references is not None and not references.known(roles, worker))):
         return None
     spec = case.spec
@@ -289,8 +299,8 @@ def measure(
     references: RunReferences | None = None,
     begun: Begun | None = None,
     then: Callable[[], None] | None = None,
-) -> CaseResult:
-    """Run every trial of one case and measure it (a :class:`CaseResult` without a verdict). Never raises
+) -> MeasuredCase:
+    """Run every trial of one case and measure it (a :class:`MeasuredCase`). Never raises
     for a broken impl: the result then carries ``error``. With a ``worker`` the callables run in it (the
     runner never imports the code under test); without, in this process. ``references``: the run's cache of
     inputs, baseline and oracle outputs (:mod:`acceptance.measure.references`). ``begun``: the case as
@@ -344,14 +354,14 @@ def measure(
                 fold(held)
     except CaseError as exc:
         timing.total = time.perf_counter() - started
-        return CaseResult(**identity, error=str(exc), timing=timing)
+        return MeasuredCase(**identity, error=str(exc), timing=timing)
     except Exception as exc:  # input generation or metrics on a malformed output
         timing.total = time.perf_counter() - started
-        return CaseResult(**identity, error=f"{type(exc).__name__}: {exc}", timing=timing)
+        return MeasuredCase(**identity, error=f"{type(exc).__name__}: {exc}", timing=timing)
 
     if extras.error():
         timing.total = time.perf_counter() - started
-        return CaseResult(**identity, error=extras.error(), timing=timing, **extras.fields())
+        return MeasuredCase(**identity, error=extras.error(), timing=timing, **extras.fields())
     records = []
     if dd_metrics:
         from acceptance.numerics import stats  # scipy.stats: imported while the worker starts (see run)
@@ -380,15 +390,10 @@ def measure(
         for k, v in d.buckets.items():
             buckets[k] = buckets.get(k, 0) + v
     timing.total = time.perf_counter() - started
-    result = CaseResult(
+    result = MeasuredCase(
         **identity,
-        metrics=[acc.metrics_record() for acc in outputs],
+        outputs=[acc.record(rules) for acc in outputs],
         worst=worst.worst if worst else None,
-        impl_oracle=[acc.impl_oracle for acc in outputs],
-        baseline_oracle=[acc.baseline_oracle for acc in outputs],
-        ulp=[acc.ulp for acc in outputs] if rules.ulp_check else [],
-        bias=[acc.bias.record() for acc in outputs],
-        bit_mismatches=[acc.bits for acc in outputs] if rules.bit_exact else [],
         compared=sum(int(acc.worst.get("n", 0)) for acc in outputs),
         vacuous=_vacuous(outputs),
         advisory=peers.advisories(n_trials),
@@ -396,7 +401,6 @@ def measure(
         bad_location=bad.bad_where if bad else None,
         rel_error_buckets=buckets,
         atomic_spread=spread,
-        diff4_counts=[acc.diff4 for acc in outputs],
         dual_delta=records,
         timing=timing,
         **extras.fields(),

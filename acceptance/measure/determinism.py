@@ -11,8 +11,9 @@ first run, over all trials and outputs, into one class:
   them (``inf`` where one run is NaN or infinite and the other is not; 0 when
   only the sign of a zero differs) and ``differing`` counts them.
 
-The rule (:func:`reasons`): every category but ``atomic_add`` must be
-``bitwise`` or ``nan_payloads`` unless the spec says ``deterministic: false``.
+The rule (:func:`acceptance.decide.verdict.determinism_criteria`): every
+category but ``atomic_add`` must be ``bitwise`` or ``nan_payloads`` unless the
+spec says ``deterministic: false`` (:func:`required`).
 A baseline that varies is a spec error (the reference must be reproducible);
 the runner records it as the case's error.
 """
@@ -21,13 +22,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from acceptance.formats import dtypes
-from acceptance.records import CaseResult, Determinism
+from acceptance.records import Determinism
 
-KINDS: tuple[str, ...] = ("bitwise", "nan_payloads", "varying")
+#: A role's run-to-run class (see the module docstring).
+Kind = Literal["bitwise", "nan_payloads", "varying"]
+KINDS: tuple[Kind, ...] = ("bitwise", "nan_payloads", "varying")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -35,7 +39,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return dtypes.bits_view(t) if t.is_floating_point() or t.is_complex() else t
 
 
-def compare(first: torch.Tensor, again: torch.Tensor) -> tuple[str, float, int]:
+def compare(first: torch.Tensor, again: torch.Tensor) -> tuple[Kind, float, int]:
     """(kind, spread, differing elements) of one output's second run against its first (see the module)."""
     if first.shape != again.shape or first.dtype != again.dtype:
         return "varying", math.inf, max(first.numel(), again.numel())
@@ -63,7 +67,7 @@ class RunToRun:
     """The determinism of one role over a case: the worst class seen, the spread and count of differing
     elements summed over trials and outputs, and how many runs each trial had."""
 
-    kind: str = "bitwise"
+    kind: Kind = "bitwise"
     spread: float = 0.0
     differing: int = 0
     runs: int = 1
@@ -105,15 +109,3 @@ def baseline_error(baseline: RunToRun) -> str | None:
         f"spec error: the baseline is not deterministic ({baseline.differing} elements differ between runs on "
         f"the same inputs, max |run_i - run_1| = {baseline.spread:.6g}); a reference must be reproducible"
     )
-
-
-def reasons(case: CaseResult) -> list[str]:
-    """The determinism rule's reasons to fail ``case`` (empty when it holds or was not measured)."""
-    d = case.determinism
-    if d is None or not d.required or d.impl != "varying":
-        return []
-    return [
-        f"impl is not deterministic: {d.impl_differing} elements differ between {d.runs} runs on the same "
-        f"inputs (max |run_i - run_1| = {d.impl_spread:.6g}); category {case.category} must be bitwise "
-        f"deterministic (spec `deterministic: false` allows run-to-run variation)"
-    ]

@@ -18,7 +18,7 @@ Entry of a case (in the :class:`~acceptance.cache.ReferenceCache`, key
 ``role="measurement"``): a uint8 tensor of the XXH3-128 of each trial's
 tensors (:func:`trial_digest`: every output of the impl and its repeats, then
 of the baseline, its repeats and the oracle: dtype, shape, then the bytes), one
-row per trial, and the measured :class:`~acceptance.records.CaseResult` as JSON.
+row per trial, and the measured :class:`~acceptance.records.MeasuredCase` as JSON.
 Its key (:func:`acceptance.cache.key`, which adds the installation) holds the
 case's reference key (case id, dtype, seed, the reference-relevant spec fields,
 the baseline's and oracle's fingerprints, the generator, the worker's threads),
@@ -51,6 +51,7 @@ import xxhash
 from acceptance.cache import key
 from acceptance.formats import dtypes
 from acceptance.measure import engine
+from acceptance.records import MeasuredCase
 
 #: Bytes of trial tensors a case may hold while its digests match the memo's.
 HOLD_BYTES = 64 << 20
@@ -142,6 +143,7 @@ class Memo:
             k = len(self.digests) - 1
             if (
                 digest is not None
+                and self.expected is not None
                 and k < len(self.expected)
                 and digest == self.expected[k]
                 and self._bytes + size <= HOLD_BYTES
@@ -157,23 +159,22 @@ class Memo:
         held, self.held, self._bytes = self.held, [], 0
         return held
 
-    def result(self, update: dict[str, Any]) -> Any | None:
+    def result(self, update: dict[str, Any]) -> MeasuredCase | None:
         """The recorded measurement with ``update`` applied, when every trial matched; else ``None``."""
         if not (self.matching and len(self.held) == self.trials and self.stored is not None):
             return None
-        from acceptance.records import CaseResult
-
         try:
-            found = CaseResult.model_validate_json(self.stored)
+            found = MeasuredCase.model_validate_json(self.stored)
         except ValueError:
             return None
         return found.model_copy(update=update)
 
-    def record(self, measured: Any) -> None:
+    def record(self, measured: MeasuredCase) -> None:
         """Store a case's fresh measurement (one measured without an error, every trial digested)."""
         if measured.error is not None or len(self.digests) != self.trials or any(d is None for d in self.digests):
             return
-        rows = torch.frombuffer(bytearray(b"".join(self.digests)), dtype=torch.uint8).reshape(self.trials, _DIGEST)
+        digests = b"".join(d for d in self.digests if d is not None)
+        rows = torch.frombuffer(bytearray(digests), dtype=torch.uint8).reshape(self.trials, _DIGEST)
         text = torch.frombuffer(bytearray(measured.model_dump_json().encode()), dtype=torch.uint8)
         self.cache.put_later(self.entry, [rows, text])
 

@@ -8,7 +8,7 @@
 * :class:`Extras`: folds every trial into the impl's and baseline's
   run-to-run determinism (:mod:`acceptance.measure.determinism`) and counts where the
   oracle leaves the test dtype's range (:func:`acceptance.formats.presets.range_counts`);
-  :meth:`Extras.fields` gives the :class:`~acceptance.records.CaseResult`
+  :meth:`Extras.fields` gives the :class:`~acceptance.records.MeasuredCase`
   fields, :meth:`Extras.error` a varying baseline's spec error.
 """
 

@@ -3,10 +3,11 @@
 :class:`Results` is the one canonical record of a run (``results.json``,
 written and read by :mod:`acceptance.session.results`); every reporter renders from
 it alone. The pieces are filled along the data flow: the runner measures
-(:class:`CaseResult` without a verdict, :class:`WorstElement`,
-:class:`Timing`), :mod:`acceptance.numerics.stats` describes (:class:`Describe`,
-:class:`StatTest`, :class:`DualDeltaRecord`), :mod:`acceptance.decide.verdict`
-decides (:class:`Criterion`, the verdict and reasons).
+(:class:`MeasuredCase` with one :class:`OutputMeasurement` per output,
+:class:`WorstElement`, :class:`Timing`), :mod:`acceptance.numerics.stats`
+describes (:class:`Describe`, :class:`StatTest`, :class:`DualDeltaRecord`),
+:mod:`acceptance.decide.verdict` decides (:class:`Criterion`, the verdict and
+reasons) and returns the decided :class:`CaseResult`.
 
 Floats that are not finite (``inf``, ``nan``) are written as the JSON strings
 ``"inf"``, ``"-inf"`` and ``"nan"`` so the file stays strict JSON; they load
@@ -18,9 +19,9 @@ records; run comparison) and are all importable from here.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, TypeVar
 
-from pydantic import model_validator
+from pydantic import ConfigDict
 
 from acceptance.records.base import SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Verdict, json_float
 from acceptance.records.base import Model as _Model
@@ -54,12 +55,16 @@ __all__ = [
     "Bias",
     "Advisory",
     "Diff4Counts",
+    "OutputMeasurement",
+    "MeasuredCase",
     "CaseResult",
     "Summary",
     "Results",
     "sorted_failures_first",
     "REL_ERROR_BUCKETS",
 ]
+
+_T = TypeVar("_T")
 
 #: Relative-error buckets of :attr:`CaseResult.rel_error_buckets`, as rocMLIR prints them: label -> upper
 #: bound (exclusive); below them "=0", above them ">1".
@@ -105,7 +110,9 @@ class Environment(_Model):
     """End, ISO 8601, UTC."""
 
 
-CriterionKind = Literal["threshold", "placement", "bits", "ulp", "diff4", "dual_delta", "perf"]
+CriterionKind = Literal[
+    "threshold", "placement", "bits", "ulp", "diff4", "dual_delta", "perf", "vacuity", "determinism"
+]
 
 
 class Criterion(_Model):
@@ -116,7 +123,12 @@ class Criterion(_Model):
     'bits': bit-exact categories, elements matching neither the baseline's nor the rounded oracle's bits;
     'ulp': ULP error against the oracle, scaled by the baseline's; 'diff4': the material-bias rule;
     'dual_delta': the non-inferiority gate of one dual-delta record; 'perf': the speed-up over the perf baseline
-    (``acceptance bench``)."""
+    (``acceptance bench``); 'vacuity': a case that showed nothing (metric 'vacuous', value and threshold null,
+    note = why; present only for such a case, passed null unless the run is --strict, then false);
+    'determinism': run-to-run determinism of the impl (metric 'run_to_run_differing', value = elements whose
+    bits differ between runs on the same inputs, threshold 0, comparison '=='; present when determinism was
+    measured; passed = the impl is bitwise or differs only in NaN payloads, null when the category or the
+    spec allows variation)."""
     metric: str
     """The metric (for 'dual_delta', the metric of the record)."""
     output: int = 0
@@ -341,14 +353,101 @@ class Diff4Counts(_Model):
     """Positions with baseline < oracle."""
 
 
-class CaseResult(_Model):
-    """One (operator, dtype, case): what was measured and what was decided about it.
+class OutputMeasurement(_Model):
+    """What one output of a case measured over its trials, against the baseline and against the oracle."""
 
-    The runner fills the measurement; :func:`acceptance.decide.verdict.decide` adds
-    ``verdict``, ``reasons``, ``criteria`` and ``tolerance_to_pass`` once every
-    statistic the decision needs is known (Holm over the run included).
-    ``verdict`` is ``None`` only before that (a measured, undecided case);
-    ``results.json`` holds decided cases only.
+    model_config = ConfigDict(**_Model.model_config, frozen=True)
+
+    metrics: dict[str, MetricValue] = {}
+    """The worst-over-trials metrics of impl against baseline (diff4 from the counts summed over trials)."""
+    impl_oracle: dict[str, MetricValue] | None = None
+    """The worst-over-trials metrics of impl against the oracle rounded once to the dtype (null: no oracle)."""
+    baseline_oracle: dict[str, MetricValue] | None = None
+    """The same for the baseline (null: no oracle)."""
+    ulp: UlpStats | None = None
+    """ULP error against the oracle (flush forgiven), impl and baseline (null: not measured)."""
+    bias: Bias | None = None
+    """The signed error against the oracle (the diff4 rule's material-bias test; null: not measured)."""
+    bit_mismatches: int | None = None
+    """Bit-exact categories: elements whose bits match neither the baseline nor the rounded oracle (null: not
+    measured)."""
+    diff4: Diff4Counts = Diff4Counts()
+    """The counts behind the diff4 rule, summed over trials."""
+
+
+class MeasuredCase(_Model):
+    """One (operator, dtype, case) as measured, before any decision: what the runner, the journal and the
+    measurement memo hold. :func:`acceptance.decide.verdict.decide` makes the :class:`CaseResult` of it; the
+    fields mean what the same fields of :class:`CaseResult` mean."""
+
+    model_config = ConfigDict(**_Model.model_config, frozen=True)
+
+    id: str
+    """Stable unique id."""
+    operator: str
+    """Operator name."""
+    category: str
+    """Operator category."""
+    spec_file: str
+    """Path of the spec file."""
+    dtype: str
+    """Test dtype."""
+    params: dict[str, Any]
+    """The case symbols, and the case's own params under 'params'."""
+    trials: int
+    """Trials run."""
+    seed: int
+    """Spec seed."""
+    outputs: list[OutputMeasurement] = []
+    """One record per output of the operator (empty when the run of the case broke)."""
+    compared: int | None = None
+    """Elements compared numerically over all outputs and trials."""
+    vacuous: str | None = None
+    """Why the case says nothing, when it does not."""
+    advisory: list[Advisory] = []
+    """What peers' gates would have said."""
+    worst: WorstElement | None = None
+    """The worst element."""
+    bad_fraction: JFloat | None = None
+    """Fraction of elements over tolerance, worst trial."""
+    bad_location: str | None = None
+    """Where the elements over tolerance sit, in words."""
+    rel_error_buckets: dict[str, int] = {}
+    """Counts of |e-b|/|b| over all trials."""
+    atomic_spread: JFloat | None = None
+    """max |run_i - run_j| of impl on the same inputs (atomic_add)."""
+    determinism: Determinism | None = None
+    """Run-to-run determinism of impl and baseline (null: not measured)."""
+    emulation: str | None = None
+    """The emulation the baseline used, in words."""
+    oracle_range: str | None = None
+    """Where the oracle leaves the test dtype's range, in words."""
+    layouts: dict[str, str] = {}
+    """Inputs the impl got in a non-contiguous memory layout."""
+    dual_delta: list[DualDeltaRecord] = []
+    """Dual-delta analyses, one per (output, metric), not yet gated (Holm over the run comes later)."""
+    timing: Timing = Timing()
+    """Seconds per role."""
+    waiver: str | None = None
+    """The spec's waiver in force for this case."""
+    error: str | None = None
+    """Message when the run of the case broke."""
+    perf: PerfRecord | None = None
+    """Timing by ``acceptance bench``."""
+    warnings: list[str] = []
+    """What the code under test reported without breaking."""
+    description: str = ""
+    """The spec's description of the operator."""
+
+
+class CaseResult(_Model):
+    """One decided (operator, dtype, case): what was measured and what was decided about it.
+
+    :func:`acceptance.decide.verdict.decide` makes it from a :class:`MeasuredCase` once every statistic the
+    decision needs is known (Holm over the run included): the measurement, with its per-output records
+    flattened into the parallel lists below (``metrics[k]``, ``impl_oracle[k]``, ... are output k's; a list
+    is empty when that measurement was not made), and ``verdict``, ``reasons``, ``criteria`` and
+    ``tolerance_to_pass``. :attr:`outputs` reads the lists back one record per output.
     """
 
     id: str
@@ -367,8 +466,8 @@ class CaseResult(_Model):
     """Trials run."""
     seed: int
     """Spec seed (inputs depend on it, the case id and the trial)."""
-    verdict: Verdict | None = None
-    """pass | fail | error | skip (null only before the decision)."""
+    verdict: Verdict
+    """pass | fail | error | skip."""
     reasons: list[str] = []
     """Why, in words; non-empty unless pass."""
     criteria: list[Criterion] = []
@@ -430,6 +529,27 @@ class CaseResult(_Model):
     description: str = ""
     """The spec's description of the operator."""
 
+    @property
+    def outputs(self) -> list[OutputMeasurement]:
+        """The per-output lists read back as one record per output (a list left empty gives null there)."""
+        return [
+            OutputMeasurement(
+                metrics=m,
+                impl_oracle=_at(self.impl_oracle, k),
+                baseline_oracle=_at(self.baseline_oracle, k),
+                ulp=_at(self.ulp, k),
+                bias=_at(self.bias, k),
+                bit_mismatches=_at(self.bit_mismatches, k),
+                diff4=_at(self.diff4_counts, k) or Diff4Counts(),
+            )
+            for k, m in enumerate(self.metrics)
+        ]
+
+
+def _at(values: list[_T], k: int) -> _T | None:
+    """``values[k]``, or ``None`` past its end."""
+    return values[k] if k < len(values) else None
+
 
 class Summary(_Model):
     """Counts per verdict and the outcome of the run."""
@@ -469,13 +589,6 @@ class Results(_Model):
     """The comparison with a base run (``acceptance run --compare-to``), when asked for."""
     waivers: list[WaiverRecord] = []
     """Every waiver of the specs run, with what it did in this run (applied, unmatched, expired)."""
-
-    @model_validator(mode="after")
-    def _decided(self) -> Results:
-        undecided = [c.id for c in self.cases if c.verdict is None]
-        if undecided:
-            raise ValueError(f"{len(undecided)} case(s) have no verdict, e.g. {undecided[0]}")
-        return self
 
 
 def sorted_failures_first(cases: list[CaseResult]) -> list[CaseResult]:

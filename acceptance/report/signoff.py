@@ -3,8 +3,8 @@
 Each line gives the case counts, the thresholds in force with where each came
 from (:attr:`Criterion.source`: a category default or a spec override), and
 the cases that failed. Every waiver in force (:attr:`CaseResult.waiver`) is
-listed with what it did (waived a failure, not needed, did not cover it), and the page carries the same provenance block as the HTML
-report. Self-contained, no script, printable.
+listed with what it did (waived a failure, not needed, did not cover it), and
+the page carries the same provenance block as the HTML report. Self-contained, no script, printable.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class Threshold:
 
 @dataclass(frozen=True)
 class SignoffLine:
-    """One (operator, dtype): fail on any fail or error, else pass when any case passed, else waived (when a skip was a waiver) or skip."""
+    """One (operator, dtype): fail on any fail or error, else pass when any case passed, else waived (when a skip
+    was a waiver) or skip."""
 
     operator: str
     category: str
@@ -68,11 +69,12 @@ class SignoffLine:
 
 
 def thresholds_in_force(cases: list[CaseResult]) -> list[Threshold]:
-    """Distinct (metric, comparison, source) over the cases' criteria, with the range of their thresholds, in first-seen order."""
+    """Distinct (metric, comparison, source) over the cases' evaluated criteria, with the range of their thresholds,
+    in first-seen order (a rule not in force, e.g. determinism where the category allows variation, is left out)."""
     seen: dict[tuple[str, str, str], list[float]] = {}
     for case in cases:
         for c in case.criteria:
-            if c.threshold is not None:
+            if c.threshold is not None and c.passed is not None:
                 seen.setdefault((metric_name(c), c.comparison, c.source), []).append(c.threshold)
     return [Threshold(m, comp, min(ts), max(ts), src) for (m, comp, src), ts in seen.items()]
 
@@ -83,7 +85,10 @@ def signoff_lines(results: Results) -> list[SignoffLine]:
     lines = []
     for (operator, dtype), group in groupby(sorted(results.cases, key=key), key=key):
         cases = list(group)
-        count = lambda v: sum(c.verdict == v for c in cases)  # noqa: E731
+
+        def count(v: str, cases: list[CaseResult] = cases) -> int:
+            return sum(c.verdict == v for c in cases)
+
         lines.append(
             SignoffLine(
                 operator=operator,

@@ -34,7 +34,7 @@ from acceptance.isolation.worker import Worker, resolve
 from acceptance.measure import case as measuring
 from acceptance.measure import engine
 from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
-from acceptance.records import CaseResult, PerfRecord
+from acceptance.records import MeasuredCase, PerfRecord
 from acceptance.spec import Case, rules_for, value_of
 from acceptance.spec.inputs import RoleInputs, generate
 
@@ -140,7 +140,8 @@ class Bencher:
     def time(
         self, role: str, ref: tuple, args: tuple, params: dict, *, timeout: float
     ) -> tuple[list[float], list[float]]:
-        """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see :data:`acceptance.isolation.worker.Ref`)."""
+        """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see
+        :data:`acceptance.isolation.worker.Ref`)."""
         if self.isolate:
             fn: Any = ("timed", ref, self.options.key())
         else:
@@ -193,7 +194,7 @@ class Bench:
 
     def measure(
         self, cases: Sequence[Case], started: Callable[[Case], None]
-    ) -> Generator[tuple[Case, CaseResult], None, None]:
+    ) -> Generator[tuple[Case, MeasuredCase], None, None]:
         limit = max((int(c.spec.memory_limit_gib * 2**30) for c in cases), default=None)
         bencher = Bencher(self.device, self.options, isolate=self.isolate, memory_limit=limit)
         try:

@@ -34,7 +34,7 @@ from acceptance.isolation.serve import die_with
 from acceptance.isolation.worker import WORKER_THREADS, Worker
 from acceptance.measure import case as measuring
 from acceptance.measure.references import RunReferences
-from acceptance.records import CaseResult
+from acceptance.records import MeasuredCase
 from acceptance.session import startup
 from acceptance.spec import Case, rules_for
 
@@ -73,7 +73,7 @@ class InProcess:
     def __init__(self, settings: Settings):
         self.settings = settings
 
-    def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, CaseResult], None, None]:
+    def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, MeasuredCase], None, None]:
         s = self.settings
         references = RunReferences(s.reference_cache())
         startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
@@ -96,7 +96,7 @@ class OneWorker:
         self.settings, self.keep = settings, keep
         self._held: _WorkerRun | None = None
 
-    def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, CaseResult], None, None]:
+    def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, MeasuredCase], None, None]:
         s = self.settings
         todo = list(cases)
         if self._held is None:
@@ -152,7 +152,7 @@ class _WorkerRun:
             self.references.prefetch(measuring.known_roles(self.todo[i:]), self.worker)
         return self.worker
 
-    def measure(self, i: int) -> CaseResult:
+    def measure(self, i: int) -> MeasuredCase:
         case, s = self.todo[i], self.settings
         worker = self._ready_for(i)
         begun, self.ahead = self.ahead, None
@@ -232,7 +232,7 @@ class Jobs:
     def __init__(self, settings: Settings, jobs: int):
         self.settings, self.jobs = settings, jobs
 
-    def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, CaseResult], None, None]:
+    def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, MeasuredCase], None, None]:
         todo = list(cases)
         if not todo:
             return
@@ -282,7 +282,7 @@ class _JobPool:
         theirs.close()
         return _Job(process, mine)
 
-    def run(self, queue: deque[Case], started: Started) -> Generator[tuple[Case, CaseResult], None, None]:
+    def run(self, queue: deque[Case], started: Started) -> Generator[tuple[Case, MeasuredCase], None, None]:
         for job in self.jobs:
             self._fill(job, queue, started)
         while any(job.sent for job in self.jobs):
@@ -310,16 +310,16 @@ class _JobPool:
             job.sent.append(case)
 
     @staticmethod
-    def _answer(job: _Job) -> CaseResult | None:
+    def _answer(job: _Job) -> MeasuredCase | None:
         try:
             if job.conn.poll():
                 answer = job.conn.recv()
-                return answer if isinstance(answer, CaseResult) else None
+                return answer if isinstance(answer, MeasuredCase) else None
         except (EOFError, OSError):
             pass
         return None
 
-    def _lost(self, job: _Job, queue: deque[Case]) -> Generator[tuple[Case, CaseResult], None, None]:
+    def _lost(self, job: _Job, queue: deque[Case]) -> Generator[tuple[Case, MeasuredCase], None, None]:
         """A job that died: the case it was measuring (the oldest sent) is an error naming how it ended; the cases
         waiting in its pipe go back to the front of the queue, for another job."""
         job.process.join(5)

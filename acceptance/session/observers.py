@@ -10,7 +10,7 @@ from pathlib import Path
 
 from acceptance.isolation.serve import remove_written, snapshot
 from acceptance.measure import sanitize
-from acceptance.records import CaseResult
+from acceptance.records import MeasuredCase
 from acceptance.session.results import OutputFolder
 from acceptance.spec import Case
 
@@ -21,7 +21,7 @@ class Observer:
     def case_started(self, case: Case) -> None:
         pass
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         return result
 
 
@@ -32,7 +32,7 @@ class Sanitizer(Observer):
     def __init__(self, device: str):
         self.device = device
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         return sanitize.check(case.id, case.spec.path, result, self.device)
 
 
@@ -48,7 +48,7 @@ class FolderGuard(Observer):
     def case_started(self, case: Case) -> None:
         self.before[case.id] = snapshot(self.folder)
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         touched = remove_written(self.folder, self.before.pop(case.id, {}))
         if not touched:
             return result
@@ -66,6 +66,6 @@ class Journal(Observer):
     def __init__(self, folder: OutputFolder):
         self.folder = folder
 
-    def case_finished(self, case: Case, result: CaseResult) -> CaseResult:
+    def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         self.folder.append(result)
         return result

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from acceptance.errors import OutputError, ResultsError
-from acceptance.records import SCHEMA_VERSION, CaseResult, Results, WaiverRecord
+from acceptance.records import SCHEMA_VERSION, CaseResult, MeasuredCase, Results, WaiverRecord
 
 
 def dumps(results: Results) -> str:
@@ -219,7 +219,7 @@ class OutputFolder:
             (self.path / name).unlink(missing_ok=True)
         self._journal: TextIO | None = None
 
-    def journaled(self) -> list[CaseResult]:
+    def journaled(self) -> list[MeasuredCase]:
         """The measured cases of the journal (a line cut short by a crash is dropped)."""
         path = self.path / JOURNAL
         if not path.exists():
@@ -227,12 +227,12 @@ class OutputFolder:
         out = []
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
-                out.append(CaseResult.model_validate_json(line))
+                out.append(MeasuredCase.model_validate_json(line))
             except ValueError:
                 continue
         return out
 
-    def append(self, case: CaseResult) -> None:
+    def append(self, case: MeasuredCase) -> None:
         """Add a measured case to the journal, on disk before this returns."""
         if self._journal is None:
             self._journal = open(self.path / JOURNAL, "a", encoding="utf-8")

@@ -24,7 +24,7 @@ from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
 from acceptance.isolation.worker import WORKER_THREADS
 from acceptance.protocols import CaseObserver, Executor
-from acceptance.records import CaseResult, Results
+from acceptance.records import CaseResult, MeasuredCase, Results
 from acceptance.report import REPORTERS, Context
 from acceptance.session import startup
 from acceptance.session.executors import Settings, cache_settings, default_jobs, executor_for
@@ -79,7 +79,7 @@ class Session:
         self.device = torch.device("cpu")
         self.specs: list[OperatorSpec] = []
         self.cases: list[Case] = []
-        self.measured: list[tuple[CaseResult, Rules]] = []  # journaled ones first, then as the cases finish
+        self.measured: list[tuple[MeasuredCase, Rules]] = []  # journaled ones first, then as the cases finish
         self.folder: OutputFolder | None = None
         self.base_run: Results | None = None
         self.written: list[Path] = []
