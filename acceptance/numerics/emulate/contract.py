@@ -1,4 +1,5 @@
-"""Contractions (matmul, bmm, linear, conv2d) whose accumulation rounds as a device's does (see the package docstring)."""
+"""Contractions (matmul, bmm, linear, conv2d) whose accumulation rounds as a device's does (see the package
+docstring)."""
 
 from __future__ import annotations
 
@@ -320,7 +321,8 @@ def conv2d(
     wo = (w + 2 * padding[1] - dilation[1] * (sw - 1) - 1) // stride[1] + 1
     if ho < 1 or wo < 1:
         raise ValueError(
-            f"{where}: the output would be empty ({ho}x{wo}) for input {tuple(x.shape)} and weight {tuple(weight.shape)}"
+            f"{where}: the output would be empty ({ho}x{wo}) for input {tuple(x.shape)}"
+            f" and weight {tuple(weight.shape)}"
         )
     s = _scheme(acc_dtype, chunk, rounding, split_k, fused, where)
     dtype = _out_dtype(out_dtype, torch.promote_types(x.dtype, weight.dtype), where)

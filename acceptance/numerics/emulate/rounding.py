@@ -313,6 +313,7 @@ def round_sum(terms: Sequence[torch.Tensor], dtype: DtypeLike, rounding: str = "
         mag = term.abs()
         if bool(((mag > _ROUND_SUM_LIMIT) & (mag != math.inf)).any()):
             raise ValueError(
-                f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude; the exact summation needs headroom below float64's range"
+                f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude;"
+                " the exact summation needs headroom below float64's range"
             )
     return _Rounder(fmt, rounding).sum(torch.stack(terms))

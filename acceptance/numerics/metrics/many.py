@@ -72,7 +72,8 @@ class Batch:
     def compute(
         self, evaluated: Any, baseline: Any, *, dtype: Any = None, names: Iterable[str] | None = None
     ) -> dict[str, Any]:
-        """:func:`acceptance.numerics.metrics.compute` of one pair, with the operands converted at most once per batch."""
+        """:func:`acceptance.numerics.metrics.compute` of one pair, with the operands converted at most once per
+        batch."""
         chosen = selected(names)
         e, fe = self._operand(evaluated, "evaluated")
         b, fb = self._operand(baseline, "baseline")

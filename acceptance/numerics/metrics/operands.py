@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
 
 from acceptance.formats import dtypes
 
-ArrayLike = Union[np.ndarray, torch.Tensor]
+ArrayLike = np.ndarray | torch.Tensor
 
 #: Every torch dtype of the dtype table (this torch build's), and its 8-bit float formats.
 TORCH_NUMERIC = frozenset(row.torch for row in dtypes.TABLE.values() if row.torch is not None)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import numpy as np
 
