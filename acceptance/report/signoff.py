@@ -3,8 +3,8 @@
 Each line gives the case counts, the thresholds in force with where each came
 from (:attr:`Criterion.source`: a category default or a spec override), and
 the cases that failed. Every waiver in force (:attr:`CaseResult.waiver`) is
-listed with what it did (waived a failure, not needed, did not cover it), and the page carries the same provenance block as the HTML
-report. Self-contained, no script, printable.
+listed with what it did (waived a failure, not needed, did not cover it), and
+the page carries the same provenance block as the HTML report. Self-contained, no script, printable.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class Threshold:
 
 @dataclass(frozen=True)
 class SignoffLine:
-    """One (operator, dtype): fail on any fail or error, else pass when any case passed, else waived (when a skip was a waiver) or skip."""
+    """One (operator, dtype): fail on any fail or error, else pass when any case passed, else waived (when a skip
+    was a waiver) or skip."""
 
     operator: str
     category: str
@@ -68,7 +69,8 @@ class SignoffLine:
 
 
 def thresholds_in_force(cases: list[CaseResult]) -> list[Threshold]:
-    """Distinct (metric, comparison, source) over the cases' criteria, with the range of their thresholds, in first-seen order."""
+    """Distinct (metric, comparison, source) over the cases' criteria, with the range of their thresholds, in
+    first-seen order."""
     seen: dict[tuple[str, str, str], list[float]] = {}
     for case in cases:
         for c in case.criteria:
@@ -77,23 +79,27 @@ def thresholds_in_force(cases: list[CaseResult]) -> list[Threshold]:
     return [Threshold(m, comp, min(ts), max(ts), src) for (m, comp, src), ts in seen.items()]
 
 
+def _count(cases: list[CaseResult], verdict: str) -> int:
+    """How many of ``cases`` have ``verdict``."""
+    return sum(c.verdict == verdict for c in cases)
+
+
 def signoff_lines(results: Results) -> list[SignoffLine]:
     """One line per (operator, dtype), ordered by operator then dtype."""
     key = lambda c: (c.operator, c.dtype)  # noqa: E731
     lines = []
     for (operator, dtype), group in groupby(sorted(results.cases, key=key), key=key):
         cases = list(group)
-        count = lambda v: sum(c.verdict == v for c in cases)  # noqa: E731
         lines.append(
             SignoffLine(
                 operator=operator,
                 category=cases[0].category,
                 dtype=dtype,
                 spec_file=cases[0].spec_file,
-                passed=count("pass"),
-                failed=count("fail"),
-                errors=count("error"),
-                skipped=count("skip"),
+                passed=_count(cases, "pass"),
+                failed=_count(cases, "fail"),
+                errors=_count(cases, "error"),
+                skipped=_count(cases, "skip"),
                 waived=sum(c.verdict == "skip" and c.waiver is not None for c in cases),
                 thresholds=thresholds_in_force(cases),
                 failing=[c.id for c in cases if c.verdict in ("fail", "error")],

@@ -112,7 +112,8 @@ def plottable(values: Sequence[float], log: bool) -> tuple[np.ndarray, dict[str,
 
 
 def data_range(values: np.ndarray, log: bool) -> tuple[float, float]:
-    """[lo, hi] covering the values, widened when they are all equal (by a decade on log axes, ±0.5 or ±10 % on linear)."""
+    """[lo, hi] covering the values, widened when they are all equal (by a decade on log axes, ±0.5 or ±10 % on
+    linear)."""
     lo, hi = float(values.min()), float(values.max())
     if lo == hi:
         if log:
@@ -173,13 +174,15 @@ def _frame(
             x = xs(t)
             out.append(f'<line class="grid" x1="{_n(x)}" x2="{_n(x)}" y1="{y0}" y2="{y1}"/>')
             out.append(
-                f'<text class="tick" x="{_n(x)}" y="{y0 + 13}" text-anchor="middle">{_esc(tick_label(t, xs.log))}</text>'
+                f'<text class="tick" x="{_n(x)}" y="{y0 + 13}" text-anchor="middle">'
+                f"{_esc(tick_label(t, xs.log))}</text>"
             )
     out += body
     out.append(f'<path class="axis" d="M{x0} {y1}V{y0}H{x1}"/>')
     out.append(f'<text class="label" x="{(x0 + x1) / 2}" y="{y0 + 30}" text-anchor="middle">{_esc(xlabel)}</text>')
     out.append(
-        f'<text class="label" transform="rotate(-90)" x="{-(y0 + y1) / 2}" y="13" text-anchor="middle">{_esc(ylabel)}</text>'
+        f'<text class="label" transform="rotate(-90)" x="{-(y0 + y1) / 2}" y="13" text-anchor="middle">'
+        f"{_esc(ylabel)}</text>"
     )
     x = x0
     for label, cls in legend:  # one row between the title and the plot
@@ -228,7 +231,8 @@ def histogram_overlay(
 
 @dataclass(frozen=True)
 class BoxStats:
-    """Tukey box: quartiles (numpy linear interpolation), whiskers at the most extreme values within 1.5·IQR of the box."""
+    """Tukey box: quartiles (numpy linear interpolation), whiskers at the most extreme values within 1.5·IQR of the
+    box."""
 
     q1: float
     median: float
@@ -274,14 +278,16 @@ def box_plot(series: Sequence[tuple[str, Sequence[float], str]], *, title: str, 
         )
         for w in (b.whisker_lo, b.whisker_hi):
             body.append(
-                f'<line class="whisker" x1="{_n(cx - half / 2)}" x2="{_n(cx + half / 2)}" y1="{_n(ys(w))}" y2="{_n(ys(w))}"/>'
+                f'<line class="whisker" x1="{_n(cx - half / 2)}" x2="{_n(cx + half / 2)}"'
+                f' y1="{_n(ys(w))}" y2="{_n(ys(w))}"/>'
             )
         body.append(
             f'<rect class="{cls} box" x="{_n(cx - half)}" y="{_n(ys(b.q3))}" width="{_n(2 * half)}" '
             f'height="{_n(max(ys(b.q1) - ys(b.q3), 0.5))}"/>'
         )
         body.append(
-            f'<line class="median" x1="{_n(cx - half)}" x2="{_n(cx + half)}" y1="{_n(ys(b.median))}" y2="{_n(ys(b.median))}"/>'
+            f'<line class="median" x1="{_n(cx - half)}" x2="{_n(cx + half)}"'
+            f' y1="{_n(ys(b.median))}" y2="{_n(ys(b.median))}"/>'
         )
         for o in _thin(b.outliers, 200):
             body.append(f'<circle class="{cls} dot" cx="{_n(cx)}" cy="{_n(ys(o))}" r="2"/>')
@@ -403,7 +409,8 @@ def scatter_plot(impl: Sequence[float], baseline: Sequence[float], *, factor: fl
 
 
 def bar_chart(labels: Sequence[str], counts: Sequence[int], *, title: str, xlabel: str, ylabel: str) -> str:
-    """Counts per category (e.g. relative-error buckets), each bar labelled with its count; log y when counts span decades."""
+    """Counts per category (e.g. relative-error buckets), each bar labelled with its count; log y when counts span
+    decades."""
     width = max(WIDTH, LEFT + RIGHT + 34 * len(labels))
     c = np.asarray(counts, dtype=np.float64)
     if not c.size or c.max() <= 0:
@@ -418,12 +425,15 @@ def bar_chart(labels: Sequence[str], counts: Sequence[int], *, title: str, xlabe
         if n > 0:
             top = ys(n)
             body.append(
-                f'<rect class="bar" x="{_n(x + slot * 0.15)}" y="{_n(top)}" width="{_n(slot * 0.7)}" height="{_n(ys.px_lo - top)}"/>'
+                f'<rect class="bar" x="{_n(x + slot * 0.15)}" y="{_n(top)}" width="{_n(slot * 0.7)}"'
+                f' height="{_n(ys.px_lo - top)}"/>'
             )
         body.append(
-            f'<text class="count" x="{_n(cx)}" y="{_n((ys(n) if n > 0 else ys.px_lo) - 3)}" text-anchor="middle">{int(n)}</text>'
+            f'<text class="count" x="{_n(cx)}" y="{_n((ys(n) if n > 0 else ys.px_lo) - 3)}" text-anchor="middle">'
+            f"{int(n)}</text>"
         )
         body.append(
-            f'<text class="tick" transform="translate({_n(cx + 3)} {HEIGHT - BOTTOM + 8}) rotate(-35)" text-anchor="end">{_esc(label)}</text>'
+            f'<text class="tick" transform="translate({_n(cx + 3)} {HEIGHT - BOTTOM + 8}) rotate(-35)"'
+            f' text-anchor="end">{_esc(label)}</text>'
         )
     return _frame(title, None, ys, "", ylabel, body, note=xlabel, width=width)
