@@ -148,7 +148,10 @@ def full(x: float | None) -> str:
 def worst_element_text(w: WorstElement) -> str:
     """The worst element in words, values at full precision: index, trial, impl, baseline, oracle, ULP distance."""
     out = f" of output {w.output}" if w.output else ""
-    text = f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, baseline {full(w.baseline)}"
+    text = (
+        f"worst element{out} at {tuple(w.index)} (trial {w.trial}):"
+        f" impl {full(w.evaluated)}, baseline {full(w.baseline)}"
+    )
     if w.oracle is not None:
         text += f", oracle {full(w.oracle)}; |e-o| = {fmt(w.oracle_error)}" + (
             f" = {fmt(w.ulp)} ulp" if w.ulp is not None else ""

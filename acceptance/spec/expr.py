@@ -7,7 +7,6 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Union
 
 _BINOPS: dict[type, Callable[[int, int], int]] = {
     ast.Add: operator.add,
@@ -84,8 +83,8 @@ def parse_expr(text: str) -> int | Expr:
         raise ValueError(f"{text!r}: division by zero") from None
 
 
-Bound = Union[int, float, Expr]
-Dim = Union[int, Expr]
+Bound = int | float | Expr
+Dim = int | Expr
 
 
 def value_of(bound: Bound, symbols: Mapping[str, int]) -> int | float:

@@ -39,7 +39,8 @@ class _Model(BaseModel):
 
 def check_callable(v: str, info: ValidationInfo) -> str:
     """A callable reference ``module:attr`` / ``file.py:attr``, resolved when the spec's path is known: by the
-    context's ``imports`` (e.g. :class:`acceptance.isolation.importcheck.ImportCheck`, in another process), else here."""
+    context's ``imports`` (e.g. :class:`acceptance.isolation.importcheck.ImportCheck`, in another process), else
+    here."""
     context = info.context or {}
     spec_path = context.get("spec_path")
     if spec_path is not None:

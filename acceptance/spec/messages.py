@@ -1,4 +1,5 @@
-"""Problems in words: how a YAML value reads, close-match hints, and pydantic errors turned into field paths and sentences."""
+"""Problems in words: how a YAML value reads, close-match hints, and pydantic errors turned into field paths and
+sentences."""
 
 from __future__ import annotations
 

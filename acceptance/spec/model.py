@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from acceptance.spec.expr import Bound, Dim, value_of
 
@@ -96,7 +96,7 @@ class Preset:
     name: str
 
 
-Dist = Union[Uniform, Normal, RandInt, Choice, Sparse, Specials, Preset]
+Dist = Uniform | Normal | RandInt | Choice | Sparse | Specials | Preset
 
 
 def dist_bounds(dist: Dist, path: str) -> list[tuple[str, Bound]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Optional
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -307,12 +307,12 @@ def _threshold_type(metric: str) -> Any:
     (diff4: ``false`` switches its rule off), or one number >= 0 (a score such as SNR may be negative)."""
     kind = registry.get(metric).kind
     if kind == "pair":
-        return Optional[_pair(NonNegFloat)]
+        return _pair(NonNegFloat) | None
     if kind == "direction":
-        return Optional[bool]
+        return bool | None
     if kind == "score":
-        return Optional[FiniteFloat]
-    return Optional[Annotated[Any, BeforeValidator(_threshold_value)]]
+        return FiniteFloat | None
+    return Annotated[Any, BeforeValidator(_threshold_value)] | None
 
 
 _ThresholdSet = create_model(
