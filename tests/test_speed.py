@@ -92,7 +92,8 @@ def test_the_runner_leaves_scipy_stats_and_the_metrics_engines_to_be_imported_wh
         "import sys, acceptance.measure.case\n"
         "print('scipy.stats' in sys.modules, 'acceptance.numerics.stats' in sys.modules,"
         " 'acceptance.numerics.metrics.many' in sys.modules, 'numba' in sys.modules)\n"
-        "acceptance.measure.case._imported_meanwhile('acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
+        "acceptance.measure.case._imported_meanwhile("
+        "'acceptance.numerics.metrics.many', 'acceptance.numerics.stats').join()\n"
         "print('acceptance.numerics.metrics.many' in sys.modules, 'acceptance.numerics.stats' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -328,7 +329,8 @@ def _library_subset(folder: Path) -> Path:
     (folder / "zz_np_arctan.yaml").write_text(yaml.safe_dump(arctan))  # last in case order, first sent to a job
     (folder / "big_add.yaml").write_text(
         "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
-        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {normal: [0, 1]}}\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "  - {name: b, shape: [N], dist: {normal: [0, 1]}}\n"
         "params: {alpha: 1.0}\noracle_params: {alpha: 1}\ncases: [{N: 600001}]\ntrials: 2\nseed: 3\n"
     )
     return folder
@@ -575,12 +577,14 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         "import os, sys, time\n\ndef add(a, b):\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
         "        fh.write(f'{os.getpid()} {os.getppid()} '\n"
-        '                 f\'{int("scipy.stats" in sys.modules) + 2 * int("acceptance.numerics.metrics.many" in sys.modules)}\\n\')\n'
+        '                 f\'{int("scipy.stats" in sys.modules)'
+        ' + 2 * int("acceptance.numerics.metrics.many" in sys.modules)}\\n\')\n'
         "    time.sleep(0.2)\n    return a + b\n"
     )
     (tmp_path / "s" / "add.yaml").write_text(
         "name: slow_add\ncategory: arithmetic\nimpl: _k.py:add\nbaseline: torch:add\ndtypes: [float32]\n"
-        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
         "cases: [{N: 3}, {N: 4}, {N: 5}, {N: 6}, {N: 7}, {N: 8}]\ntrials: 2\nseed: 0\n"
     )
     for jobs in ("2", "1"):
