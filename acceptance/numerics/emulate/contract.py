@@ -116,10 +116,11 @@ def _contract(a: torch.Tensor, b: torch.Tensor, s: _Scheme, where: str) -> torch
     if s.split_k > max(k, 1):
         raise ValueError(f"{where}: split_k={s.split_k} exceeds K={k}")
     rounder, reducer = _Rounder(s.fmt, s.rounding), _Rounder(s.fmt, "nearest")
-    out, k0 = None, 0
-    for size in (len(part) for part in torch.arange(k).tensor_split(s.split_k)):
-        part = _contract_part(a[:, :, k0 : k0 + size], b[:, k0 : k0 + size], s, rounder)
-        out = part if out is None else reducer.add(out, part)
+    first, *rest = (len(part) for part in torch.arange(k).tensor_split(s.split_k))
+    out = _contract_part(a[:, :, :first], b[:, :first], s, rounder)
+    k0 = first
+    for size in rest:
+        out = reducer.add(out, _contract_part(a[:, :, k0 : k0 + size], b[:, k0 : k0 + size], s, rounder))
         k0 += size
     return out
 
