@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import cast
 
 from acceptance.records import Criterion, MetricValue, WorstElement
 
@@ -81,7 +82,7 @@ def fmt(x: float | None) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-def fmt_value(value: MetricValue) -> str:
+def fmt_value(value: MetricValue | tuple[float, ...]) -> str:
     """A metric value: a number, or a tuple such as diff3 ``(m1, m2)`` written ``(a, b)``."""
     if isinstance(value, (list, tuple)):
         return "(" + ", ".join(fmt(v) for v in value) + ")"
@@ -119,15 +120,15 @@ def criterion_text(criterion: Criterion) -> str:
         return one_line(f"{name} not evaluated" + (f": {criterion.note}" if criterion.note else ""))
     if criterion.passed is False and criterion.kind == "placement":
         kind = "NaN" if criterion.metric == "nan_mismatch" else "Inf"
-        return one_line(f"{kind} placement{where} differs from the baseline at {fmt(criterion.value)} positions")
+        return one_line(f"{kind} placement{where} differs from the baseline at {fmt_value(criterion.value)} positions")
     if criterion.passed is False and criterion.kind == "diff4":
-        p1, p2, n = criterion.value
+        p1, p2, n = cast(list[float], criterion.value)  # a diff4 criterion's value is (p1, p2, n)
         text = f"diff4{where} ({fmt(p1)}, {fmt(p2)}, n={fmt(n)}): {criterion.note or 'failed'}"
         return one_line(text + (f" ({criterion.source})" if criterion.source else ""))
     value = fmt_value(criterion.value)
     if criterion.kind == "dual_delta":
         word = "non-inferior" if criterion.passed else "inferior"
-        text = f"{name} median ratio {value} {word} (factor {fmt(criterion.threshold)})"
+        text = f"{name} median ratio {value} {word} (factor {fmt_value(criterion.threshold)})"
     elif criterion.comparison in _FAILED_OP:
         op = criterion.comparison if criterion.passed else _FAILED_OP[criterion.comparison]
         text = f"{name} {value} {op} {fmt_value(criterion.threshold)}"

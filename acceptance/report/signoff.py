@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any
 
 from acceptance.records import CaseResult, Results
 from acceptance.report.html import asset, environment, page_context
@@ -28,8 +27,8 @@ class Threshold:
 
     metric: str
     comparison: str
-    lo: Any  # a number, or a pair for diff3
-    hi: Any
+    lo: float | list[float]  # a number, or a pair for diff3
+    hi: float | list[float]
     source: str
 
     def text(self) -> str:
@@ -71,7 +70,7 @@ class SignoffLine:
 def thresholds_in_force(cases: list[CaseResult]) -> list[Threshold]:
     """Distinct (metric, comparison, source) over the cases' criteria, with the range of their thresholds, in
     first-seen order."""
-    seen: dict[tuple[str, str, str], list[float]] = {}
+    seen: dict[tuple[str, str, str], list[float | list[float]]] = {}
     for case in cases:
         for c in case.criteria:
             if c.threshold is not None:

@@ -14,16 +14,20 @@ the chart, never silently dropped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
 import numpy as np
+import numpy.typing as npt
 
 from acceptance.wording import fmt, visible_controls
 
 WIDTH, HEIGHT = 290, 262
 LEFT, RIGHT, TOP, BOTTOM = 62, 12, 40, 58
+#: Values to plot: a list of floats or a float64 array.
+Floats = Sequence[float] | npt.NDArray[np.float64]
+
 MAX_POINTS = 1000
 
 
@@ -92,14 +96,14 @@ def tick_label(v: float, log: bool) -> str:
     return fmt(v)
 
 
-def choose_log(*series: Sequence[float]) -> bool:
+def choose_log(*series: Floats) -> bool:
     """True when the finite positive values span at least two decades (max/min >= 100)."""
     values = np.concatenate([np.asarray(s, dtype=np.float64) for s in series]) if series else np.empty(0)
     positive = values[np.isfinite(values) & (values > 0)]
     return positive.size >= 2 and positive.max() / positive.min() >= 100
 
 
-def plottable(values: Sequence[float], log: bool) -> tuple[np.ndarray, dict[str, int]]:
+def plottable(values: Floats, log: bool) -> tuple[np.ndarray, dict[str, int]]:
     """The values a chart can place, and the counts of those it cannot (``nan``, ``inf``, ``zero``, ``negative``)."""
     v = np.asarray(values, dtype=np.float64)
     dropped = {"nan": int(np.isnan(v).sum()), "inf": int(np.isinf(v).sum())}
@@ -206,9 +210,7 @@ def histogram_counts(series: Sequence[np.ndarray], bins: int, log: bool) -> tupl
     return edges, [np.histogram(s, bins=edges)[0] for s in series]
 
 
-def histogram_overlay(
-    series: Sequence[tuple[str, Sequence[float], str]], *, title: str, xlabel: str, bins: int = 20
-) -> str:
+def histogram_overlay(series: Sequence[tuple[str, Floats, str]], *, title: str, xlabel: str, bins: int = 20) -> str:
     """Overlaid histograms of several series ``(label, values, css_class)`` on shared bins."""
     log = choose_log(*(v for _, v, _ in series))
     kept = [plottable(v, log) for _, v, _ in series]
@@ -250,7 +252,7 @@ def box_stats(values: np.ndarray) -> BoxStats:
     return BoxStats(float(q1), float(median), float(q3), float(inside.min()), float(inside.max()), outliers)
 
 
-def box_plot(series: Sequence[tuple[str, Sequence[float], str]], *, title: str, ylabel: str) -> str:
+def box_plot(series: Sequence[tuple[str, Floats, str]], *, title: str, ylabel: str) -> str:
     """Side-by-side Tukey box plots of several series ``(label, values, css_class)``; log y when they span decades."""
     log = choose_log(*(v for _, v, _ in series))
     kept = [plottable(v, log) for _, v, _ in series]
@@ -333,13 +335,13 @@ def _square_scales(x: np.ndarray, y: np.ndarray, log: bool) -> tuple[Scale, Scal
     return Scale(lo, hi, LEFT, WIDTH - RIGHT, log), Scale(lo, hi, HEIGHT - BOTTOM, TOP, log)
 
 
-def _pairs(x: Sequence[float], y: Sequence[float], log: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+def _pairs(x: Floats, y: Floats, log: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Paired values both of which can be placed, and the dropped pairs counted by the first reason that applies
     to either member: ``nan``, ``inf``, then (log axes) ``zero``, ``negative``."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     left = np.ones(xa.shape, dtype=bool)
     dropped: dict[str, int] = {}
-    tests = [("nan", np.isnan), ("inf", np.isinf)]
+    tests: list[tuple[str, Callable[[np.ndarray], np.ndarray]]] = [("nan", np.isnan), ("inf", np.isinf)]
     if log:
         tests += [("zero", lambda v: v == 0), ("negative", lambda v: v < 0)]
     for reason, test in tests:
@@ -350,7 +352,7 @@ def _pairs(x: Sequence[float], y: Sequence[float], log: bool) -> tuple[np.ndarra
     return xa[left], ya[left], dropped
 
 
-def qq_plot(impl: Sequence[float], baseline: Sequence[float], *, title: str, metric: str) -> str:
+def qq_plot(impl: Floats, baseline: Floats, *, title: str, metric: str) -> str:
     """Q-Q plot of delta_1 (impl, y) against delta_2 (baseline, x) with the line y = x."""
     log = choose_log(impl, baseline)
     yi, di = plottable(impl, log)
@@ -376,7 +378,7 @@ def qq_plot(impl: Sequence[float], baseline: Sequence[float], *, title: str, met
     )
 
 
-def scatter_plot(impl: Sequence[float], baseline: Sequence[float], *, factor: float, title: str, metric: str) -> str:
+def scatter_plot(impl: Floats, baseline: Floats, *, factor: float, title: str, metric: str) -> str:
     """delta_1 (impl, y) against delta_2 (baseline, x), paired by trial, with the lines y = x and y = factor·x."""
     log = choose_log(impl, baseline)
     xb, yi, dropped = _pairs(baseline, impl, log)
