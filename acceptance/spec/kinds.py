@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeAlias
 
 from pydantic import (
     AfterValidator,
@@ -27,6 +27,9 @@ from pydantic import (
 from acceptance.errors import SpecError
 from acceptance.spec.callables import resolve_callable
 from acceptance.spec.messages import describe, fail
+
+#: Plain data as YAML and JSON hold it: null, booleans, numbers, strings, lists and string-keyed mappings.
+JSONValue: TypeAlias = "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
 
 KINDS = ("fn", "module", "onnx")
 ROLES = ("impl", "baseline", "oracle")
