@@ -29,7 +29,7 @@ from acceptance.numerics.metrics import registry
 from acceptance.records import CaseResult, Criterion, DualDeltaRecord, Results
 from acceptance.spec import defaults
 from acceptance.spec.model import CATEGORIES
-from acceptance.wording import fmt
+from acceptance.wording import fmt, fmt_value
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -57,7 +57,7 @@ def categories_table() -> str:
         for dtype in dtypes.TEST_DTYPES:
             ths = defaults.thresholds_for(category, dtype)
             row.append(
-                ", ".join(f"{t.metric} {t.comparison} {fmt(t.value)}" for t in ths)
+                ", ".join(f"{t.metric} {t.comparison} {fmt_value(t.value)}" for t in ths)
                 or "bits of the baseline or of the rounded oracle"
             )
         row.append("yes" if category in defaults.DEFAULT_CATEGORIES else "no")
@@ -135,7 +135,7 @@ def exit_codes_table() -> str:
     return _table(["code", "meaning"], [[str(c), m] for c, m in codes])
 
 
-def type_name(annotation: Any) -> str:
+def type_name(annotation: object) -> str:
     """A field's type as the JSON reader sees it: ``float``, ``list[float]``, ``str or null``, ``'a' | 'b'``."""
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated:
