@@ -12,7 +12,7 @@ from typing import Any
 
 from acceptance.formats.dtypes import lookup, torch_dtype
 from acceptance.spec.cases import expand, glob_match
-from acceptance.spec.expr import Expr, value_of
+from acceptance.spec.expr import Bound, Expr, value_of
 from acceptance.spec.model import (
     CaseSpec,
     Choice,
@@ -94,11 +94,11 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
             out.append((f"inputs[{i}].name", f"duplicate input name {inp.name!r} (also inputs[{first}])"))
         seen_names.setdefault(inp.name, i)
 
-    exprs: list[tuple[str, Expr]] = []
+    bounds: list[tuple[str, Bound]] = []
     for i, inp in enumerate(inputs):
-        exprs += [(f"inputs[{i}].shape[{j}]", d) for j, d in enumerate(inp.shape)]
-        exprs += dist_bounds(inp.dist, f"inputs[{i}].dist")
-    exprs = [(p, e) for p, e in exprs if isinstance(e, Expr)]
+        bounds += [(f"inputs[{i}].shape[{j}]", d) for j, d in enumerate(inp.shape)]
+        bounds += dist_bounds(inp.dist, f"inputs[{i}].dist")
+    exprs = [(p, e) for p, e in bounds if isinstance(e, Expr)]
     used = {n: p for p, e in reversed(exprs) for n in e.names}
     defined = list(dict.fromkeys(k for c in cases for k in c.symbols))
     known = ", ".join(sorted(defined)) or "none"

@@ -143,7 +143,7 @@ def emulation_problems(
         for dt in model.dtypes
         if dt not in dtypes
     ]
-    if model.contraction is None or not any(resolve(model, dt) and resolve(model, dt).accumulate for dt in dtypes):
+    if model.contraction is None or not any((r := resolve(model, dt)) and r.accumulate for dt in dtypes):
         return out
     fn = CONTRACTIONS[model.contraction]
     taken = [

@@ -6,10 +6,10 @@ from __future__ import annotations
 import difflib
 import inspect
 from types import NoneType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin
 
 from pydantic import BaseModel
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 
 def fail(message: str) -> PydanticCustomError:
@@ -17,7 +17,7 @@ def fail(message: str) -> PydanticCustomError:
     return PydanticCustomError("spec", "{message}", {"message": message})
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: object) -> TypeGuard[int | float]:
     """An int or float that is not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -112,7 +112,7 @@ _BOUND_WORDS = {
 }
 
 
-def sentence(err: dict, root: type[BaseModel]) -> str:
+def sentence(err: ErrorDetails, root: type[BaseModel]) -> str:
     """One pydantic error of a document validated by ``root``, as a sentence."""
     kind, loc, ctx = err["type"], err["loc"], err.get("ctx") or {}
     if kind == "spec":
@@ -121,7 +121,7 @@ def sentence(err: dict, root: type[BaseModel]) -> str:
         return "required field is missing"
     if kind == "extra_forbidden":
         model = model_at(root, loc[:-1])
-        noun = model.noun if model else "field"
+        noun = model.noun if model else "field"  # type: ignore[attr-defined]  # every spec model declares its noun
         key = str(loc[-1])
         allowed = list(model.model_fields) if model else []
         close = difflib.get_close_matches(key, allowed, n=1)
