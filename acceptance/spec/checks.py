@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from acceptance.formats.dtypes import lookup, torch_dtype
 from acceptance.spec.cases import expand, glob_match
@@ -152,7 +151,7 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
     return list(dict.fromkeys(out))
 
 
-def dtype_problems(dtypes: list[str], per_dtype: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+def dtype_problems(dtypes: list[str], per_dtype: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str]]:
     """Duplicate test dtypes, and per-dtype sections (``thresholds``, ``floors``) for a dtype that is not tested."""
     out = [(f"dtypes[{k}]", f"duplicate dtype {dt!r}") for k, dt in enumerate(dtypes) if dt in dtypes[:k]]
     out += [

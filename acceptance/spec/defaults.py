@@ -46,7 +46,7 @@ from acceptance.formats import dtypes
 from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 from acceptance.numerics.metrics import registry
 from acceptance.spec.model import Case
-from acceptance.spec.overrides import case_overrides
+from acceptance.spec.overrides import ThresholdOverride, case_overrides
 
 #: Categories judged bit for bit (diff3_2 == 0); the rest have a rounding tolerance.
 BIT_EXACT_CATEGORIES: tuple[str, ...] = ("arithmetic", "pure_io")
@@ -116,10 +116,6 @@ ULP_CATEGORIES: tuple[str, ...] = ("activation",)
 #: reciprocal 1/n, say) shifts results by at most 1 ulp, by ~0.72 ulp on average over mantissas; a bias is
 #: material beyond that (or beyond the category's mean floor, when that is larger).
 BIAS_FLOOR_ULP = 1.0
-
-
-#: A threshold as a spec overrides it: a number, a pair (diff3), or a flag (diff4).
-ThresholdOverride = float | list[float] | bool
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -21,7 +21,7 @@ from acceptance.spec.checks import (
 )
 from acceptance.spec.kinds import ROLES, JSONValue
 from acceptance.spec.messages import field_path, sentence
-from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
+from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, PerfSection, SpecProblem, Waiver
 from acceptance.spec.overrides import override_problems
 from acceptance.spec.schema import SpecModel, _CaseModel, _InputModel
 from acceptance.spec.yamlio import read_yaml
@@ -87,7 +87,9 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
         deterministic=model.deterministic,
         tier=model.tier,
-        perf={k: v for k, v in dict(model.perf).items() if v is not None} if model.perf is not None else None,
+        perf=cast(PerfSection, {k: v for k, v in dict(model.perf).items() if v is not None})
+        if model.perf is not None
+        else None,
     )
 
 
@@ -96,7 +98,7 @@ def _role_params(model: SpecModel | _CaseModel) -> dict[str, dict[str, JSONValue
     return {role: dict(getattr(model, f"{role}_params")) for role in ROLES if getattr(model, f"{role}_params")}
 
 
-def _valid_part(data: dict[str, object], name: str, failed: set[str | int]) -> object:
+def _valid_part(data: Mapping[object, object], name: str, failed: set[str | int]) -> object:
     """One top-level field of a spec that failed validation elsewhere, validated on its own
     (``None`` when it is the field that failed)."""
     if name in failed:
@@ -111,7 +113,7 @@ def _valid_part(data: dict[str, object], name: str, failed: set[str | int]) -> o
 
 
 def load_spec(
-    path: Path, imports: Callable[[str, Path], Any] | None = None
+    path: Path, imports: Callable[[str, Path], object] | None = None
 ) -> tuple[OperatorSpec | None, list[SpecProblem]]:
     """Load and validate one spec file: the spec, or ``None`` and all its problems.
 
@@ -128,6 +130,7 @@ def load_spec(
     data, problem = read_yaml(path)
     if problem:
         return None, [problem]
+    assert data is not None  # read_yaml gives a mapping or a problem
     try:
         return _validate(path, data, imports)
     except RecursionError:
@@ -135,7 +138,7 @@ def load_spec(
 
 
 def _validate(
-    path: Path, data: dict, imports: Callable[[str, Path], Any] | None = None
+    path: Path, data: dict[object, object], imports: Callable[[str, Path], object] | None = None
 ) -> tuple[OperatorSpec | None, list[SpecProblem]]:
     model: SpecModel | None = None
     inputs_model: list[_InputModel] | None
@@ -191,7 +194,7 @@ def _validate(
 
 
 def load_specs(
-    paths: list[Path], imports: Callable[[str, Path], Any] | None = None
+    paths: list[Path], imports: Callable[[str, Path], object] | None = None
 ) -> tuple[list[OperatorSpec], list[SpecProblem]]:
     """Load every spec file under ``paths`` (see :func:`discover`); ``imports``: as for :func:`load_spec`.
 

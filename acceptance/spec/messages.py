@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from types import NoneType
-from typing import Annotated, Any, TypeGuard, Union, get_args, get_origin
+from typing import Annotated, TypeGuard, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -22,7 +22,7 @@ def is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def describe(v: Any) -> str:
+def describe(v: object) -> str:
     """How a YAML value reads in a message: ``string '20'``, ``a mapping``, ..."""
     if v is None:
         return "null"
@@ -62,7 +62,7 @@ def field_path(loc: tuple) -> str:
     return out
 
 
-def _unwrap(ann: Any) -> Any:
+def _unwrap(ann: object) -> object:
     while True:
         origin = get_origin(ann)
         if origin is Annotated:
@@ -78,7 +78,7 @@ def _unwrap(ann: Any) -> Any:
 
 def model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The model class validating the mapping at ``loc`` under ``root``, if any."""
-    ann: Any = root
+    ann: object = root
     for key in loc:
         ann = _unwrap(ann)
         if inspect.isclass(ann) and issubclass(ann, BaseModel):
