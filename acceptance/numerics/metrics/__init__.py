@@ -121,7 +121,7 @@ def load_array(path: str | Path) -> ArrayLike:
 
 def __getattr__(name: str) -> Any:
     """``Batch`` and ``compute_many`` (:mod:`acceptance.numerics.metrics.many`), loaded with the engines on first
-    use."""
+    use (typed ``Any``: a lazily loaded attribute, looked up by name)."""
     if name in ("Batch", "compute_many"):
         from acceptance.numerics.metrics import many
 
