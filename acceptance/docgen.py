@@ -18,7 +18,7 @@ import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
 
 import click
 
@@ -30,6 +30,9 @@ from acceptance.records import CaseResult, Criterion, DualDeltaRecord, MeasuredC
 from acceptance.spec import defaults
 from acceptance.spec.model import CATEGORIES
 from acceptance.wording import fmt, fmt_value
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 
@@ -135,7 +138,7 @@ def exit_codes_table() -> str:
     return _table(["code", "meaning"], [[str(c), m] for c, m in codes])
 
 
-def type_name(annotation: Any) -> str:
+def type_name(annotation: object) -> str:
     """A field's type as the JSON reader sees it: ``float``, ``list[float]``, ``str or null``, ``'a' | 'b'``."""
     origin, args = get_origin(annotation), get_args(annotation)
     if origin is Annotated:
@@ -178,7 +181,7 @@ def attribute_docs(model: type) -> dict[str, str]:
     return docs
 
 
-def _fields_table(model) -> str:
+def _fields_table(model: type[BaseModel]) -> str:
     docs = attribute_docs(model)
     rows = [
         [f"`{name}`", type_name(info.annotation), info.description or docs.get(name, "")]

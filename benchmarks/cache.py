@@ -118,11 +118,16 @@ def main() -> None:
                 t = torch.randn(n).to(dtype)
                 data = t.view(torch.uint8).numpy()
                 counter = iter(range(10**9))
-                put = best(lambda: cache.put(key(bench="put", n=n, i=next(counter), dtype=dtype), (t,)), args.repeat)
+                put = best(
+                    lambda n=n, counter=counter, dtype=dtype, t=t: cache.put(
+                        key(bench="put", n=n, i=next(counter), dtype=dtype), (t,)
+                    ),
+                    args.repeat,
+                )
                 k = key(bench="get", n=n, dtype=dtype)
                 cache.put(k, (t,))
                 cache.get(k)
-                get = best(lambda: cache.get(k), args.repeat)
+                get = best(lambda k=k: cache.get(k), args.repeat)
                 cold_times = []
                 for _ in range(args.repeat):
                     if not drop_page_cache(str(cache.path(k))):
@@ -131,7 +136,7 @@ def main() -> None:
                     cache.get(k)
                     cold_times.append(time.perf_counter() - t0)
                 cold = min(cold_times) if cold_times else float("nan")
-                sha = best(lambda: hashlib.sha256(data).digest(), args.repeat)
+                sha = best(lambda data=data: hashlib.sha256(data).digest(), args.repeat)
                 mm128, mm_square, gen = recompute[n]
                 print(
                     f"{str(dtype).removeprefix('torch.'):8s} {n:6.0e} {t.nbytes / 1e6:7.3f} {ms(put)} {ms(get)} "

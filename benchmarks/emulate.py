@@ -93,7 +93,8 @@ def main() -> None:
         print(json.dumps(child(kind, int(size), scheme, args.repeat)))
         return
     print(
-        f"{'inputs':<8} {'size':>5}  {'scheme':<28} {'emulate s':>10} {'/ fp32 mm':>10} {'/ fp64 mm':>10} {'peak MiB':>9}"
+        f"{'inputs':<8} {'size':>5}  {'scheme':<28} {'emulate s':>10} {'/ fp32 mm':>10} {'/ fp64 mm':>10}"
+        f" {'peak MiB':>9}"
     )
     for size in map(int, args.sizes.split(",")):
         for kind in ("float16", "float32"):

@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import hashlib, json, sys, time
 from pathlib import Path
-tree, specs_dir, only, repeat, slow = sys.argv[1], sys.argv[2], sys.argv[3] or None, int(sys.argv[4]), sys.argv[5] == "1"
+tree, specs_dir = sys.argv[1], sys.argv[2]
+only, repeat, slow = sys.argv[3] or None, int(sys.argv[4]), sys.argv[5] == "1"
 sys.path.insert(0, tree)
 import numpy as np
 import torch
@@ -61,7 +62,8 @@ for c, k in pairs:
     made = inputs.generate(c, k)
     tensors = list(made.impl) + list(made.reference) if isinstance(made, inputs.RoleInputs) else made
     for t in tensors:
-        digest.update(f"{t.dtype}{tuple(t.shape)}".encode() + t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        digest.update(f"{t.dtype}{tuple(t.shape)}".encode() + raw)
     floats = [t for t in tensors if t.is_floating_point()]
     if k == 0 and floats and c.dtype != "float64":  # one stand-in per case, timed once per trial
         oracles.append((floats[0].to(torch.float64), getattr(torch, c.dtype), trials_of(c, rules_for(c))))

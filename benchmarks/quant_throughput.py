@@ -48,12 +48,12 @@ def main() -> None:
     )
     for fmt in quant.FORMATS:
         packed = quant.quantize(x, fmt)
-        q_ours = n / best_time(lambda: quant.quantize(x, fmt), args.repeat)
-        d_ours = n / best_time(lambda: quant.dequantize(packed, fmt), args.repeat)
+        q_ours = n / best_time(lambda fmt=fmt: quant.quantize(x, fmt), args.repeat)
+        d_ours = n / best_time(lambda packed=packed, fmt=fmt: quant.dequantize(packed, fmt), args.repeat)
         gt = getattr(GT, fmt.upper()) if gguf is not None else None
         if gt is not None and fmt != "q8_1":
-            q_g = n / best_time(lambda: gguf.quants.quantize(x, gt), args.repeat)
-            d_g = n / best_time(lambda: gguf.quants.dequantize(packed, gt), args.repeat)
+            q_g = n / best_time(lambda gt=gt: gguf.quants.quantize(x, gt), args.repeat)
+            d_g = n / best_time(lambda packed=packed, gt=gt: gguf.quants.dequantize(packed, gt), args.repeat)
             print(
                 f"{fmt:7s} {q_ours:14.1f} {q_g:8.1f} {q_ours / q_g:6.2f}x   "
                 f"{d_ours:16.1f} {d_g:8.1f} {d_ours / d_g:6.2f}x"

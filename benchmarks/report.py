@@ -53,7 +53,8 @@ def _describe(v: np.ndarray) -> rs.Describe:
 
 
 def synthetic_results(n: int, trials: int, seed: int = 0) -> rs.Results:
-    """A run of ``n`` cases: 75 % pass, 15 % fail, 5 % error, 5 % skip; 40 % carry a dual-delta record of ``trials`` trials."""
+    """A run of ``n`` cases: 75 % pass, 15 % fail, 5 % error, 5 % skip; 40 % carry a dual-delta record of ``trials``
+    trials."""
     rng = np.random.default_rng(seed)
     cases = []
     for i in range(n):

@@ -42,8 +42,8 @@ def record(specs: str, only: str | None, path: Path) -> None:
     import torch
 
     from acceptance import spec
-    from acceptance.session.load import load as _load
     from acceptance.measure import case as runner
+    from acceptance.session.load import load as _load
 
     loaded = _load([Path(specs)])
     cases = [c for glob in (only.split(",") if only else [None]) for c in spec.expand(loaded, only=glob)]

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from acceptance import spec  # noqa: E402
 from acceptance.decide.proposal import observations, proposals  # noqa: E402
 from acceptance.device import resolve_device  # noqa: E402
-from acceptance.session.run import run_cases
+from acceptance.session.run import run_cases  # noqa: E402
 
 SPECS = ROOT / "tests" / "mutation_specs"
 #: baseline -> a legitimate technique for the same function (tests/mutants.py, tests/mutant_kernels.py)

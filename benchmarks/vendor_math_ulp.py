@@ -188,8 +188,8 @@ def float16_inputs(lo: float, hi: float) -> np.ndarray:
 
 
 def ulp_errors(e: np.ndarray, o: np.ndarray, dtype: str) -> np.ndarray:
-    """Per-element |e - o| / spacing(min(|e|, |o|)) with the formula of acceptance.numerics.metrics (to locate the worst x);
-    e holds the dtype's values exactly (float16 or float32 arrays)."""
+    """Per-element |e - o| / spacing(min(|e|, |o|)) with the formula of acceptance.numerics.metrics (to locate the
+    worst x); e holds the dtype's values exactly (float16 or float32 arrays)."""
     p, emin = PRECISION[dtype]
     m = np.minimum(np.abs(e.astype(np.float64)), np.abs(o))
     with np.errstate(divide="ignore"):

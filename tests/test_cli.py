@@ -256,7 +256,8 @@ def test_the_command_exits_after_a_run_that_used_the_metrics_thread_pool(tmp_pat
     n = 2**19 + 5
     (tmp_path / "s" / "add.yaml").write_text(
         "name: big_add\ncategory: arithmetic\nimpl: torch:add\ndtypes: [float32]\n"
-        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "inputs:\n  - {name: a, shape: [N], dist: {uniform: [-1, 1]}}\n"
+        "  - {name: b, shape: [N], dist: {uniform: [-1, 1]}}\n"
         f"cases: [{{N: {n}}}]\ntrials: 2\nseed: 0\n"
     )
     tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="acc-"))

@@ -261,7 +261,8 @@ def test_readme_example_output_is_what_a_run_prints(tmp_path):
     printed = _machine_free(result.stdout.splitlines())
     assert printed == _machine_free(documented)
     assert (
-        sum("float32 activation default); against the oracle rounded to float32: impl 0.2" in l for l in printed) == 1
+        sum("float32 activation default); against the oracle rounded to float32: impl 0.2" in line for line in printed)
+        == 1
     )  # noqa: E741
     assert sum(l.startswith("      ") for l in printed) >= 9  # every reason of the float16 case  # noqa: E741
     assert len([l for l in documented if l.strip().startswith("dual-delta")]) == 4  # noqa: E741

@@ -65,17 +65,19 @@ def test_deltas_and_free_equal_float64_errors_computed_here():
 
 
 def test_same_inputs_same_result_and_seeds_differ():
-    run = lambda seed: dual_delta(
-        torch.matmul,
-        torch.matmul,
-        None,
-        matmul_inputs,
-        "max_abs",
-        3,  # noqa: E731
-        dtype=torch.float16,
-        seed=seed,
-        impl_device="cpu",
-    )
+    def run(seed):
+        return dual_delta(
+            torch.matmul,
+            torch.matmul,
+            None,
+            matmul_inputs,
+            "max_abs",
+            3,
+            dtype=torch.float16,
+            seed=seed,
+            impl_device="cpu",
+        )
+
     np.testing.assert_array_equal(run(0).delta_impl["max_abs"], run(0).delta_impl["max_abs"])
     assert not np.array_equal(run(0).delta_impl["max_abs"], run(1).delta_impl["max_abs"])
     assert trial_seed(0, 1) != trial_seed(1, 0)

@@ -283,7 +283,7 @@ cases:
   - {M: 64, N: 40000, K: 500}
   - {M: 3, N: 7, K: 11}
 seed: 11
-"""
+"""  # noqa: E501
 
 
 def test_generate_is_the_same_with_the_fast_paths_off(tmp_path, monkeypatch):

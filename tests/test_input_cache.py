@@ -37,7 +37,7 @@ SPEC = textwrap.dedent("""
     cases:
       - {{N: {n}}}
     seed: {seed}
-""")
+""")  # noqa: E501
 
 KERNELS = "def first(a, *rest):\n    return a.clone()\n"
 

@@ -38,7 +38,7 @@ cases:
   - {M: 3, N: 7, K: 11, LO: -1, HI: 1}
   - {M: 1, N: 0, K: 1, LO: 1, HI: 5}
 seed: 7
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,8 @@ def test_same_inputs_in_a_fresh_process(specs, tmp_path):
         case = [c for c in expand(specs) if c.id == {case.id!r}][0]
         h = hashlib.sha256()
         for t in generate(case, 4):
-            h.update(str(t.dtype).encode() + str(tuple(t.shape)).encode() + t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+            h.update(str(t.dtype).encode() + str(tuple(t.shape)).encode() + raw)
         print(h.hexdigest())
     """)
     env = dict(os.environ, PYTHONHASHSEED="12345")

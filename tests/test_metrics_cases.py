@@ -1,4 +1,5 @@
-"""acceptance.numerics.metrics on tiny hand-computed examples: thresholds, directions, ULP neighbours, special values."""
+"""acceptance.numerics.metrics on tiny hand-computed examples: thresholds, directions, ULP neighbours, special
+values."""
 
 from __future__ import annotations
 

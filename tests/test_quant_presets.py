@@ -93,8 +93,8 @@ def test_sparse_single_block_exact_zero_makes_nmse_infinite_within_the_kernel_bo
         assert float(ref) == exact
         if exact == 0:
             zero_exact += 1
-            # E_s of acceptance.formats.quant_kernels' bound for one block: |S8 - D8 sq|; the kernel's float32 evaluation
-            # adds gamma_3 (|sumi D8| + 8 |S8|)
+            # E_s of acceptance.formats.quant_kernels' bound for one block: |S8 - D8 sq|; the kernel's float32
+            # evaluation adds gamma_3 (|sumi D8| + 8 |S8|)
             sq = int(q[0].sum())
             e_s = (2**-11 + 2**-23) * abs(s8[0]) + 2**-11 * abs(d8[0] * sq) + 2**-24 * (1 + abs(sq))
             sumi = int(np.sum(c[0] * q[0]))

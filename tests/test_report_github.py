@@ -86,7 +86,8 @@ def test_annotations_point_at_spec_files():
         "::error file=operator_specs/conv2d.yaml,title=conv2d float16%3A fail::"
         "conv2d[float16-N=1-C=3-H=31-W=31]: diff1 4.1e-3 > 3e-3 (float16 convolution default)",
         "::error file=operator_specs/softmax.yaml,title=softmax bfloat16%3A fail::"
-        "softmax[bfloat16-N=64-D=1000]: dual-delta max_abs: impl error exceeds 2x the baseline's (p = 1.2e-7 after Holm)",
+        "softmax[bfloat16-N=64-D=1000]: dual-delta max_abs: impl error exceeds 2x the baseline's"
+        " (p = 1.2e-7 after Holm)",
         "::error file=operator_specs/layer_norm.yaml,title=layer_norm float16%3A error::"
         "layer_norm[float16-N=8-D=4096]: RuntimeError: CUDA error: an illegal memory access was encountered",
     ]

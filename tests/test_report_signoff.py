@@ -11,7 +11,7 @@ from acceptance.report.signoff import render_signoff, signoff_lines, thresholds_
 
 def test_one_line_per_operator_and_dtype():
     lines = signoff_lines(mixed_results())
-    got = [(l.operator, l.dtype, l.verdict, l.passed, l.failed, l.errors, l.skipped, l.waived) for l in lines]
+    got = [(x.operator, x.dtype, x.verdict, x.passed, x.failed, x.errors, x.skipped, x.waived) for x in lines]
     assert got == [
         ("add", "bfloat16", "skip", 0, 0, 0, 1, 0),
         ("add", "float32", "pass", 1, 0, 0, 0, 0),
@@ -27,7 +27,7 @@ def test_one_line_per_operator_and_dtype():
 
 
 def test_thresholds_with_their_source():
-    matmul = next(l for l in signoff_lines(mixed_results()) if l.operator == "matmul")
+    matmul = next(x for x in signoff_lines(mixed_results()) if x.operator == "matmul")
     assert [(t.text(), t.source) for t in matmul.thresholds] == [
         ("diff1 <= 3e-3", "float32 composite default"),
         ("diff2 <= 1e-5", "spec override"),

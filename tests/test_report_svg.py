@@ -104,7 +104,7 @@ def test_qq_points_linear_interpolation():
 
 
 def _lines(root, cls):
-    return [l for l in root.iter("{http://www.w3.org/2000/svg}line") if l.get("class") == cls]
+    return [e for e in root.iter("{http://www.w3.org/2000/svg}line") if e.get("class") == cls]
 
 
 def test_scatter_reference_lines_and_points_on_log_axes():

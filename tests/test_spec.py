@@ -226,7 +226,8 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
         (
             "{uniform: [-1, 1]}",
             "{uniform: [-1, 1], normal: [0, 1]}",
-            "inputs[0].dist: give exactly one distribution: uniform, normal, randint, choice, sparse, specials, preset (got uniform, normal)",
+            "inputs[0].dist: give exactly one distribution: uniform, normal, randint, choice, sparse, specials, preset"
+            " (got uniform, normal)",
         ),
         ("{uniform: [-1, 1]}", "{uniform: [1]}", "inputs[0].dist.uniform: expected 2 values [lo, hi], got 1"),
         ("{uniform: [-1, 1]}", "{uniform: [1, -1]}", "inputs[0].dist.uniform: needs finite lo < hi, got [1.0, -1.0]"),
@@ -310,12 +311,14 @@ def test_brief_style_messages_name_file_and_path(tmp_path):
         (
             "  - {M: 4, N: 5}",
             "  - {M: 4, N: 5, dim: 1}",
-            "cases[0].dim: symbol 'dim' is used by no input shape or bound (used: M, N); put keyword arguments under params",
+            "cases[0].dim: symbol 'dim' is used by no input shape or bound (used: M, N);"
+            " put keyword arguments under params",
         ),
         (
             "  - {M: 4, N: 5}",
             "  - {M: 4, N: five}",
-            "cases[0].N: expected an integer, got string 'five'; case keys are integer symbols, put keyword arguments under params",
+            "cases[0].N: expected an integer, got string 'five'; case keys are integer symbols,"
+            " put keyword arguments under params",
         ),
         (
             "  - {M: 4, N: 5}",
@@ -474,8 +477,8 @@ def test_unreadable_files_give_problems_not_tracebacks(tmp_path):
     )
     assert f"{tmp_path / 'dup.yaml'}: line 8, column 18: YAML error: duplicate key 'M'" in text
     assert (
-        f"{tmp_path / 'two.yaml'}: line 9, column 1: YAML error: expected a single document in the stream, but found another document"
-        in text
+        f"{tmp_path / 'two.yaml'}: line 9, column 1: YAML error: expected a single document in the stream,"
+        " but found another document" in text
     )
     assert (f"{tmp_path / 'imports.yaml'}: impl: cannot import raises.py: RuntimeError: broken on import") in text
     assert f"{tmp_path / 'missing.yaml'}: cannot read the file: No such file or directory" in text

@@ -575,7 +575,8 @@ def test_the_jobs_workers_start_from_the_runs_one_fork_server(tmp_path):
         "    grand = open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1]\n"
         f"    with open({str(record)!r}, 'a') as fh:\n"
         "        fh.write(f'{os.getpid()} {os.getppid()} {grand} '\n"
-        '                 f\'{int("scipy.stats" in sys.modules) + 2 * int("acceptance.numerics.metrics.many" in sys.modules)}\\n\')\n'
+        '                 f\'{int("scipy.stats" in sys.modules)'
+        ' + 2 * int("acceptance.numerics.metrics.many" in sys.modules)}\\n\')\n'
         "    time.sleep(0.2)\n    return a + b\n"
     )
     (tmp_path / "s" / "add.yaml").write_text(

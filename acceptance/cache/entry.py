@@ -8,11 +8,11 @@ trusts the next (sizes before any allocation).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import struct
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import xxhash
@@ -111,7 +111,11 @@ def _parse_header(raw: bytes, key: str) -> list[tuple[torch.dtype, tuple[int, ..
         raise Corrupt(f"unreadable header: {exc}") from None
 
 
-def _read_exact(f: Any, view: memoryview) -> None:
+#: An open binary file, buffered or not.
+BinaryFile = io.RawIOBase | io.BufferedIOBase
+
+
+def _read_exact(f: BinaryFile, view: memoryview) -> None:
     got = 0
     while got < len(view):
         n = f.readinto(view[got:])
@@ -120,7 +124,7 @@ def _read_exact(f: Any, view: memoryview) -> None:
         got += n
 
 
-def read_entry(f: Any, size: int, key: str) -> tuple[torch.Tensor, ...]:
+def read_entry(f: BinaryFile, size: int, key: str) -> tuple[torch.Tensor, ...]:
     """Read and verify one entry from the open binary file ``f`` of ``size`` bytes."""
     prefix = f.read(_PREFIX.size)
     if len(prefix) != _PREFIX.size:
@@ -144,7 +148,7 @@ def read_entry(f: Any, size: int, key: str) -> tuple[torch.Tensor, ...]:
     for dtype, shape in layout:
         t = torch.empty(shape, dtype=dtype)
         if t.numel():
-            buf = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            buf = t.reshape(-1).view(torch.uint8).numpy().data
             _read_exact(f, buf)
             h.update(buf)
         tensors.append(t)
@@ -166,7 +170,7 @@ def entry_size(header: bytes, tensors: Sequence[torch.Tensor]) -> int:
     return _PREFIX.size + len(header) + sum(nbytes(t.dtype, t.shape) for t in tensors) + _DIGEST
 
 
-def write_entry(f: Any, header: bytes, tensors: Sequence[torch.Tensor]) -> None:
+def write_entry(f: BinaryFile, header: bytes, tensors: Sequence[torch.Tensor]) -> None:
     """Write one entry to the open binary file ``f``: the tensors' bytes straight from their memory, the
     XXH3-128 checksum of all that precedes it last."""
     prefix = _PREFIX.pack(_MAGIC, FORMAT_VERSION, len(header))

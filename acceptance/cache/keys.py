@@ -13,12 +13,15 @@ import sys
 import sysconfig
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from acceptance import version
+
+if TYPE_CHECKING:
+    from acceptance.spec.kinds import JSONValue
 
 #: Mixed into every key; a change of the key recipe gives new keys.
 KEY_SCHEME = "acceptance.reference-cache.key/1"
@@ -26,7 +29,7 @@ KEY_SCHEME = "acceptance.reference-cache.key/1"
 # --------------------------------------------------------------------------- keys
 
 
-def environment() -> dict[str, Any]:
+def environment() -> dict[str, JSONValue]:
     """The installation facts every key includes: versions of torch, NumPy,
     acceptance and Python, the CPU architecture, torch's CPU vector ISA
     (``torch.backends.cpu.get_cpu_capability()``) and intra-op thread count."""
@@ -41,7 +44,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _plain(value: Any, where: str) -> Any:
+def _plain(value: object, where: str) -> JSONValue:
     """``value`` as JSON data (tuples to lists, NumPy scalars to Python, dtypes to
     ``'torch.float32'``); ``TypeError`` naming ``where`` for anything else."""
     if value is None or isinstance(value, (bool, int, str)):
@@ -72,17 +75,17 @@ def _plain(value: Any, where: str) -> Any:
     )
 
 
-def _dumps(plain: Any) -> str:
+def _dumps(plain: JSONValue) -> str:
     return json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """Canonical JSON text of plain data: sorted keys, no whitespace, floats by
     ``float.__repr__`` (``NaN``/``Infinity`` as Python's json writes them)."""
     return _dumps(_plain(value, "value"))
 
 
-def key(**parts: Any) -> str:
+def key(**parts: object) -> str:
     """Cache key of ``parts``: ``sha256(canonical_json({"scheme": KEY_SCHEME,
     "environment": environment(), "parts": parts}))`` as 64 lowercase hex digits.
 
@@ -238,14 +241,14 @@ class _Fingerprinter:
     """One traversal: memo of visited objects (shared sub-objects once, cycles cut)."""
 
     def __init__(self) -> None:
-        self.memo: dict[int, Any] = {}
-        self.keep: list[Any] = []  # keeps memoized objects alive so their ids stay unique
+        self.memo: dict[int, JSONValue] = {}
+        self.keep: list[object] = []  # keeps memoized objects alive so their ids stay unique
         self.nodes = 0
 
-    def _type(self, cls: type) -> dict[str, Any]:
+    def _type(self, cls: type) -> dict[str, JSONValue]:
         return {"type": f"{cls.__module__}:{cls.__qualname__}", **_module_source(cls.__module__)}
 
-    def callable(self, fn: Any, depth: int = 0) -> Any:
+    def callable(self, fn: object, depth: int = 0) -> JSONValue:
         if isinstance(fn, functools.partial):
             return {
                 "partial": self.callable(fn.func, depth + 1),
@@ -264,7 +267,7 @@ class _Fingerprinter:
             return self.value(fn, depth + 1)
         return {"instance": self.value(fn, depth + 1), "call": self.callable(type(fn).__call__, depth + 1)}
 
-    def _builtin(self, fn: Any, depth: int) -> dict[str, Any]:
+    def _builtin(self, fn: object, depth: int) -> dict[str, JSONValue]:
         owner = getattr(fn, "__self__", None)
         objclass = getattr(fn, "__objclass__", None)
         if isinstance(owner, types.ModuleType):
@@ -278,21 +281,21 @@ class _Fingerprinter:
         else:
             module = getattr(fn, "__module__", None) or "builtins"
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
-        out = {"builtin": f"{module}:{name}", **_module_source(module)}
+        out: dict[str, JSONValue] = {"builtin": f"{module}:{name}", **_module_source(module)}
         if owner is not None and not isinstance(owner, types.ModuleType):
             out["self"] = self.value(owner, depth + 1)
         return out
 
-    def _function(self, fn: types.FunctionType, depth: int) -> dict[str, Any]:
+    def _function(self, fn: types.FunctionType, depth: int) -> dict[str, JSONValue]:
         code = fn.__code__
         filename = code.co_filename
-        out: dict[str, Any] = {"function": f"{fn.__module__}:{fn.__qualname__}", "line": code.co_firstlineno}
+        out: dict[str, JSONValue] = {"function": f"{fn.__module__}:{fn.__qualname__}", "line": code.co_firstlineno}
         if os.path.isfile(filename):
             out.update(_source(fn.__module__, filename))
         else:
             out["code"] = _code_digest(code)
         if fn.__closure__:
-            cells = {}
+            cells: dict[str, JSONValue] = {}
             for name, cell in zip(code.co_freevars, fn.__closure__, strict=False):
                 try:
                     contents = cell.cell_contents
@@ -306,7 +309,7 @@ class _Fingerprinter:
         if fn.__kwdefaults__:
             out["kwdefaults"] = self.value(fn.__kwdefaults__, depth + 1)
         if "sha256" in out or "code" in out:  # code not pinned by a version: what it refers to counts
-            refs = {}
+            refs: dict[str, JSONValue] = {}
             for name in sorted(_code_names(code)):
                 if name not in fn.__globals__:
                     continue
@@ -318,7 +321,7 @@ class _Fingerprinter:
                 out["globals"] = refs
         return out
 
-    def value(self, obj: Any, depth: int = 0) -> Any:
+    def value(self, obj: object, depth: int = 0) -> JSONValue:
         self.nodes += 1
         if depth > _MAX_DEPTH or self.nodes > _MAX_NODES:
             raise FingerprintError(f"object graph too deep or too large at a {type(obj).__name__}")
@@ -343,7 +346,7 @@ class _Fingerprinter:
         self.memo[ident] = result
         return result
 
-    def _compound(self, obj: Any, depth: int) -> Any:
+    def _compound(self, obj: object, depth: int) -> JSONValue:
         if isinstance(obj, torch.Tensor):
             return _tensor_digest(obj)
         if isinstance(obj, np.ndarray):
@@ -353,7 +356,7 @@ class _Fingerprinter:
             return {
                 "ndarray": data.dtype.str,
                 "shape": list(data.shape),
-                "sha256": hashlib.sha256(data.view(np.uint8).reshape(-1)).hexdigest(),
+                "sha256": hashlib.sha256(data.view(np.uint8).reshape(-1).data).hexdigest(),
             }
         if isinstance(obj, (list, tuple)):
             return [self.value(v, depth + 1) for v in obj]
@@ -371,8 +374,8 @@ class _Fingerprinter:
             return {"op": f"{type(obj).__name__}:{obj}", **_module_source("torch")}
         if isinstance(obj, (types.FunctionType, types.MethodType, functools.partial, type) + _BUILTIN_CALLABLES):
             return self.callable(obj, depth + 1)
-        out: dict[str, Any] = {"object": self._type(type(obj))}
-        state = {}
+        out: dict[str, JSONValue] = {"object": self._type(type(obj))}
+        state: dict[str, JSONValue] = {}
         if hasattr(obj, "__dict__") and isinstance(vars(obj), dict):
             state.update({k: self.value(v, depth + 1) for k, v in sorted(vars(obj).items())})
         for cls in type(obj).__mro__:
@@ -394,7 +397,7 @@ def _slots(cls: type) -> tuple[str, ...]:
     return (slots,) if isinstance(slots, str) else tuple(slots)
 
 
-def _defined_in(obj: Any, filename: str) -> bool:
+def _defined_in(obj: object, filename: str) -> bool:
     """Whether ``obj`` is a function or class whose code lives in ``filename``."""
     if isinstance(obj, types.FunctionType):
         return obj.__code__.co_filename == filename
@@ -404,7 +407,7 @@ def _defined_in(obj: Any, filename: str) -> bool:
     return False
 
 
-def _tensor_digest(t: torch.Tensor) -> dict[str, Any]:
+def _tensor_digest(t: torch.Tensor) -> dict[str, JSONValue]:
     if t.layout != torch.strided or t.is_quantized or t.device.type == "meta":
         raise FingerprintError(f"a {t.layout} {t.dtype} tensor on {t.device} has no byte fingerprint")
     data = _contiguous_bytes(t.detach().cpu())
@@ -415,7 +418,7 @@ def _tensor_digest(t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def callable_fingerprint(fn: Callable) -> dict[str, Any]:
+def callable_fingerprint(fn: Callable[..., object]) -> JSONValue:
     """JSON-able identity of ``fn``'s code and bound state, for use as a key part.
 
     - Python function: ``{"function": "module:qualname", "line": first line,
@@ -439,9 +442,9 @@ def callable_fingerprint(fn: Callable) -> dict[str, Any]:
     return _Fingerprinter().callable(fn)
 
 
-def _contiguous_bytes(t: torch.Tensor) -> np.ndarray | None:
-    """The bytes of ``t`` in row-major order as a uint8 NumPy view (``None`` when empty)."""
+def _contiguous_bytes(t: torch.Tensor) -> memoryview | None:
+    """The bytes of ``t`` in row-major order, a view of its memory (``None`` when empty)."""
     t = t.resolve_conj().resolve_neg().contiguous()
     if t.numel() == 0:
         return None
-    return t.reshape(-1).view(torch.uint8).numpy()
+    return t.reshape(-1).view(torch.uint8).numpy().data

@@ -119,7 +119,7 @@ class ReferenceCache:
         self._stamp = 0
         self._hits = self._misses = self._corrupt = self._write_errors = 0
         self._unwritable = False  # the folder takes no entry (once seen, writes are not tried)
-        self._reported: set[int] = set()  # errno values of write errors already logged
+        self._reported: set[int | None] = set()  # errno values of write errors already logged
         self._deferring = False  # put_later queues its entries (see defer)
         self._queue: deque[tuple[str, Sequence[torch.Tensor], int]] = deque()  # (key, tensors, bytes), oldest first
         self._queued = 0  # bytes of tensors in the queue

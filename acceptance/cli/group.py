@@ -62,7 +62,8 @@ tier_option = click.option(
 
 
 def max_slowdown_option(help: str) -> Callable[[FC], FC]:
-    """``--max-slowdown`` of run, bench and compare, with its default (:data:`acceptance.decide.limits.MAX_SLOWDOWN`)."""
+    """``--max-slowdown`` of run, bench and compare, with its default
+    (:data:`acceptance.decide.limits.MAX_SLOWDOWN`)."""
     return click.option("--max-slowdown", type=float, default=MAX_SLOWDOWN, show_default=True, help=help)
 
 

@@ -11,7 +11,8 @@ from acceptance.spec import Rules
 
 
 def decide_all(measured: list[tuple[MeasuredCase, Rules]], *, strict: bool = False) -> list[CaseResult]:
-    """Holm over every dual-delta record of the run, then each case's verdict (:func:`acceptance.decide.verdict.decide`).
+    """Holm over every dual-delta record of the run, then each case's verdict
+    (:func:`acceptance.decide.verdict.decide`).
     Holm's adjusted p-values do not depend on the order of the records, so a run decided in parts' order (shards,
     jobs) decides as one."""
     from acceptance.numerics import stats  # scipy.stats: loaded only to decide

@@ -11,10 +11,13 @@ and those that expired (their failures count again).
 from __future__ import annotations
 
 from datetime import date
+from typing import Literal
 
 from acceptance.records import CaseResult, WaiverRecord
 from acceptance.spec.cases import glob_match
-from acceptance.spec.model import OperatorSpec
+from acceptance.spec.model import OperatorSpec, Waiver
+
+WaiverStatus = Literal["applied", "unmatched", "expired"]
 
 
 def waiver_records(
@@ -29,22 +32,28 @@ def waiver_records(
         mine = [c for c in cases if c.spec_file == str(spec.path)]
         for w in spec.waivers:
             matching = [c for c in mine if glob_match(c.id, w.match)]
-            base = dict(
-                spec_file=str(spec.path),
-                operator=spec.name,
-                match=w.match,
-                reason=w.reason,
-                covers=list(w.covers),
-                expires=w.expires,
-                link=w.link,
-            )
             if w.expired(today):
                 hit = [c.id for c in matching if c.verdict in ("fail", "error")]
-                out.append(WaiverRecord(**base, status="expired", cases=hit))
+                out.append(_record(spec, w, "expired", hit))
                 continue
             waived = [c.id for c in matching if c.verdict == "skip" and c.waiver == w.reason]
-            out.append(WaiverRecord(**base, status="applied" if waived else "unmatched", cases=waived))
+            out.append(_record(spec, w, "applied" if waived else "unmatched", waived))
     return out
+
+
+def _record(spec: OperatorSpec, w: Waiver, status: WaiverStatus, cases: list[str]) -> WaiverRecord:
+    """The record of waiver ``w`` of ``spec``: its fields, what it did and the cases it concerns."""
+    return WaiverRecord(
+        spec_file=str(spec.path),
+        operator=spec.name,
+        match=w.match,
+        reason=w.reason,
+        covers=list(w.covers),
+        expires=w.expires,
+        link=w.link,
+        status=status,
+        cases=cases,
+    )
 
 
 def unmatched(records: list[WaiverRecord]) -> list[WaiverRecord]:

@@ -32,9 +32,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from acceptance.formats import quant
 
@@ -178,7 +179,12 @@ _ALIASES = {
 }
 
 
-def name_of(dtype: Any) -> str:
+if TYPE_CHECKING:
+    #: A dtype as callers name it: a table row, a torch dtype, a numpy dtype or a name such as ``"bfloat16"``.
+    DTypeSpec = DType | torch.dtype | npt.DTypeLike
+
+
+def name_of(dtype: DTypeSpec) -> str:
     """Canonical name (``"float16"``, ``"bfloat16"``, ``"int32"``, ...) of a torch dtype, numpy dtype or string.
 
     Raises ``ValueError`` naming the dtype when it is not in the table.
@@ -192,7 +198,7 @@ def name_of(dtype: Any) -> str:
         name = dtype.strip().lower().removeprefix("torch.").removeprefix("numpy.").removeprefix("np.")
     else:
         try:
-            name = np.dtype(dtype).name
+            name = np.dtype(cast("npt.DTypeLike", dtype)).name  # torch dtypes were taken above
         except TypeError:
             raise ValueError(
                 f"dtype {dtype!r} is not a dtype; use a torch or numpy dtype or a name like 'float16'"
@@ -203,7 +209,7 @@ def name_of(dtype: Any) -> str:
     return name
 
 
-def lookup(dtype: Any) -> DType:
+def lookup(dtype: DTypeSpec) -> DType:
     """The row of a torch dtype, numpy dtype or name (see :func:`name_of`)."""
     return TABLE[name_of(dtype)]
 

@@ -83,9 +83,16 @@ Where this codec deliberately differs from other implementations:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # torch loads only when a tensor comes in
+    import torch
+
+    #: What quantize and dequantize take: a numpy array, anything ``np.asarray`` takes, or a torch tensor.
+    ArrayInput = npt.ArrayLike | torch.Tensor
 
 __all__ = [
     "QK",
@@ -274,13 +281,13 @@ def unpacked_shape(shape: tuple[int, ...] | list[int], fmt: str | QuantFormat) -
 # ----------------------------------------------------------------------------- input handling
 
 
-def _to_numpy(a: Any) -> np.ndarray:
+def _to_numpy(a: ArrayInput) -> np.ndarray:
     """numpy view of ``a``; a torch tensor is detached and copied to CPU (bfloat16 widened to float32)."""
     mod = type(a).__module__
     if mod == "torch" or mod.startswith("torch."):
         import torch
 
-        t = a.detach().to("cpu")
+        t = cast(torch.Tensor, a).detach().to("cpu")
         if t.dtype == torch.bfloat16:
             t = t.float()
         return t.numpy()
@@ -291,7 +298,7 @@ def _index_of(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat_index, shape))
 
 
-def _float32_input(array: Any, f: QuantFormat) -> np.ndarray:
+def _float32_input(array: ArrayInput, f: QuantFormat) -> np.ndarray:
     """The input as a C-contiguous float32 array, validated (real dtype, K % 32, finite)."""
     x = _to_numpy(array)
     if x.dtype.kind not in "biuf":
@@ -447,7 +454,7 @@ _QUANTIZERS = {
 _CHUNK = 8192
 
 
-def quantize(array: Any, fmt: str | QuantFormat) -> np.ndarray:
+def quantize(array: ArrayInput, fmt: str | QuantFormat) -> np.ndarray:
     """Quantize a float array of shape ``(..., K)`` (typically ``(rows, K)`` or ``(K,)``) to
     GGML blocks: a uint8 array of shape ``(..., K // 32 * block_bytes(fmt))``, each row
     the bytes GGML's ``quantize_row_<fmt>_ref`` writes for it (see the module docstring
@@ -479,7 +486,7 @@ def quantize(array: Any, fmt: str | QuantFormat) -> np.ndarray:
 # ----------------------------------------------------------------------------- dequantize
 
 
-def _blocks_input(blocks: Any, f: QuantFormat) -> np.ndarray:
+def _blocks_input(blocks: ArrayInput, f: QuantFormat) -> np.ndarray:
     """The packed blocks as a uint8 array of shape (..., n_blocks, block_bytes), validated."""
     b = _to_numpy(blocks)
     if b.dtype != np.uint8:
@@ -513,14 +520,14 @@ def _unpack(b: np.ndarray, f: QuantFormat) -> BlockFields:
     return BlockFields(d, m, s, codes)
 
 
-def unpack_blocks(blocks: Any, fmt: str | QuantFormat) -> BlockFields:
+def unpack_blocks(blocks: ArrayInput, fmt: str | QuantFormat) -> BlockFields:
     """Decode packed blocks (uint8, last dimension a multiple of block_bytes) into their
     fields: see :class:`BlockFields`. ValueError on a wrong dtype or byte count."""
     f = get_format(fmt)
     return _unpack(_blocks_input(blocks, f), f)
 
 
-def dequantize(blocks: Any, fmt: str | QuantFormat) -> np.ndarray:
+def dequantize(blocks: ArrayInput, fmt: str | QuantFormat) -> np.ndarray:
     """Decode GGML blocks of shape ``(..., n_bytes)`` to float32 ``(..., n_bytes // block_bytes * 32)``,
     as GGML's ``dequantize_row_<fmt>`` (q8_1: q * d, see the module docstring).
 
@@ -535,7 +542,7 @@ def dequantize(blocks: Any, fmt: str | QuantFormat) -> np.ndarray:
         for i in range(0, len(flat), _CHUNK):
             fields = _unpack(flat[i : i + _CHUNK], f)
             d = fields.d[:, None]
-            if f.has_min:
+            if fields.m is not None:  # the formats with a min
                 np.add(fields.codes.astype(np.float32) * d, fields.m[:, None], out=y[i : i + _CHUNK])
             elif f.bits < 8:
                 np.multiply(

@@ -25,8 +25,8 @@ PRELOAD = ["acceptance.isolation.forkserver", "torch", "acceptance.isolation.wor
 #: Modules it imports as well when a run will have several jobs: each job measures with the runner and decides
 #: dual-delta records with scipy.stats, which every job would otherwise import again (measured with two jobs:
 #: 2-3 core-seconds and ~1 s of a 30 s run saved), and computes metrics with the numba kernels of
-#: :mod:`acceptance.numerics.metrics.many` (loaded from numba's disk cache: ~0.7 s of a core in each job). A run of one job
-#: leaves them out: its worker needs none of them.
+#: :mod:`acceptance.numerics.metrics.many` (loaded from numba's disk cache: ~0.7 s of a core in each job). A run
+#: of one job leaves them out: its worker needs none of them.
 JOB_PRELOAD = ["acceptance.measure.case", "acceptance.numerics.stats", "acceptance.numerics.metrics.many"]
 
 

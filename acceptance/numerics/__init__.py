@@ -1,1 +1,2 @@
-"""The mathematics: metrics, dual-delta statistics, device arithmetic emulated on the CPU, float64 and mpmath oracles."""
+"""The mathematics: metrics, dual-delta statistics, device arithmetic emulated on the CPU, float64 and mpmath
+oracles."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 
@@ -27,7 +27,7 @@ JFloat = Annotated[float, PlainSerializer(json_float)]
 
 #: One metric value: a float, or a tuple of floats for ``diff3`` (m1, m2) and
 #: ``diff4`` (p1, p2, n).
-MetricValue = Union[JFloat, list[JFloat], None]
+MetricValue = JFloat | list[JFloat] | None
 
 
 class Model(BaseModel):

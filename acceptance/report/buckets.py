@@ -10,8 +10,6 @@ with the operator, the baseline's emulation, the count per bucket of
 
 from __future__ import annotations
 
-from typing import Any
-
 from acceptance.records import REL_ERROR_BUCKETS, CaseResult
 
 #: Bucket labels in order ('=0', '<1e-6', ..., '>1').
@@ -32,7 +30,7 @@ def at_least_1e3(buckets: dict[str, int]) -> int:
     return sum(buckets.get(k, 0) for k in AT_LEAST_1E3)
 
 
-def bucket_table(cases: list[CaseResult]) -> dict[str, Any]:
+def bucket_table(cases: list[CaseResult]) -> dict[str, object]:
     """``{"labels": [...], "groups": [(label, [row, ...]), ...], "hidden": n}``; a row is
     ``{"operator", "id", "emulation", "counts": [...], "bad": n, "verdict"}``. Empty groups when no two
     operators share a case label."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from acceptance.records import Results, sorted_failures_first
+from acceptance.records import Results, Verdict, sorted_failures_first
 from acceptance.wording import safe
 
 #: Reasons shown per case; the rest are counted, and are in the HTML report and results.json.
@@ -18,6 +18,7 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     lines: list[tuple[str, str | None]] = []
     shown = [c for c in sorted_failures_first(results.cases) if c.verdict != "pass"]
     for case in shown:
+        assert case.verdict is not None  # results hold decided cases
         head = f"{case.verdict.upper():5} {safe(case.id)}"
         lines.append((head, _COLOURS[case.verdict]))
         for reason in case.reasons[:MAX_REASONS]:
@@ -28,12 +29,12 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
             )
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
     for case in vacuous[:MAX_REASONS]:
-        lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous)}", "yellow"))
+        lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous or '')}", "yellow"))
     if len(vacuous) > MAX_REASONS:
         lines.append(
             (f"NOTE  ... and {len(vacuous) - MAX_REASONS} more vacuous passes (--strict fails them)", "yellow")
         )
-    per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    per_op: dict[str, dict[Verdict | None, int]] = defaultdict(lambda: defaultdict(int))
     categories: dict[str, str] = {}
     for case in results.cases:
         per_op[case.operator][case.verdict] += 1

@@ -5,11 +5,9 @@ step); annotations are workflow commands printed to stdout, pointing at the
 spec file of each failing case.
 """
 
-from __future__ import annotations
-
 import re
 
-from acceptance.records import CaseResult, Results, sorted_failures_first
+from acceptance.records import CaseResult, Results, Verdict, sorted_failures_first
 from acceptance.report import perf
 from acceptance.report.text import deciding_criterion, headline, overall_line
 from acceptance.wording import criterion_text, one_line, visible_controls
@@ -31,7 +29,7 @@ def md_escape(text: str, limit: int = CELL_LIMIT) -> str:
     return _MD_SPECIAL.sub(r"\\\1", flat)
 
 
-def _verdict_mark(verdict: str) -> str:
+def _verdict_mark(verdict: Verdict) -> str:
     return {"pass": "✅", "fail": "❌", "error": "💥", "skip": "⏭️"}[verdict]
 
 
@@ -43,6 +41,7 @@ def _deciding_cell(case: CaseResult) -> str:
 
 
 def _row(case: CaseResult) -> str:
+    assert case.verdict is not None  # results hold decided cases
     return (
         f"| {_verdict_mark(case.verdict)} {case.verdict} | {md_escape(case.operator)} | {md_escape(case.dtype)} "
         f"| {md_escape(case.id)} | {md_escape(_deciding_cell(case))} |"
@@ -76,7 +75,8 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
         head += [
             "",
             f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
-            f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: {md_escape(vacuous[0].vacuous)}",
+            f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}:"
+            f" {md_escape(vacuous[0].vacuous or '')}",
         ]
     timings = perf.markdown(results)
     if timings:

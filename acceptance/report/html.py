@@ -26,23 +26,25 @@ import base64
 import hashlib
 import math
 from functools import lru_cache
-from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
-from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
+from acceptance.records import VERDICT_ORDER, CaseResult, Criterion, DualDeltaRecord, Results, sorted_failures_first
 from acceptance.report import perf, svg
 from acceptance.report.buckets import bucket_table
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
 from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
 from acceptance.wording import full as full_precision
 
+#: What a template renders from: names to values (records, strings, markup, lists of rows).
+TemplateContext = dict[str, object]
+
 MAX_PLOTTED_CASES = 40
 OPEN_FAILURES = 20
 
 
-def _finalize(value: Any) -> Any:
+def _finalize(value: object) -> object:
     """Applied to every ``{{ }}`` before escaping: control characters become visible, ``None`` an em dash."""
     if value is None:
         return "—"
@@ -75,7 +77,9 @@ def prepare() -> None:
 
 def asset(name: str) -> str:
     """The text of a file in ``templates/`` (the page's CSS and script)."""
-    return environment().loader.get_source(environment(), name)[0]
+    loader = environment().loader
+    assert loader is not None  # environment() always sets its package loader
+    return loader.get_source(environment(), name)[0]
 
 
 def _sha256_source(text: str) -> str:
@@ -113,7 +117,7 @@ def provenance(results: Results, results_sha256: str | None) -> list[tuple[str, 
     ]
 
 
-def page_context(results: Results, results_sha256: str | None, css: str, js: str | None) -> dict[str, Any]:
+def page_context(results: Results, results_sha256: str | None, css: str, js: str | None) -> TemplateContext:
     """What every page (report, sign-off) shows at the top."""
     s = results.summary
     return {
@@ -151,7 +155,7 @@ def _deciding(case: CaseResult) -> tuple[str, float | None]:
     return criterion_text(c), margin(c)
 
 
-def _criterion_row(c) -> dict[str, Any]:
+def _criterion_row(c: Criterion) -> TemplateContext:
     m = margin(c)
     return {
         "metric": metric_name(c),
@@ -180,7 +184,7 @@ def _dual_plots(d: DualDeltaRecord) -> list[Markup]:
     ]
 
 
-def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> dict[str, Any]:
+def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> TemplateContext:
     """One dual-delta record; ``full`` adds the descriptive-statistics and test tables (else means and maxima only)."""
     stats = ["n", "mean", "median", "std", "p50", "p90", "p99", "max", "min"]
     describe = [("δ1 impl", d.impl), ("δ2 baseline", d.baseline)] + ([("δ1/δ2", d.ratio)] if d.ratio else [])
@@ -228,7 +232,7 @@ def _buckets_chart(case: CaseResult) -> Markup:
     )
 
 
-def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> dict[str, Any]:
+def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> TemplateContext:
     """Everything the template shows for one case; passing cases without charts get one-line criteria."""
     deciding, m = _deciding(case)
     full = plotted or case.verdict != "pass"
@@ -242,7 +246,7 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
         "deciding": deciding,
         "margin": _margin_text(m),
         "margin_sort": _sort_number(m),
-        "verdict_sort": VERDICT_ORDER[case.verdict],
+        "verdict_sort": VERDICT_ORDER[str(case.verdict)],
         "time": fmt(t.total),
         "time_sort": _sort_number(t.total),
         "open": open_,
@@ -298,7 +302,7 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
     }
 
 
-def _comparison_view(results: Results) -> dict[str, Any] | None:
+def _comparison_view(results: Results) -> TemplateContext | None:
     """The comparison with the base run, for its section: regressions, then every case that moved or grew."""
     cmp = results.comparison
     if cmp is None:

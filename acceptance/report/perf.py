@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from markupsafe import Markup, escape
 
-from acceptance.records import CaseResult, Results
+from acceptance.records import CaseResult, PerfRecord, Results
 from acceptance.report.svg import _esc, _n
 from acceptance.wording import safe
 
@@ -52,9 +52,15 @@ def _rate(x: float | None) -> str:
     return "—" if x is None else (f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}")
 
 
+def _perf(case: CaseResult) -> PerfRecord:
+    """The timing of a timed case (one :func:`timed` returns)."""
+    assert case.perf is not None  # only timed cases reach the tables
+    return case.perf
+
+
 def row(case: CaseResult) -> PerfRow:
     """The table row of a timed case."""
-    p = case.perf
+    p = _perf(case)
     gate = (
         "—"
         if p.min_speedup is None
@@ -83,11 +89,11 @@ HEAD = PerfRow("case", "runs", "median", "p10 .. p90", "GFLOP/s", "GB/s", "of co
 
 def copy_line(results: Results) -> str:
     """The measured copy bandwidth of the run, in words (empty when no case was timed)."""
-    gbps = next((c.perf.copy_gbps for c in timed(results) if c.perf.copy_gbps), None)
-    cases = timed(results)
-    if not cases:
+    records = [_perf(c) for c in timed(results)]
+    gbps = next((p.copy_gbps for p in records if p.copy_gbps), None)
+    if not records:
         return ""
-    timer = cases[0].perf.timer
+    timer = records[0].timer
     bw = f"{gbps:.1f} GB/s" if gbps else "not measured"
     return f"timer {timer}, device copy bandwidth {bw}"
 
@@ -133,9 +139,9 @@ def markdown(results: Results, limit: int = SUMMARY_ROWS) -> str:
 
 def gflops_chart(cases: list[CaseResult], width: int = 720) -> str:
     """Horizontal bars of GFLOP/s per case (GB/s where a spec gives bytes only), as inline SVG."""
-    shown = [(c.id, c.perf.gflops if c.perf.gflops is not None else c.perf.gbps) for c in cases]
-    shown = [(label, v) for label, v in shown if v is not None]
-    unit = "GFLOP/s" if any(c.perf.gflops is not None for c in cases) else "GB/s"
+    rates = [(c.id, _perf(c).gflops if _perf(c).gflops is not None else _perf(c).gbps) for c in cases]
+    shown = [(label, v) for label, v in rates if v is not None]
+    unit = "GFLOP/s" if any(_perf(c).gflops is not None for c in cases) else "GB/s"
     if not shown:
         return ""
     bar_h, left, top = 18, 330, 24

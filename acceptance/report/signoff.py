@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any
 
 from acceptance.records import CaseResult, Results
 from acceptance.report.html import asset, environment, page_context
@@ -28,8 +27,8 @@ class Threshold:
 
     metric: str
     comparison: str
-    lo: Any  # a number, or a pair for diff3
-    hi: Any
+    lo: float | list[float]  # a number, or a pair for diff3
+    hi: float | list[float]
     source: str
 
     def text(self) -> str:
@@ -71,12 +70,17 @@ class SignoffLine:
 def thresholds_in_force(cases: list[CaseResult]) -> list[Threshold]:
     """Distinct (metric, comparison, source) over the cases' evaluated criteria, with the range of their thresholds,
     in first-seen order (a rule not in force, e.g. determinism where the category allows variation, is left out)."""
-    seen: dict[tuple[str, str, str], list[float]] = {}
+    seen: dict[tuple[str, str, str], list[float | list[float]]] = {}
     for case in cases:
         for c in case.criteria:
             if c.threshold is not None and c.passed is not None:
                 seen.setdefault((metric_name(c), c.comparison, c.source), []).append(c.threshold)
     return [Threshold(m, comp, min(ts), max(ts), src) for (m, comp, src), ts in seen.items()]
+
+
+def _count(cases: list[CaseResult], verdict: str) -> int:
+    """How many of ``cases`` have ``verdict``."""
+    return sum(c.verdict == verdict for c in cases)
 
 
 def signoff_lines(results: Results) -> list[SignoffLine]:
@@ -85,20 +89,16 @@ def signoff_lines(results: Results) -> list[SignoffLine]:
     lines = []
     for (operator, dtype), group in groupby(sorted(results.cases, key=key), key=key):
         cases = list(group)
-
-        def count(v: str, cases: list[CaseResult] = cases) -> int:
-            return sum(c.verdict == v for c in cases)
-
         lines.append(
             SignoffLine(
                 operator=operator,
                 category=cases[0].category,
                 dtype=dtype,
                 spec_file=cases[0].spec_file,
-                passed=count("pass"),
-                failed=count("fail"),
-                errors=count("error"),
-                skipped=count("skip"),
+                passed=_count(cases, "pass"),
+                failed=_count(cases, "fail"),
+                errors=_count(cases, "error"),
+                skipped=_count(cases, "skip"),
                 waived=sum(c.verdict == "skip" and c.waiver is not None for c in cases),
                 thresholds=thresholds_in_force(cases),
                 failing=[c.id for c in cases if c.verdict in ("fail", "error")],

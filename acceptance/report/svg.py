@@ -14,16 +14,20 @@ the chart, never silently dropped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
 import numpy as np
+import numpy.typing as npt
 
 from acceptance.wording import fmt, visible_controls
 
 WIDTH, HEIGHT = 290, 262
 LEFT, RIGHT, TOP, BOTTOM = 62, 12, 40, 58
+#: Values to plot: a list of floats or a float64 array.
+Floats = Sequence[float] | npt.NDArray[np.float64]
+
 MAX_POINTS = 1000
 
 
@@ -92,14 +96,14 @@ def tick_label(v: float, log: bool) -> str:
     return fmt(v)
 
 
-def choose_log(*series: Sequence[float]) -> bool:
+def choose_log(*series: Floats) -> bool:
     """True when the finite positive values span at least two decades (max/min >= 100)."""
     values = np.concatenate([np.asarray(s, dtype=np.float64) for s in series]) if series else np.empty(0)
     positive = values[np.isfinite(values) & (values > 0)]
     return positive.size >= 2 and positive.max() / positive.min() >= 100
 
 
-def plottable(values: Sequence[float], log: bool) -> tuple[np.ndarray, dict[str, int]]:
+def plottable(values: Floats, log: bool) -> tuple[np.ndarray, dict[str, int]]:
     """The values a chart can place, and the counts of those it cannot (``nan``, ``inf``, ``zero``, ``negative``)."""
     v = np.asarray(values, dtype=np.float64)
     dropped = {"nan": int(np.isnan(v).sum()), "inf": int(np.isinf(v).sum())}
@@ -112,7 +116,8 @@ def plottable(values: Sequence[float], log: bool) -> tuple[np.ndarray, dict[str,
 
 
 def data_range(values: np.ndarray, log: bool) -> tuple[float, float]:
-    """[lo, hi] covering the values, widened when they are all equal (by a decade on log axes, ±0.5 or ±10 % on linear)."""
+    """[lo, hi] covering the values, widened when they are all equal (by a decade on log axes, ±0.5 or ±10 % on
+    linear)."""
     lo, hi = float(values.min()), float(values.max())
     if lo == hi:
         if log:
@@ -173,13 +178,15 @@ def _frame(
             x = xs(t)
             out.append(f'<line class="grid" x1="{_n(x)}" x2="{_n(x)}" y1="{y0}" y2="{y1}"/>')
             out.append(
-                f'<text class="tick" x="{_n(x)}" y="{y0 + 13}" text-anchor="middle">{_esc(tick_label(t, xs.log))}</text>'
+                f'<text class="tick" x="{_n(x)}" y="{y0 + 13}" text-anchor="middle">'
+                f"{_esc(tick_label(t, xs.log))}</text>"
             )
     out += body
     out.append(f'<path class="axis" d="M{x0} {y1}V{y0}H{x1}"/>')
     out.append(f'<text class="label" x="{(x0 + x1) / 2}" y="{y0 + 30}" text-anchor="middle">{_esc(xlabel)}</text>')
     out.append(
-        f'<text class="label" transform="rotate(-90)" x="{-(y0 + y1) / 2}" y="13" text-anchor="middle">{_esc(ylabel)}</text>'
+        f'<text class="label" transform="rotate(-90)" x="{-(y0 + y1) / 2}" y="13" text-anchor="middle">'
+        f"{_esc(ylabel)}</text>"
     )
     x = x0
     for label, cls in legend:  # one row between the title and the plot
@@ -203,9 +210,7 @@ def histogram_counts(series: Sequence[np.ndarray], bins: int, log: bool) -> tupl
     return edges, [np.histogram(s, bins=edges)[0] for s in series]
 
 
-def histogram_overlay(
-    series: Sequence[tuple[str, Sequence[float], str]], *, title: str, xlabel: str, bins: int = 20
-) -> str:
+def histogram_overlay(series: Sequence[tuple[str, Floats, str]], *, title: str, xlabel: str, bins: int = 20) -> str:
     """Overlaid histograms of several series ``(label, values, css_class)`` on shared bins."""
     log = choose_log(*(v for _, v, _ in series))
     kept = [plottable(v, log) for _, v, _ in series]
@@ -228,7 +233,8 @@ def histogram_overlay(
 
 @dataclass(frozen=True)
 class BoxStats:
-    """Tukey box: quartiles (numpy linear interpolation), whiskers at the most extreme values within 1.5·IQR of the box."""
+    """Tukey box: quartiles (numpy linear interpolation), whiskers at the most extreme values within 1.5·IQR of the
+    box."""
 
     q1: float
     median: float
@@ -246,7 +252,7 @@ def box_stats(values: np.ndarray) -> BoxStats:
     return BoxStats(float(q1), float(median), float(q3), float(inside.min()), float(inside.max()), outliers)
 
 
-def box_plot(series: Sequence[tuple[str, Sequence[float], str]], *, title: str, ylabel: str) -> str:
+def box_plot(series: Sequence[tuple[str, Floats, str]], *, title: str, ylabel: str) -> str:
     """Side-by-side Tukey box plots of several series ``(label, values, css_class)``; log y when they span decades."""
     log = choose_log(*(v for _, v, _ in series))
     kept = [plottable(v, log) for _, v, _ in series]
@@ -274,14 +280,16 @@ def box_plot(series: Sequence[tuple[str, Sequence[float], str]], *, title: str, 
         )
         for w in (b.whisker_lo, b.whisker_hi):
             body.append(
-                f'<line class="whisker" x1="{_n(cx - half / 2)}" x2="{_n(cx + half / 2)}" y1="{_n(ys(w))}" y2="{_n(ys(w))}"/>'
+                f'<line class="whisker" x1="{_n(cx - half / 2)}" x2="{_n(cx + half / 2)}"'
+                f' y1="{_n(ys(w))}" y2="{_n(ys(w))}"/>'
             )
         body.append(
             f'<rect class="{cls} box" x="{_n(cx - half)}" y="{_n(ys(b.q3))}" width="{_n(2 * half)}" '
             f'height="{_n(max(ys(b.q1) - ys(b.q3), 0.5))}"/>'
         )
         body.append(
-            f'<line class="median" x1="{_n(cx - half)}" x2="{_n(cx + half)}" y1="{_n(ys(b.median))}" y2="{_n(ys(b.median))}"/>'
+            f'<line class="median" x1="{_n(cx - half)}" x2="{_n(cx + half)}"'
+            f' y1="{_n(ys(b.median))}" y2="{_n(ys(b.median))}"/>'
         )
         for o in _thin(b.outliers, 200):
             body.append(f'<circle class="{cls} dot" cx="{_n(cx)}" cy="{_n(ys(o))}" r="2"/>')
@@ -327,13 +335,13 @@ def _square_scales(x: np.ndarray, y: np.ndarray, log: bool) -> tuple[Scale, Scal
     return Scale(lo, hi, LEFT, WIDTH - RIGHT, log), Scale(lo, hi, HEIGHT - BOTTOM, TOP, log)
 
 
-def _pairs(x: Sequence[float], y: Sequence[float], log: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+def _pairs(x: Floats, y: Floats, log: bool) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """Paired values both of which can be placed, and the dropped pairs counted by the first reason that applies
     to either member: ``nan``, ``inf``, then (log axes) ``zero``, ``negative``."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     left = np.ones(xa.shape, dtype=bool)
     dropped: dict[str, int] = {}
-    tests = [("nan", np.isnan), ("inf", np.isinf)]
+    tests: list[tuple[str, Callable[[np.ndarray], np.ndarray]]] = [("nan", np.isnan), ("inf", np.isinf)]
     if log:
         tests += [("zero", lambda v: v == 0), ("negative", lambda v: v < 0)]
     for reason, test in tests:
@@ -344,7 +352,7 @@ def _pairs(x: Sequence[float], y: Sequence[float], log: bool) -> tuple[np.ndarra
     return xa[left], ya[left], dropped
 
 
-def qq_plot(impl: Sequence[float], baseline: Sequence[float], *, title: str, metric: str) -> str:
+def qq_plot(impl: Floats, baseline: Floats, *, title: str, metric: str) -> str:
     """Q-Q plot of delta_1 (impl, y) against delta_2 (baseline, x) with the line y = x."""
     log = choose_log(impl, baseline)
     yi, di = plottable(impl, log)
@@ -370,7 +378,7 @@ def qq_plot(impl: Sequence[float], baseline: Sequence[float], *, title: str, met
     )
 
 
-def scatter_plot(impl: Sequence[float], baseline: Sequence[float], *, factor: float, title: str, metric: str) -> str:
+def scatter_plot(impl: Floats, baseline: Floats, *, factor: float, title: str, metric: str) -> str:
     """delta_1 (impl, y) against delta_2 (baseline, x), paired by trial, with the lines y = x and y = factor·x."""
     log = choose_log(impl, baseline)
     xb, yi, dropped = _pairs(baseline, impl, log)
@@ -403,7 +411,8 @@ def scatter_plot(impl: Sequence[float], baseline: Sequence[float], *, factor: fl
 
 
 def bar_chart(labels: Sequence[str], counts: Sequence[int], *, title: str, xlabel: str, ylabel: str) -> str:
-    """Counts per category (e.g. relative-error buckets), each bar labelled with its count; log y when counts span decades."""
+    """Counts per category (e.g. relative-error buckets), each bar labelled with its count; log y when counts span
+    decades."""
     width = max(WIDTH, LEFT + RIGHT + 34 * len(labels))
     c = np.asarray(counts, dtype=np.float64)
     if not c.size or c.max() <= 0:
@@ -418,12 +427,15 @@ def bar_chart(labels: Sequence[str], counts: Sequence[int], *, title: str, xlabe
         if n > 0:
             top = ys(n)
             body.append(
-                f'<rect class="bar" x="{_n(x + slot * 0.15)}" y="{_n(top)}" width="{_n(slot * 0.7)}" height="{_n(ys.px_lo - top)}"/>'
+                f'<rect class="bar" x="{_n(x + slot * 0.15)}" y="{_n(top)}" width="{_n(slot * 0.7)}"'
+                f' height="{_n(ys.px_lo - top)}"/>'
             )
         body.append(
-            f'<text class="count" x="{_n(cx)}" y="{_n((ys(n) if n > 0 else ys.px_lo) - 3)}" text-anchor="middle">{int(n)}</text>'
+            f'<text class="count" x="{_n(cx)}" y="{_n((ys(n) if n > 0 else ys.px_lo) - 3)}" text-anchor="middle">'
+            f"{int(n)}</text>"
         )
         body.append(
-            f'<text class="tick" transform="translate({_n(cx + 3)} {HEIGHT - BOTTOM + 8}) rotate(-35)" text-anchor="end">{_esc(label)}</text>'
+            f'<text class="tick" transform="translate({_n(cx + 3)} {HEIGHT - BOTTOM + 8}) rotate(-35)"'
+            f' text-anchor="end">{_esc(label)}</text>'
         )
     return _frame(title, None, ys, "", ylabel, body, note=xlabel, width=width)

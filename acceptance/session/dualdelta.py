@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from acceptance.numerics.oracle import float64_oracle
 from acceptance.records import DualDeltaRecord, Timing
 
 ErrorFn = Callable[[torch.Tensor, torch.Tensor], float]
-ErrorSpec = Union[str, ErrorFn, Sequence[str | ErrorFn]]
+ErrorSpec = str | ErrorFn | Sequence[str | ErrorFn]
 
 
 class DualDeltaError(ValueError):

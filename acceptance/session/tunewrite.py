@@ -38,7 +38,8 @@ class Edit:
 
 
 class _Number(float):
-    """A float written as a plain YAML 1.2 float in :func:`~acceptance.decide.proposal.number_text`'s form (``5e-5``)."""
+    """A float written as a plain YAML 1.2 float in :func:`~acceptance.decide.proposal.number_text`'s form
+    (``5e-5``)."""
 
 
 def _yaml() -> YAML:

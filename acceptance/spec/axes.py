@@ -17,12 +17,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from acceptance.formats import presets
 from acceptance.formats.layouts import edge_values
 from acceptance.spec.expr import value_of
 from acceptance.spec.model import Case, CaseSpec, Dist, InputSpec, Preset, Sparse, Specials, Uniform
+
+if TYPE_CHECKING:
+    from acceptance.spec.kinds import JSONValue
+    from acceptance.spec.schema import _CaseModel, _EdgesModel
 
 #: Element budget of the edge sweep's largest size: all inputs of a case together.
 EDGE_ELEMENTS = 1 << 22
@@ -50,7 +54,7 @@ def largest_fitting(inputs: list[InputSpec], symbols: dict[str, int], name: str)
     return lo
 
 
-def _edge_symbols(symbols: dict[str, int], edges: Any, inputs: list[InputSpec]) -> list[dict[str, int]]:
+def _edge_symbols(symbols: dict[str, int], edges: bool | _EdgesModel, inputs: list[InputSpec]) -> list[dict[str, int]]:
     out: list[dict[str, int]] = []
     for name, value in symbols.items():
         if value < 1:
@@ -64,7 +68,9 @@ def _edge_symbols(symbols: dict[str, int], edges: Any, inputs: list[InputSpec]) 
 
 
 def case_specs(
-    models: list[Any], inputs: list[InputSpec], role_params: Callable[[Any], dict[str, dict[str, Any]]] = lambda c: {}
+    models: list[_CaseModel],
+    inputs: list[InputSpec],
+    role_params: Callable[[_CaseModel], dict[str, dict[str, JSONValue]]] = lambda c: {},
 ) -> list[CaseSpec]:
     """The cases of a spec from its validated ``cases`` entries: presets and edge sizes expanded, in order
     (each written case, then its edge variants; a preset list multiplies both); ``role_params`` gives an

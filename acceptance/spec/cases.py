@@ -11,7 +11,6 @@ from __future__ import annotations
 import fnmatch
 import json
 from datetime import date, datetime, timezone
-from typing import Any
 
 from acceptance.errors import SpecError
 from acceptance.formats.dtypes import TEST_DTYPES
@@ -25,7 +24,7 @@ def glob_match(text: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(text, pattern.replace("[", "[[]"))
 
 
-def _compact(value: Any) -> str:
+def _compact(value: object) -> str:
     """A param value in a case id: strings bare, floats by ``repr`` (``inf``), the rest as JSON."""
     if isinstance(value, str):
         return value

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from acceptance.formats.dtypes import lookup, torch_dtype
 from acceptance.spec.cases import expand, glob_match
-from acceptance.spec.expr import Expr, value_of
+from acceptance.spec.expr import Bound, Expr, value_of
 from acceptance.spec.model import (
     CaseSpec,
     Choice,
@@ -94,11 +93,11 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
             out.append((f"inputs[{i}].name", f"duplicate input name {inp.name!r} (also inputs[{first}])"))
         seen_names.setdefault(inp.name, i)
 
-    exprs: list[tuple[str, Expr]] = []
+    bounds: list[tuple[str, Bound]] = []
     for i, inp in enumerate(inputs):
-        exprs += [(f"inputs[{i}].shape[{j}]", d) for j, d in enumerate(inp.shape)]
-        exprs += dist_bounds(inp.dist, f"inputs[{i}].dist")
-    exprs = [(p, e) for p, e in exprs if isinstance(e, Expr)]
+        bounds += [(f"inputs[{i}].shape[{j}]", d) for j, d in enumerate(inp.shape)]
+        bounds += dist_bounds(inp.dist, f"inputs[{i}].dist")
+    exprs = [(p, e) for p, e in bounds if isinstance(e, Expr)]
     used = {n: p for p, e in reversed(exprs) for n in e.names}
     defined = list(dict.fromkeys(k for c in cases for k in c.symbols))
     known = ", ".join(sorted(defined)) or "none"
@@ -152,7 +151,7 @@ def input_case_problems(inputs: list[InputSpec], cases: list[CaseSpec]) -> list[
     return list(dict.fromkeys(out))
 
 
-def dtype_problems(dtypes: list[str], per_dtype: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+def dtype_problems(dtypes: list[str], per_dtype: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str]]:
     """Duplicate test dtypes, and per-dtype sections (``thresholds``, ``floors``) for a dtype that is not tested."""
     out = [(f"dtypes[{k}]", f"duplicate dtype {dt!r}") for k, dt in enumerate(dtypes) if dt in dtypes[:k]]
     out += [

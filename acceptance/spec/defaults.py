@@ -38,14 +38,15 @@ the runner reads to know what to measure and the verdict reads to decide.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import cast
 
 from acceptance.formats import dtypes
 from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 from acceptance.numerics.metrics import registry
 from acceptance.spec.model import Case
-from acceptance.spec.overrides import case_overrides
+from acceptance.spec.overrides import ThresholdOverride, case_overrides
 
 #: Categories judged bit for bit (diff3_2 == 0); the rest have a rounding tolerance.
 BIT_EXACT_CATEGORIES: tuple[str, ...] = ("arithmetic", "pure_io")
@@ -122,7 +123,7 @@ class Threshold:
     """One threshold in force: ``metric comparison value``, and where it came from."""
 
     metric: str
-    value: float | tuple[float, float]
+    value: float | tuple[float, ...]
     comparison: str
     source: str
 
@@ -180,7 +181,7 @@ def category_default(category: str, dtype: str) -> tuple[float, str]:
 
 
 def thresholds_for(
-    category: str, dtype: str, overrides: dict[str, Any] | None = None, quant: tuple[str, ...] = ()
+    category: str, dtype: str, overrides: Mapping[str, ThresholdOverride] | None = None, quant: tuple[str, ...] = ()
 ) -> list[Threshold]:
     """The thresholds in force for one (category, dtype), spec overrides applied.
 
@@ -198,17 +199,16 @@ def thresholds_for(
         value, source = category_default(category, dtype)
         for metric in ("diff1", "diff2"):
             found[metric] = Threshold(metric, value, "<=", source)
-    for metric, value in overrides.items():
-        if isinstance(value, list):
-            value = tuple(value)
+    for metric, given in overrides.items():
+        limit = tuple(given) if isinstance(given, list) else given
         comparison = registry.get(metric).comparison
-        if value == 0 and category in BIT_EXACT_CATEGORIES:
+        if limit == 0 and category in BIT_EXACT_CATEGORIES:
             comparison = "=="
-        found[metric] = Threshold(metric, value, comparison, "spec override")
+        found[metric] = Threshold(metric, limit, comparison, "spec override")
     return list(found.values())
 
 
-def diff4_enabled(category: str, overrides: dict[str, Any] | None = None) -> bool:
+def diff4_enabled(category: str, overrides: Mapping[str, ThresholdOverride] | None = None) -> bool:
     """diff4 applies to the categories with a rounding tolerance unless the spec says ``diff4: false``; to the
     ``quantized`` category only when the spec says ``diff4: true``."""
     if overrides and overrides.get("diff4") is False:
@@ -260,7 +260,7 @@ def rules_for(case: Case) -> Rules:
     if dual_delta is not None and resolved.dual_delta_sources:
         dd = resolved.dual_delta_sources
         dual_delta = replace(
-            dual_delta, sources={m: dd.get(m, dd.get("*")) for m in dual_delta.metrics if dd.get(m, dd.get("*"))}
+            dual_delta, sources={m: src for m in dual_delta.metrics if (src := dd.get(m, dd.get("*")))}
         )
     # a bit-exact category is judged on bits unless its spec gives thresholds for the dtype (a tolerance asked for)
     bit_exact = spec.category in BIT_EXACT_CATEGORIES and not {k for k in overrides if k != "diff4"}
@@ -268,8 +268,8 @@ def rules_for(case: Case) -> Rules:
         0.0
         if bit_exact
         else min(
-            (float(t.value) for t in thresholds if t.metric in ("diff1", "diff2")),
-            default=math.sqrt(next((float(t.value) for t in thresholds if t.metric == "nmse"), 0.0)),
+            (float(cast(float, t.value)) for t in thresholds if t.metric in ("diff1", "diff2")),
+            default=math.sqrt(next((float(cast(float, t.value)) for t in thresholds if t.metric == "nmse"), 0.0)),
         )
     )
     floor_max, floor_mean = floors_for(spec.category, case.dtype, spec.floors.get(case.dtype))

@@ -20,7 +20,7 @@ spec or case params the emulated contraction does not take.
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -54,8 +54,8 @@ class AccumulateModel(_Strict):
     fused: bool = False
 
 
-Ftz = Union[bool, Annotated[float, Field(ge=0, allow_inf_nan=False)], FtzModel]
-Tf32 = Union[bool, Literal["nearest_away", "nearest_even", "truncate"]]
+Ftz = bool | Annotated[float, Field(ge=0, allow_inf_nan=False)] | FtzModel
+Tf32 = bool | Literal["nearest_away", "nearest_even", "truncate"]
 
 
 class EmulateOverride(_Strict):
@@ -143,7 +143,7 @@ def emulation_problems(
         for dt in model.dtypes
         if dt not in dtypes
     ]
-    if model.contraction is None or not any(resolve(model, dt) and resolve(model, dt).accumulate for dt in dtypes):
+    if model.contraction is None or not any((r := resolve(model, dt)) and r.accumulate for dt in dtypes):
         return out
     fn = CONTRACTIONS[model.contraction]
     taken = [

@@ -7,7 +7,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Union
+from typing import cast
 
 _BINOPS: dict[type, Callable[[int, int], int]] = {
     ast.Add: operator.add,
@@ -36,14 +36,16 @@ class Expr:
 
 
 def _eval_node(node: ast.expr, symbols: Mapping[str, int]) -> int:
+    """The value of a tree :func:`_check_node` admitted: integer constants, names, signs and integer operators."""
     if isinstance(node, ast.Constant):
-        return node.value
+        return cast(int, node.value)
     if isinstance(node, ast.Name):
         return symbols[node.id]
     if isinstance(node, ast.UnaryOp):
         value = _eval_node(node.operand, symbols)
         return -value if isinstance(node.op, ast.USub) else value
-    return _BINOPS[type(node.op)](_eval_node(node.left, symbols), _eval_node(node.right, symbols))
+    binop = cast(ast.BinOp, node)
+    return _BINOPS[type(binop.op)](_eval_node(binop.left, symbols), _eval_node(binop.right, symbols))
 
 
 def _check_node(node: ast.AST, text: str) -> None:
@@ -84,8 +86,8 @@ def parse_expr(text: str) -> int | Expr:
         raise ValueError(f"{text!r}: division by zero") from None
 
 
-Bound = Union[int, float, Expr]
-Dim = Union[int, Expr]
+Bound = int | float | Expr
+Dim = int | Expr
 
 
 def value_of(bound: Bound, symbols: Mapping[str, int]) -> int | float:
@@ -132,16 +134,18 @@ class RealExpr:
 
 
 def _eval_real(node: ast.expr, symbols: Mapping[str, int | float]) -> float:
+    """The value of a tree :func:`_check_real` admitted: numbers, names, signs, operators and known functions."""
     if isinstance(node, ast.Constant):
-        return node.value
+        return cast(float, node.value)
     if isinstance(node, ast.Name):
         return symbols[node.id]
     if isinstance(node, ast.UnaryOp):
         value = _eval_real(node.operand, symbols)
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.Call):
-        return REAL_FUNCTIONS[node.func.id](*(_eval_real(a, symbols) for a in node.args))
-    return _REAL_BINOPS[type(node.op)](_eval_real(node.left, symbols), _eval_real(node.right, symbols))
+        return REAL_FUNCTIONS[cast(ast.Name, node.func).id](*(_eval_real(a, symbols) for a in node.args))
+    binop = cast(ast.BinOp, node)
+    return _REAL_BINOPS[type(binop.op)](_eval_real(binop.left, symbols), _eval_real(binop.right, symbols))
 
 
 def _check_real(node: ast.AST, text: str) -> None:
@@ -186,7 +190,7 @@ def parse_real(text: str) -> float | RealExpr:
     except SyntaxError:
         raise ValueError(f"{text!r} is not a valid expression") from None
     _check_real(tree, text)
-    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    called = {cast(ast.Name, n.func).id for n in ast.walk(tree) if isinstance(n, ast.Call)}
     names = tuple(dict.fromkeys(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in called))
     expr = RealExpr(text.strip(), names, tree)
     if names:

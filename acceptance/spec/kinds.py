@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias, cast
 
 from pydantic import (
     AfterValidator,
@@ -28,6 +28,9 @@ from acceptance.errors import SpecError
 from acceptance.spec.callables import resolve_callable
 from acceptance.spec.messages import describe, fail
 
+#: Plain data as YAML and JSON hold it: null, booleans, numbers, strings, lists and string-keyed mappings.
+JSONValue: TypeAlias = "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
+
 KINDS = ("fn", "module", "onnx")
 ROLES = ("impl", "baseline", "oracle")
 
@@ -39,7 +42,8 @@ class _Model(BaseModel):
 
 def check_callable(v: str, info: ValidationInfo) -> str:
     """A callable reference ``module:attr`` / ``file.py:attr``, resolved when the spec's path is known: by the
-    context's ``imports`` (e.g. :class:`acceptance.isolation.importcheck.ImportCheck`, in another process), else here."""
+    context's ``imports`` (e.g. :class:`acceptance.isolation.importcheck.ImportCheck`, in another process), else
+    here."""
     context = info.context or {}
     spec_path = context.get("spec_path")
     if spec_path is not None:
@@ -57,7 +61,7 @@ def _file(v: str, info: ValidationInfo) -> str:
     return v
 
 
-def json_like(v: Any, where: str = "") -> Any:
+def json_like(v: object, where: str = "") -> JSONValue:
     """``v`` when it is plain data (numbers, strings, booleans, null, lists, string-keyed mappings); a
     validation error naming where it is not."""
     if v is None or isinstance(v, (bool, int, float, str)):
@@ -65,24 +69,32 @@ def json_like(v: Any, where: str = "") -> Any:
     if isinstance(v, list):
         return [json_like(x, f"{where}[{i}]") for i, x in enumerate(v)]
     if isinstance(v, dict):
-        for k in v:
-            if not isinstance(k, str):
-                raise fail(f"{where or 'key'} {k!r}: keys must be strings")
-        return {k: json_like(x, f"{where}.{k}" if where else k) for k, x in v.items()}
+        return _json_mapping(v, where)
     at = f"{where}: " if where else ""
     raise fail(f"{at}{describe(v)} is not a plain value (use numbers, strings, booleans, null, lists, mappings)")
 
 
-def plain_params(v: Any) -> dict[str, Any]:
+def _json_mapping(v: dict[object, object], where: str) -> dict[str, JSONValue]:
+    """A mapping of plain data (:func:`json_like`) with string keys."""
+    for k in v:
+        if not isinstance(k, str):
+            raise fail(f"{where or 'key'} {k!r}: keys must be strings")
+    return {cast(str, k): json_like(x, f"{where}.{k}" if where else cast(str, k)) for k, x in v.items()}
+
+
+def plain_params(v: object) -> dict[str, JSONValue]:
     """A mapping of keyword arguments of plain data (:func:`json_like`)."""
     if not isinstance(v, dict):
         raise fail(f"expected a mapping of keyword arguments, got {describe(v)}")
-    return json_like(v)
+    return _json_mapping(v, "")
 
 
 Ref = Annotated[str, AfterValidator(check_callable)]
 File = Annotated[str, AfterValidator(_file)]
-Mapping = Annotated[Any, BeforeValidator(plain_params)]
+if TYPE_CHECKING:  # the values the validators give (pydantic sees the validators: the definitions below)
+    Mapping = dict[str, JSONValue]
+else:
+    Mapping = Annotated[object, BeforeValidator(plain_params)]
 
 
 class CompileOptions(_Model):
@@ -103,7 +115,7 @@ class CompileOptions(_Model):
         return self
 
 
-def _compile(v: Any) -> bool | dict:
+def _compile(v: object) -> bool | dict[str, JSONValue]:
     """``compile: true`` (defaults) or a mapping of :class:`CompileOptions` (as written)."""
     if isinstance(v, bool):
         return v
@@ -117,6 +129,12 @@ def _compile(v: Any) -> bool | dict:
         raise fail(f"{where + ': ' if where else ''}{first['msg']}") from None
 
 
+if TYPE_CHECKING:
+    CompileValue = bool | dict[str, JSONValue]
+else:
+    CompileValue = Annotated[object, BeforeValidator(lambda v: _compile(v))]
+
+
 class Declaration(_Model):
     """A role declared as a mapping (see :mod:`acceptance.isolation.adapters` for what each field does)."""
 
@@ -124,11 +142,11 @@ class Declaration(_Model):
     fn: Ref | None = None
     module: Ref | None = None
     onnx: File | None = None
-    args: list[Any] = []
+    args: list[object] = []
     kwargs: Mapping = {}
     weights: File | None = None
     weights_seed: Annotated[int, Field(ge=0)] = 0
-    compile: Annotated[Any, BeforeValidator(lambda v: _compile(v))] = False
+    compile: CompileValue = False
     allow_eager: bool = False
     providers: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
     setup: Ref | None = None
@@ -156,12 +174,12 @@ class Declaration(_Model):
             raise fail("allow_eager applies only with compile")
         return self
 
-    def plain(self) -> dict:
+    def plain(self) -> dict[str, JSONValue]:
         """The declaration as written (fields left at their defaults dropped), for the adapter."""
         return self.model_dump(exclude_unset=True, mode="json")
 
 
-def declaration(v: dict, info: ValidationInfo) -> dict:
+def declaration(v: dict[object, object], info: ValidationInfo) -> dict[str, JSONValue]:
     """A :class:`Declaration` as a plain dict; its first problem as one message with its field path."""
     try:
         return Declaration.model_validate(v, context=info.context).plain()
@@ -175,7 +193,7 @@ def declaration(v: dict, info: ValidationInfo) -> dict:
         raise fail(f"{where + ': ' if where else ''}{msg}") from None
 
 
-def declaration_or_ref(v: Any, info: ValidationInfo) -> str | dict:
+def declaration_or_ref(v: object, info: ValidationInfo) -> str | dict[str, JSONValue]:
     """A role value: ``module:attr`` (checked) or a :class:`Declaration` (as a plain dict)."""
     if isinstance(v, str):
         return check_callable(v, info)
@@ -184,10 +202,13 @@ def declaration_or_ref(v: Any, info: ValidationInfo) -> str | dict:
     raise fail(f"expected module:attr or a mapping with one of fn, module, onnx, got {describe(v)}")
 
 
-RoleValue = Annotated[Any, AfterValidator(declaration_or_ref)]
+if TYPE_CHECKING:
+    RoleValue = str | dict[str, JSONValue]
+else:
+    RoleValue = Annotated[object, AfterValidator(declaration_or_ref)]
 
 
-def _date(v: Any) -> str:
+def _date(v: object) -> str:
     if isinstance(v, dt.date):
         return v.isoformat()
     if isinstance(v, str):
@@ -198,6 +219,12 @@ def _date(v: Any) -> str:
     raise fail(f"expected a date YYYY-MM-DD, got {describe(v)}")
 
 
+if TYPE_CHECKING:
+    DateText = str
+else:
+    DateText = Annotated[object, BeforeValidator(_date)]
+
+
 class WaiverModel(_Model):
     """A waiver: case ids matching ``match`` whose verdict is one of ``covers`` become skip, until ``expires``."""
 
@@ -205,7 +232,7 @@ class WaiverModel(_Model):
     match: Annotated[str, Field(min_length=1)]
     reason: Annotated[str, Field(min_length=1)]
     covers: Annotated[list[Literal["fail", "error"]], Field(min_length=1)] = ["fail"]
-    expires: Annotated[Any, BeforeValidator(_date)] | None = None
+    expires: DateText | None = None
     link: Annotated[str, Field(min_length=1)] | None = None
 
 

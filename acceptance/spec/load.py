@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -19,11 +19,11 @@ from acceptance.spec.checks import (
     quant_problems,
     waiver_problems,
 )
-from acceptance.spec.kinds import ROLES
+from acceptance.spec.kinds import ROLES, JSONValue
 from acceptance.spec.messages import field_path, sentence
-from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, SpecProblem, Waiver
+from acceptance.spec.model import CaseSpec, InputSpec, OperatorSpec, Override, PerfSection, SpecProblem, Waiver
 from acceptance.spec.overrides import override_problems
-from acceptance.spec.schema import SpecModel
+from acceptance.spec.schema import SpecModel, _CaseModel, _InputModel
 from acceptance.spec.yamlio import read_yaml
 
 
@@ -87,16 +87,18 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
         deterministic=model.deterministic,
         tier=model.tier,
-        perf={k: v for k, v in dict(model.perf).items() if v is not None} if model.perf is not None else None,
+        perf=cast(PerfSection, {k: v for k, v in dict(model.perf).items() if v is not None})
+        if model.perf is not None
+        else None,
     )
 
 
-def _role_params(model: Any) -> dict[str, dict[str, Any]]:
+def _role_params(model: SpecModel | _CaseModel) -> dict[str, dict[str, JSONValue]]:
     """``<role>_params`` of a spec or a case model, by role, roles without any left out."""
     return {role: dict(getattr(model, f"{role}_params")) for role in ROLES if getattr(model, f"{role}_params")}
 
 
-def _valid_part(data: dict, name: str, failed: set) -> Any:
+def _valid_part(data: Mapping[object, object], name: str, failed: set[str | int]) -> object:
     """One top-level field of a spec that failed validation elsewhere, validated on its own
     (``None`` when it is the field that failed)."""
     if name in failed:
@@ -104,12 +106,14 @@ def _valid_part(data: dict, name: str, failed: set) -> Any:
     info = SpecModel.model_fields[name]
     if name not in data:
         return info.get_default(call_default_factory=True)
-    annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-    return TypeAdapter(annotation).validate_python(data[name], strict=True)
+    params = (info.annotation, *info.metadata)
+    annotation = Annotated[params] if info.metadata else info.annotation
+    # a field's type with its constraints: a type form, which mypy cannot express
+    return TypeAdapter[object](annotation).validate_python(data[name], strict=True)  # type: ignore[arg-type]
 
 
 def load_spec(
-    path: Path, imports: Callable[[str, Path], Any] | None = None
+    path: Path, imports: Callable[[str, Path], object] | None = None
 ) -> tuple[OperatorSpec | None, list[SpecProblem]]:
     """Load and validate one spec file: the spec, or ``None`` and all its problems.
 
@@ -126,6 +130,7 @@ def load_spec(
     data, problem = read_yaml(path)
     if problem:
         return None, [problem]
+    assert data is not None  # read_yaml gives a mapping or a problem
     try:
         return _validate(path, data, imports)
     except RecursionError:
@@ -133,21 +138,32 @@ def load_spec(
 
 
 def _validate(
-    path: Path, data: dict, imports: Callable[[str, Path], Any] | None = None
+    path: Path, data: dict[object, object], imports: Callable[[str, Path], object] | None = None
 ) -> tuple[OperatorSpec | None, list[SpecProblem]]:
     model: SpecModel | None = None
+    inputs_model: list[_InputModel] | None
+    cases_model: list[_CaseModel] | None
+    dtypes: list[str] | None
+    per_dtype: dict[str, Mapping[str, object] | None]
     try:
         model = SpecModel.model_validate(data, context={"spec_path": path, "imports": imports})
-        parts = [model.inputs, model.cases, model.dtypes, {"thresholds": model.thresholds, "floors": model.floors}]
+        inputs_model, cases_model, dtypes = model.inputs, model.cases, model.dtypes
+        per_dtype = {"thresholds": model.thresholds, "floors": model.floors}
         found: list[tuple[str, str]] = []
     except ValidationError as exc:
         errors = exc.errors()
         found = [(field_path(e["loc"]), sentence(e, SpecModel)) for e in errors]
         failed = {e["loc"][0] for e in errors if e["loc"]}
-        parts = [_valid_part(data, name, failed) for name in ("inputs", "cases", "dtypes")]
-        parts.append({name: _valid_part(data, name, failed) for name in ("thresholds", "floors")})
-    inputs_model, cases_model, dtypes, per_dtype = parts
-    inputs = cases = None
+        # each part validated on its own has its field's type
+        inputs_model = cast("list[_InputModel] | None", _valid_part(data, "inputs", failed))
+        cases_model = cast("list[_CaseModel] | None", _valid_part(data, "cases", failed))
+        dtypes = cast("list[str] | None", _valid_part(data, "dtypes", failed))
+        per_dtype = {
+            name: cast("Mapping[str, object] | None", _valid_part(data, name, failed))
+            for name in ("thresholds", "floors")
+        }
+    inputs: list[InputSpec] | None = None
+    cases: list[CaseSpec] | None = None
     if inputs_model is not None and cases_model is not None:
         inputs = [
             InputSpec(
@@ -161,7 +177,7 @@ def _validate(
             found += quant_problems(inputs, cases)
     if dtypes is not None:
         found += dtype_problems(dtypes, {k: v for k, v in per_dtype.items() if v is not None})
-    if not found:
+    if not found and model is not None and inputs is not None and cases is not None:  # no problem: all are valid
         spec = _build(path, model, inputs, cases)
         found = (
             waiver_problems(spec)
@@ -178,7 +194,7 @@ def _validate(
 
 
 def load_specs(
-    paths: list[Path], imports: Callable[[str, Path], Any] | None = None
+    paths: list[Path], imports: Callable[[str, Path], object] | None = None
 ) -> tuple[list[OperatorSpec], list[SpecProblem]]:
     """Load every spec file under ``paths`` (see :func:`discover`); ``imports``: as for :func:`load_spec`.
 

@@ -1,14 +1,15 @@
-"""Problems in words: how a YAML value reads, close-match hints, and pydantic errors turned into field paths and sentences."""
+"""Problems in words: how a YAML value reads, close-match hints, and pydantic errors turned into field paths and
+sentences."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
 from types import NoneType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, TypeGuard, Union, get_args, get_origin
 
 from pydantic import BaseModel
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 
 def fail(message: str) -> PydanticCustomError:
@@ -16,12 +17,12 @@ def fail(message: str) -> PydanticCustomError:
     return PydanticCustomError("spec", "{message}", {"message": message})
 
 
-def is_number(v: Any) -> bool:
+def is_number(v: object) -> TypeGuard[int | float]:
     """An int or float that is not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def describe(v: Any) -> str:
+def describe(v: object) -> str:
     """How a YAML value reads in a message: ``string '20'``, ``a mapping``, ..."""
     if v is None:
         return "null"
@@ -61,7 +62,7 @@ def field_path(loc: tuple) -> str:
     return out
 
 
-def _unwrap(ann: Any) -> Any:
+def _unwrap(ann: object) -> object:
     while True:
         origin = get_origin(ann)
         if origin is Annotated:
@@ -77,7 +78,7 @@ def _unwrap(ann: Any) -> Any:
 
 def model_at(root: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The model class validating the mapping at ``loc`` under ``root``, if any."""
-    ann: Any = root
+    ann: object = root
     for key in loc:
         ann = _unwrap(ann)
         if inspect.isclass(ann) and issubclass(ann, BaseModel):
@@ -111,7 +112,7 @@ _BOUND_WORDS = {
 }
 
 
-def sentence(err: dict, root: type[BaseModel]) -> str:
+def sentence(err: ErrorDetails, root: type[BaseModel]) -> str:
     """One pydantic error of a document validated by ``root``, as a sentence."""
     kind, loc, ctx = err["type"], err["loc"], err.get("ctx") or {}
     if kind == "spec":
@@ -120,7 +121,7 @@ def sentence(err: dict, root: type[BaseModel]) -> str:
         return "required field is missing"
     if kind == "extra_forbidden":
         model = model_at(root, loc[:-1])
-        noun = model.noun if model else "field"
+        noun = model.noun if model else "field"  # type: ignore[attr-defined]  # every spec model declares its noun
         key = str(loc[-1])
         allowed = list(model.model_fields) if model else []
         close = difflib.get_close_matches(key, allowed, n=1)

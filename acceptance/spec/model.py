@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, TypedDict
 
 from acceptance.spec.expr import Bound, Dim, value_of
+
+if TYPE_CHECKING:
+    from acceptance.numerics.emulate.roles import Emulation
+    from acceptance.spec.kinds import JSONValue
+
+    #: A threshold as a spec writes it: a number, a pair, a flag (diff4) or an expression of case symbols.
+    ThresholdSpec = float | list[float] | bool | str
 
 #: Operator categories; each has its default criteria (:mod:`acceptance.spec.defaults`).
 CATEGORIES: tuple[str, ...] = (
@@ -96,7 +103,7 @@ class Preset:
     name: str
 
 
-Dist = Union[Uniform, Normal, RandInt, Choice, Sparse, Specials, Preset]
+Dist = Uniform | Normal | RandInt | Choice | Sparse | Specials | Preset
 
 
 def dist_bounds(dist: Dist, path: str) -> list[tuple[str, Bound]]:
@@ -138,11 +145,11 @@ class CaseSpec:
     """One entry of ``cases``: symbol values, per-case keyword arguments, position."""
 
     symbols: dict[str, int]
-    params: dict[str, Any]
+    params: dict[str, JSONValue]
     index: int
     preset: str | None = None
     """The input-range preset of every ``preset`` input in this case (``None``: each input's own)."""
-    role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    role_params: dict[str, dict[str, JSONValue]] = field(default_factory=dict)
     """``impl_params``/``baseline_params``/``oracle_params`` of the case, by role (roles without any left out)."""
 
 
@@ -170,9 +177,18 @@ class Override:
     expression of case symbols (text); ``dual_delta`` holds only the keys written; ``index`` is its position."""
 
     match: str
-    thresholds: dict[str, Any]
-    dual_delta: dict[str, Any]
+    thresholds: dict[str, ThresholdSpec]
+    dual_delta: dict[str, JSONValue]
     index: int
+
+
+class PerfSection(TypedDict, total=False):
+    """The ``perf`` section of a spec as written (keys left out are absent)."""
+
+    flops: Dim
+    bytes: Dim
+    baseline: str
+    min_speedup: float
 
 
 @dataclass(frozen=True)
@@ -189,33 +205,33 @@ class OperatorSpec:
     name: str
     category: str
     description: str
-    impl: str
-    baseline: str | None
-    oracle: str | dict | None
+    impl: str | dict[str, JSONValue]
+    baseline: str | dict[str, JSONValue] | None
+    oracle: str | dict[str, JSONValue] | None
     dtypes: list[str]
     inputs: list[InputSpec]
-    params: dict[str, Any]
+    params: dict[str, JSONValue]
     cases: list[CaseSpec]
     trials: int
     seed: int
-    thresholds: dict[str, dict[str, float | list | bool]]
+    thresholds: dict[str, dict[str, ThresholdSpec]]
     floors: dict[str, dict[str, float]]
     timeout: float
     baseline_timeout: float
     oracle_timeout: float
     memory_limit_gib: float
     atomic_runs: int
-    dual_delta: dict | None
+    dual_delta: dict[str, JSONValue] | None
     waivers: list[Waiver] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
-    emulate: dict[str, Any] = field(default_factory=dict)
+    emulate: dict[str, Emulation] = field(default_factory=dict)
     """Per test dtype, the :class:`acceptance.numerics.emulate.roles.Emulation` of the baseline (absent: none)."""
     deterministic: bool | None = None
     """Whether the impl must give bitwise-identical results run to run (``None``: every category but
     atomic_add must)."""
     tier: str = "default"
-    perf: dict | None = None
-    role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    perf: PerfSection | None = None
+    role_params: dict[str, dict[str, JSONValue]] = field(default_factory=dict)
     """``impl_params``/``baseline_params``/``oracle_params`` of the spec, by role (roles without any left out)."""
 
 
@@ -227,24 +243,24 @@ class Case:
     spec: OperatorSpec
     dtype: str
     symbols: dict[str, int]
-    params: dict[str, Any]
+    params: dict[str, JSONValue]
     index: int
     id: str
     waiver: str | None = None
     preset: str | None = None
-    role_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    role_params: dict[str, dict[str, JSONValue]] = field(default_factory=dict)
     """Per role: the spec's and the case's ``<role>_params`` merged (case over spec); merged over ``params``."""
     waiver_covers: tuple[str, ...] = ("fail",)
     """The verdicts the waiver in force turns into skip."""
     expired_waiver: str | None = None
     """An expired waiver that matches this case, in words (it no longer applies)."""
 
-    def params_for(self, role: str) -> dict[str, Any]:
+    def params_for(self, role: str) -> dict[str, JSONValue]:
         """Keyword arguments of ``role`` (impl, baseline, oracle): ``params`` with the role's merged over them."""
         return {**self.params, **self.role_params.get(role, {})}
 
     @property
-    def case_params(self) -> dict[str, Any]:
+    def case_params(self) -> dict[str, JSONValue]:
         """The case's own ``params`` (without the spec's), as written in the case."""
         return self.spec.cases[self.index].params
 

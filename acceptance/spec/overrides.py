@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from acceptance.spec.cases import expand, glob_match
 from acceptance.spec.expr import RealExpr, parse_real
 from acceptance.spec.model import Case, OperatorSpec
 
+if TYPE_CHECKING:
+    from acceptance.spec.kinds import JSONValue
+    from acceptance.spec.model import ThresholdSpec
+
 #: The source of a per-dtype threshold written as a number.
 PLAIN_SOURCE = "spec override"
+
+
+#: A threshold for one case: a number, a pair (diff3), or a flag (diff4).
+ThresholdOverride = float | list[float] | bool
 
 
 @dataclass(frozen=True)
@@ -33,13 +41,13 @@ class CaseOverrides:
     its factor.
     """
 
-    thresholds: dict[str, Any]
+    thresholds: dict[str, ThresholdOverride]
     sources: dict[str, str]
-    dual_delta: dict[str, Any]
+    dual_delta: dict[str, JSONValue]
     dual_delta_sources: dict[str, str]
 
 
-def threshold_value(value: Any, symbols: dict[str, int]) -> float | list | bool:
+def threshold_value(value: ThresholdSpec, symbols: dict[str, int]) -> ThresholdOverride:
     """A threshold as written (a number, a pair, a flag, or an expression's text) for a case's symbols.
 
     Raises ``ValueError`` (naming the expression) when the expression uses a symbol the case does not have or
@@ -70,7 +78,7 @@ def _symbols_text(expr: RealExpr, symbols: dict[str, int]) -> str:
     return ", ".join(f"{n}={symbols[n]}" for n in expr.names) or "no symbols"
 
 
-def _source(base: str, value: Any, symbols: dict[str, int]) -> str:
+def _source(base: str, value: ThresholdSpec, symbols: dict[str, int]) -> str:
     if isinstance(value, str):
         expr = parse_real(value)
         if isinstance(expr, RealExpr):
@@ -81,7 +89,7 @@ def _source(base: str, value: Any, symbols: dict[str, int]) -> str:
 def case_overrides(case: Case) -> CaseOverrides:
     """The spec's thresholds and dual-delta settings for one case: per dtype, then every matching override."""
     spec = case.spec
-    thresholds: dict[str, Any] = {}
+    thresholds: dict[str, ThresholdOverride] = {}
     sources: dict[str, str] = {}
     for metric, value in spec.thresholds.get(case.dtype, {}).items():
         thresholds[metric] = threshold_value(value, case.symbols)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -30,7 +30,16 @@ from acceptance.formats.presets import PRESETS
 from acceptance.numerics.metrics import registry
 from acceptance.spec.emulation import EmulateModel
 from acceptance.spec.expr import Bound, Dim, parse_expr, parse_real
-from acceptance.spec.kinds import KINDS, Ref, RoleValue, WaiverModel, check_callable, declaration, plain_params
+from acceptance.spec.kinds import (
+    KINDS,
+    JSONValue,
+    Ref,
+    RoleValue,
+    WaiverModel,
+    check_callable,
+    declaration,
+    plain_params,
+)
 from acceptance.spec.messages import describe, fail, is_number, one_of
 from acceptance.spec.model import CATEGORIES, Choice, Dist, Normal, Preset, RandInt, Sparse, Specials, Uniform
 
@@ -59,7 +68,7 @@ _check_preset = _member_of(PRESETS)
 _check_layout = _member_of(LAYOUTS)
 
 
-def _check_presets(v: Any) -> Any:
+def _check_presets(v: str | list[str]) -> str | list[str]:
     for name in [v] if isinstance(v, str) else v:
         _check_preset(name)
     return v
@@ -74,7 +83,7 @@ def _check_input_dtype(v: str) -> str:
     return v
 
 
-def _real_bound(v: Any) -> Bound:
+def _real_bound(v: object) -> Bound:
     if is_number(v):
         return float(v)
     if isinstance(v, str):
@@ -85,7 +94,7 @@ def _real_bound(v: Any) -> Bound:
     raise fail(f"expected a number or an expression of case symbols, got {describe(v)}")
 
 
-def _int_bound(v: Any) -> Dim:
+def _int_bound(v: object) -> Dim:
     if isinstance(v, int) and not isinstance(v, bool):
         return v
     if isinstance(v, str):
@@ -96,7 +105,7 @@ def _int_bound(v: Any) -> Dim:
     raise fail(f"expected an integer or an expression of case symbols, got {describe(v)}")
 
 
-def _dim(v: Any) -> Dim:
+def _dim(v: object) -> Dim:
     d = _int_bound(v)
     if isinstance(d, int) and d < 0:
         raise fail(f"a dimension must be >= 0, got {d}")
@@ -106,7 +115,7 @@ def _dim(v: Any) -> Dim:
 _SPECIAL_STRINGS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
-def _special_value(v: Any) -> float:
+def _special_value(v: object) -> float:
     if is_number(v):
         return v if isinstance(v, int) else float(v)
     if isinstance(v, str) and v.lower() in _SPECIAL_STRINGS:
@@ -126,7 +135,7 @@ def _finite(v: float) -> float:
     return v
 
 
-def _threshold_value(v: Any) -> float | str:
+def _threshold_value(v: object) -> float | str:
     """A threshold: a number >= 0, or an expression of case symbols (kept as its text, checked per case)."""
     if isinstance(v, str):
         try:
@@ -141,20 +150,35 @@ def _threshold_value(v: Any) -> float | str:
     return _non_negative(float(v))
 
 
-RealBound = Annotated[Any, BeforeValidator(_real_bound)]
-IntBound = Annotated[Any, BeforeValidator(_int_bound)]
-DimValue = Annotated[Any, BeforeValidator(_dim)]
-SpecialValue = Annotated[Any, BeforeValidator(_special_value)]
-Params = Annotated[Any, BeforeValidator(plain_params)]
+def _pair(item: object) -> object:
+    """The schema of a YAML pair ``[a, b]`` of ``item``."""
+    return Annotated[list[item], Field(min_length=2, max_length=2)]  # type: ignore[valid-type]  # built at run time
+
+
+if TYPE_CHECKING:  # the values the validators give (pydantic sees the validators: the definitions below)
+    RealBound = Bound
+    IntBound = Dim
+    DimValue = Dim
+    SpecialValue = float
+    Params = dict[str, JSONValue]
+    RealPair = list[Bound]
+    IntPair = list[Dim]
+    NonNegPair = list[float]
+else:
+    RealBound = Annotated[object, BeforeValidator(_real_bound)]
+    IntBound = Annotated[object, BeforeValidator(_int_bound)]
+    DimValue = Annotated[object, BeforeValidator(_dim)]
+    SpecialValue = Annotated[object, BeforeValidator(_special_value)]
+    Params = Annotated[object, BeforeValidator(plain_params)]
 DtypeName = Annotated[str, AfterValidator(_check_dtype)]
 CallableRef = Ref
 Fraction = Annotated[float, Field(ge=0, le=1)]
 NonNegFloat = Annotated[float, AfterValidator(_non_negative)]
 FiniteFloat = Annotated[float, AfterValidator(_finite)]
-
-
-def _pair(item: Any) -> Any:
-    return Annotated[list[item], Field(min_length=2, max_length=2)]
+if not TYPE_CHECKING:
+    RealPair = _pair(RealBound)
+    IntPair = _pair(IntBound)
+    NonNegPair = _pair(NonNegFloat)
 
 
 class _Model(BaseModel):
@@ -165,9 +189,9 @@ class _Model(BaseModel):
 
 class _DistModel(_Model):
     noun: ClassVar[str] = "distribution"
-    uniform: _pair(RealBound) | None = None
-    normal: _pair(RealBound) | None = None
-    randint: _pair(IntBound) | None = None
+    uniform: RealPair | None = None
+    normal: RealPair | None = None
+    randint: IntPair | None = None
     choice: Annotated[list[SpecialValue], Field(min_length=1)] | None = None
     sparse: _SparseModel | None = None
     specials: _SpecialsModel | None = None
@@ -195,6 +219,7 @@ class _DistModel(_Model):
             return Sparse(self.sparse.density, self.sparse.of.to_dist())
         if self.preset is not None:
             return Preset(self.preset)
+        assert self.specials is not None  # exactly one distribution is given
         return Specials(self.specials.fraction, tuple(self.specials.values), self.specials.of.to_dist())
 
 
@@ -251,7 +276,7 @@ TIERS: tuple[str, ...] = ("default", "large")
 _check_tier = _member_of(TIERS)
 
 
-def _perf_expr(v: Any) -> Any:
+def _perf_expr(v: object) -> Dim:
     if isinstance(v, int) and not isinstance(v, bool):
         if v < 0:
             raise fail(f"expected a count >= 0, got {v}")
@@ -264,11 +289,17 @@ def _perf_expr(v: Any) -> Any:
     raise fail(f"expected an integer or an expression of case symbols (e.g. 2*M*N*K), got {describe(v)}")
 
 
+if TYPE_CHECKING:
+    PerfCount = Dim
+else:
+    PerfCount = Annotated[object, BeforeValidator(_perf_expr)]
+
+
 class _PerfModel(_Model):
     """The ``perf`` section: work per call for GFLOP/s and GB/s, a device baseline and its speed-up gate."""
 
-    flops: Annotated[Any, BeforeValidator(_perf_expr)] | None = None
-    bytes: Annotated[Any, BeforeValidator(_perf_expr)] | None = None
+    flops: PerfCount | None = None
+    bytes: PerfCount | None = None
     baseline: CallableRef | None = None
     min_speedup: Annotated[float, Field(gt=0)] | None = None
 
@@ -302,22 +333,25 @@ class _MetricModel(_Model):
     noun: ClassVar[str] = "metric"
 
 
-def _threshold_type(metric: str) -> Any:
+def _threshold_type(metric: str) -> object:
     """The YAML value a threshold on ``metric`` takes, from the metric's kind: a pair [m1, m2], a flag
     (diff4: ``false`` switches its rule off), or one number >= 0 (a score such as SNR may be negative)."""
     kind = registry.get(metric).kind
     if kind == "pair":
-        return Optional[_pair(NonNegFloat)]
+        return NonNegPair | None
     if kind == "direction":
-        return Optional[bool]
+        return bool | None
     if kind == "score":
-        return Optional[FiniteFloat]
-    return Optional[Annotated[Any, BeforeValidator(_threshold_value)]]
+        return FiniteFloat | None
+    return Annotated[object, BeforeValidator(_threshold_value)] | None
 
 
-_ThresholdSet = create_model(
-    "_ThresholdSet", __base__=_MetricModel, **{m: (_threshold_type(m), None) for m in registry.METRICS}
-)
+if TYPE_CHECKING:  # one optional field per metric of the registry, made below
+    _ThresholdSet = _MetricModel
+else:
+    _ThresholdSet = create_model(
+        "_ThresholdSet", __base__=_MetricModel, **{m: (_threshold_type(m), None) for m in registry.METRICS}
+    )
 
 
 def _scalar_metric(v: str) -> str:
@@ -328,8 +362,8 @@ def _scalar_metric(v: str) -> str:
     return v
 
 
-def _factor(v: Any) -> float | dict[str, float]:
-    def positive(x: Any, where: str) -> float:
+def _factor(v: object) -> float | dict[str, float]:
+    def positive(x: object, where: str) -> float:
         if not is_number(x) or not x > 0:
             raise fail(f"{where}expected a number > 0, got {describe(x)}")
         return float(x)
@@ -339,7 +373,7 @@ def _factor(v: Any) -> float | dict[str, float]:
     return positive(v, "")
 
 
-def _oracle(v: Any, info: ValidationInfo) -> str | dict:
+def _oracle(v: object, info: ValidationInfo) -> str | dict[str, JSONValue]:
     if isinstance(v, str):
         return check_callable(v, info)
     if isinstance(v, dict) and any(k in v for k in KINDS):
@@ -363,10 +397,18 @@ def _oracle(v: Any, info: ValidationInfo) -> str | dict:
     raise fail(f"expected module:attr or a mapping {{mpmath: <function>, dps: <digits>}}, got {describe(v)}")
 
 
+if TYPE_CHECKING:
+    Factor = float | dict[str, float]
+    OracleValue = str | dict[str, JSONValue]
+else:
+    Factor = Annotated[object, BeforeValidator(_factor)]
+    OracleValue = Annotated[object, AfterValidator(_oracle)]
+
+
 class _DualDeltaModel(_Model):
     enabled: bool | None = None
     metrics: Annotated[list[Annotated[str, AfterValidator(_scalar_metric)]], Field(min_length=1)] | None = None
-    factor: Annotated[Any, BeforeValidator(_factor)] | None = None
+    factor: Factor | None = None
     alpha: Annotated[float, Field(gt=0, lt=1)] | None = None
     trials: Annotated[int, Field(ge=5)] | None = None
 
@@ -411,14 +453,14 @@ class SpecModel(_Model):
     description: str = ""
     impl: RoleValue
     baseline: RoleValue | None = None
-    oracle: Annotated[Any, AfterValidator(_oracle)] | None = None
+    oracle: OracleValue | None = None
     dtypes: Annotated[list[DtypeName], Field(min_length=1)]
     inputs: Annotated[list[_InputModel], Field(min_length=1)]
     params: Params = {}
     impl_params: Params = {}
     baseline_params: Params = {}
     oracle_params: Params = {}
-    cases: Annotated[list[_CaseModel], Field(min_length=1)] = [_CaseModel()]
+    cases: Annotated[list[_CaseModel], Field(min_length=1)] = [_CaseModel()]  # type: ignore[call-arg]  # extras are pydantic's
     trials: Annotated[int, Field(ge=1)] = 10
     seed: Annotated[int, Field(ge=0)] = 0
     thresholds: dict[DtypeName, _ThresholdSet] = {}

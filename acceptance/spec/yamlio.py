@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -43,7 +42,7 @@ for _tag, _regexp, _first in (
 _YamlLoader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node)))
 
 
-def read_yaml(path: Path) -> tuple[Any, SpecProblem | None]:
+def read_yaml(path: Path) -> tuple[dict[object, object] | None, SpecProblem | None]:
     """The YAML document of ``path`` (a mapping), or ``None`` and the problem with line and column."""
     file = str(path)
     try:

@@ -1,4 +1,5 @@
-"""Contractions (matmul, bmm, linear, conv2d) whose accumulation rounds as a device's does (see the package docstring)."""
+"""Contractions (matmul, bmm, linear, conv2d) whose accumulation rounds as a device's does (see the package
+docstring)."""
 
 from __future__ import annotations
 
@@ -115,10 +116,11 @@ def _contract(a: torch.Tensor, b: torch.Tensor, s: _Scheme, where: str) -> torch
     if s.split_k > max(k, 1):
         raise ValueError(f"{where}: split_k={s.split_k} exceeds K={k}")
     rounder, reducer = _Rounder(s.fmt, s.rounding), _Rounder(s.fmt, "nearest")
-    out, k0 = None, 0
-    for size in (len(part) for part in torch.arange(k).tensor_split(s.split_k)):
-        part = _contract_part(a[:, :, k0 : k0 + size], b[:, k0 : k0 + size], s, rounder)
-        out = part if out is None else reducer.add(out, part)
+    first, *rest = (len(part) for part in torch.arange(k).tensor_split(s.split_k))
+    out = _contract_part(a[:, :, :first], b[:, :first], s, rounder)
+    k0 = first
+    for size in rest:
+        out = reducer.add(out, _contract_part(a[:, :, k0 : k0 + size], b[:, k0 : k0 + size], s, rounder))
         k0 += size
     return out
 
@@ -320,7 +322,8 @@ def conv2d(
     wo = (w + 2 * padding[1] - dilation[1] * (sw - 1) - 1) // stride[1] + 1
     if ho < 1 or wo < 1:
         raise ValueError(
-            f"{where}: the output would be empty ({ho}x{wo}) for input {tuple(x.shape)} and weight {tuple(weight.shape)}"
+            f"{where}: the output would be empty ({ho}x{wo}) for input {tuple(x.shape)}"
+            f" and weight {tuple(weight.shape)}"
         )
     s = _scheme(acc_dtype, chunk, rounding, split_k, fused, where)
     dtype = _out_dtype(out_dtype, torch.promote_types(x.dtype, weight.dtype), where)

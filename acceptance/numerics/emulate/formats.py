@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
 
 import torch
 
-DtypeLike = Union[str, torch.dtype]
+DtypeLike = str | torch.dtype
 
 _ROUNDINGS = ("nearest", "truncate")
 _TF32_ROUNDINGS = ("nearest_away", "nearest_even", "truncate")

@@ -137,10 +137,11 @@ class _Rounder:
             return self.pair(stack[0], stack[1])
         if stack.shape[0] > _CASCADE_TERMS:
             return self.exact(stack)
-        s, inexact = stack[0], None
-        for term in stack[1:]:
+        s, err = _two_sum(stack[0], stack[1])
+        inexact = err != 0  # NaN where s is inf or NaN
+        for term in stack[2:]:
             s, err = _two_sum(s, term)
-            inexact = err != 0 if inexact is None else inexact | (err != 0)  # NaN where s is inf or NaN
+            inexact = inexact | (err != 0)
         out = self.value(s)
         if bool(inexact.any()):
             out = out.clone()
@@ -236,7 +237,8 @@ def _extract(terms: torch.Tensor) -> list[torch.Tensor]:
     bfloat16 and float32 values).
     """
     m = math.ceil(math.log2(terms.shape[0] + 2))
-    levels, p = [], terms
+    levels: list[torch.Tensor] = []
+    p = terms
     for _ in range(_MAX_PASSES):
         low, high = torch.aminmax(p, dim=0)
         mu = torch.maximum(high, -low)
@@ -308,11 +310,12 @@ def round_sum(terms: Sequence[torch.Tensor], dtype: DtypeLike, rounding: str = "
     for i, term in enumerate(terms):
         if not isinstance(term, torch.Tensor) or term.dtype != torch.float64:
             raise ValueError(f"round_sum: terms[{i}] must be a float64 tensor, got {_describe(term)}")
-    terms = torch.broadcast_tensors(*terms)
-    for i, term in enumerate(terms):
+    same_shape = torch.broadcast_tensors(*terms)
+    for i, term in enumerate(same_shape):
         mag = term.abs()
         if bool(((mag > _ROUND_SUM_LIMIT) & (mag != math.inf)).any()):
             raise ValueError(
-                f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude; the exact summation needs headroom below float64's range"
+                f"round_sum: terms[{i}] has a finite value beyond 2**960 in magnitude;"
+                " the exact summation needs headroom below float64's range"
             )
-    return _Rounder(fmt, rounding).sum(torch.stack(terms))
+    return _Rounder(fmt, rounding).sum(torch.stack(same_shape))

@@ -49,9 +49,8 @@ Special values:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from acceptance.numerics.metrics.pair import compute
 from acceptance.numerics.metrics.registry import (
@@ -63,7 +62,6 @@ from acceptance.numerics.metrics.registry import (
     Metric,
     Reduced,
     diff4_value,
-    finalize,
 )
 
 if TYPE_CHECKING:  # the engines (numba, torch) load on the first compute(): the registry alone starts without them
@@ -122,7 +120,8 @@ def load_array(path: str | Path) -> ArrayLike:
 
 
 def __getattr__(name: str) -> Any:
-    """``Batch`` and ``compute_many`` (:mod:`acceptance.numerics.metrics.many`), loaded with the engines on first use."""
+    """``Batch`` and ``compute_many`` (:mod:`acceptance.numerics.metrics.many`), loaded with the engines on first
+    use (typed ``Any``: a lazily loaded attribute, looked up by name)."""
     if name in ("Batch", "compute_many"):
         from acceptance.numerics.metrics import many
 

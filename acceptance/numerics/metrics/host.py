@@ -23,8 +23,8 @@ import os
 import queue
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple
 
 import numba
 import numpy as np
@@ -42,39 +42,47 @@ from acceptance.numerics.metrics.registry import REL_FLOOR, Reduced
 HOST_BLOCK = 1 << 18
 
 
-@intrinsic
-def _f64_bits(typingctx, x):
-    """The IEEE bits of a float64 as int64 (a bitcast)."""
+if TYPE_CHECKING:  # the intrinsics as jitted code calls them (numba passes ``typingctx`` itself)
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
+    def _f64_bits(x: float) -> int: ...
 
-    return types.int64(types.float64), codegen
+    def _bits_f64(k: int) -> float: ...
 
+    def _bits_f32(k: int) -> float: ...
 
-@intrinsic
-def _bits_f64(typingctx, k):
-    """The float64 whose IEEE bits are the int64 ``k`` (a bitcast)."""
+else:
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
+    @intrinsic
+    def _f64_bits(typingctx, x):
+        """The IEEE bits of a float64 as int64 (a bitcast)."""
 
-    return types.float64(types.int64), codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(64))
+
+        return types.int64(types.float64), codegen
+
+    @intrinsic
+    def _bits_f64(typingctx, k):
+        """The float64 whose IEEE bits are the int64 ``k`` (a bitcast)."""
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.DoubleType())
+
+        return types.float64(types.int64), codegen
+
+    @intrinsic
+    def _bits_f32(typingctx, k):
+        """The float32 whose IEEE bits are the low 32 bits of the int64 ``k`` (a bitcast)."""
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+        return types.float32(types.int64), codegen
 
 
 #: Codes of the 16-bit float formats the kernel decodes from their bits (0: the array holds values).
 _BITS16 = {"float16": 1, "bfloat16": 2}
 _TWO_POW_M24 = 2.0**-24
-
-
-@intrinsic
-def _bits_f32(typingctx, k):
-    """The float32 whose IEEE bits are the low 32 bits of the int64 ``k`` (a bitcast)."""
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
-
-    return types.float32(types.int64), codegen
 
 
 @njit(inline="always")
@@ -251,7 +259,7 @@ def _kernel(e, b, code_e, code_b, precision, emin, integer, th, sums, maxs, coun
 
 
 @functools.cache
-def _table(name: str, dtype: type) -> np.ndarray:
+def _table(name: str, dtype: np.dtype) -> np.ndarray:
     """Value of every bit pattern of the 8- or 16-bit float dtype ``name``, as ``dtype`` (exact)."""
     if name == "bfloat16":
         values = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
@@ -319,7 +327,7 @@ def _kernel_piece(piece: np.ndarray, op: _HostOperand, dtype: np.dtype, buffer: 
         return piece.reshape(-1)
     out = buffer()[: math.prod(piece.shape)]
     if op.kind in ("bits16", "fp8") and dtype != op.data.dtype:
-        np.take(_table(op.source, dtype.type), piece, out=out.reshape(piece.shape), mode="clip")
+        np.take(_table(op.source, dtype), piece, out=out.reshape(piece.shape), mode="clip")
     else:
         np.copyto(out.reshape(piece.shape), piece, casting="unsafe")
     return out
@@ -367,8 +375,9 @@ def reduce(e: ArrayLike, b: ArrayLike, fmt: DType, block: int = HOST_BLOCK) -> R
     dtype = _kernel_dtype(he, hb)
     codes = (_BITS16[he.source], _BITS16[hb.source]) if dtype == np.uint16 else (0, 0)
     size = math.prod(tuple(he.data.shape))
-    workers = max(1, min(numba.config.NUMBA_NUM_THREADS, -(-size // block)))
-    idle = queue.SimpleQueue()
+    threads: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set from the environment at import
+    workers = max(1, min(threads, -(-size // block)))
+    idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
     for _ in range(workers):
         idle.put(_Worker(dtype, min(block, size)))
     partials = [_Partial()]  # an empty input reduces to zeros
@@ -400,7 +409,7 @@ def reduce(e: ArrayLike, b: ArrayLike, fmt: DType, block: int = HOST_BLOCK) -> R
             run(pe, pb, partials[-1])
     else:
         pool = _pool(workers, os.getpid())
-        pending: deque = deque()
+        pending: deque[Future[None]] = deque()
         for pe, pb in pieces:
             if len(pending) >= 2 * workers:
                 pending.popleft().result()

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from acceptance.formats import dtypes
 from acceptance.numerics.metrics import host
-from acceptance.numerics.metrics.operands import is_device, operand
+from acceptance.numerics.metrics.operands import ArrayLike, Operand, is_device, operand
 from acceptance.numerics.metrics.pair import compute, selected
-from acceptance.numerics.metrics.registry import Reduced, finalize
+from acceptance.numerics.metrics.registry import Reduced, Value, finalize
+
+if TYPE_CHECKING:
+    from acceptance.formats.dtypes import DTypeSpec
 
 __all__ = ["Batch", "compute_many"]
 
@@ -50,9 +53,9 @@ class Batch:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[Any, Any, np.ndarray | None]] = {}
+        self._seen: dict[int, tuple[Operand, ArrayLike, np.ndarray | None]] = {}
 
-    def _operand(self, x: Any, role: str) -> tuple[Any, np.ndarray | None]:
+    def _operand(self, x: Operand, role: str) -> tuple[ArrayLike, np.ndarray | None]:
         """(the checked operand, its flat float64 host copy or ``None`` when the fast path does not apply)."""
         found = self._seen.get(id(x))
         if found is not None and found[0] is x:
@@ -64,15 +67,21 @@ class Batch:
         self._seen[id(x)] = (x, checked, flat)
         return checked, flat
 
-    def float64(self, x: Any) -> np.ndarray | None:
+    def float64(self, x: Operand) -> np.ndarray | None:
         """``x`` (an operand of this batch, or a new one) as its flat float64 host copy; ``None`` for a device
         tensor or one of more than one piece."""
         return self._operand(x, "operand")[1]
 
     def compute(
-        self, evaluated: Any, baseline: Any, *, dtype: Any = None, names: Iterable[str] | None = None
-    ) -> dict[str, Any]:
-        """:func:`acceptance.numerics.metrics.compute` of one pair, with the operands converted at most once per batch."""
+        self,
+        evaluated: Operand,
+        baseline: Operand,
+        *,
+        dtype: DTypeSpec | None = None,
+        names: Iterable[str] | None = None,
+    ) -> dict[str, Value]:
+        """:func:`acceptance.numerics.metrics.compute` of one pair, with the operands converted at most once per
+        batch."""
         chosen = selected(names)
         e, fe = self._operand(evaluated, "evaluated")
         b, fb = self._operand(baseline, "baseline")
@@ -85,8 +94,8 @@ class Batch:
 
 
 def compute_many(
-    pairs: Sequence[tuple[Any, Any]], *, dtype: Any = None, names: Iterable[str] | None = None
-) -> list[dict[str, Any]]:
+    pairs: Sequence[tuple[Operand, Operand]], *, dtype: DTypeSpec | None = None, names: Iterable[str] | None = None
+) -> list[dict[str, Value]]:
     """``[metrics.compute(e, b, dtype=dtype, names=names) for e, b in pairs]``, each operand converted once.
 
     ``pairs``: (evaluated, baseline) tuples; an operand given in several
@@ -98,7 +107,7 @@ def compute_many(
     return [batch.compute(e, b, dtype=dtype, names=names) for e, b in pairs]
 
 
-def _float64(x: Any) -> np.ndarray:
+def _float64(x: ArrayLike) -> np.ndarray:
     """Host data of at most one piece as a flat contiguous float64 array: a view when it already is one, else a
     copy widened exactly (16-bit and 8-bit floats through their value tables, as the host engine decodes them)."""
     op = host._host_operand(x)

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Union
+from typing import TypeGuard, overload
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from acceptance.formats import dtypes
 
-ArrayLike = Union[np.ndarray, torch.Tensor]
+ArrayLike = np.ndarray | torch.Tensor
+
+#: What the metrics take: a torch tensor, or anything ``np.asarray`` reads.
+Operand = npt.ArrayLike | torch.Tensor
 
 #: Every torch dtype of the dtype table (this torch build's), and its 8-bit float formats.
 TORCH_NUMERIC = frozenset(row.torch for row in dtypes.TABLE.values() if row.torch is not None)
 FP8 = tuple(row.torch for row in dtypes.TABLE.values() if row.is_float and row.bits == 8 and row.torch is not None)
 
 
-def operand(x: Any, role: str) -> ArrayLike:
+def operand(x: Operand, role: str) -> ArrayLike:
     """``x`` as a numpy array or a strided torch tensor of a supported real dtype, else ValueError naming ``role``."""
     if isinstance(x, torch.Tensor):
         if x.layout != torch.strided:
@@ -39,9 +43,21 @@ def operand(x: Any, role: str) -> ArrayLike:
     return arr
 
 
-def is_device(x: ArrayLike) -> bool:
+def is_device(x: ArrayLike) -> TypeGuard[torch.Tensor]:
     """Whether ``x`` is a tensor on a non-CPU device."""
     return isinstance(x, torch.Tensor) and x.device.type != "cpu"
+
+
+@overload
+def blocks(a: np.ndarray, block: int) -> Iterator[np.ndarray]: ...
+
+
+@overload
+def blocks(a: torch.Tensor, block: int) -> Iterator[torch.Tensor]: ...
+
+
+@overload
+def blocks(a: ArrayLike, block: int) -> Iterator[ArrayLike]: ...
 
 
 def blocks(a: ArrayLike, block: int) -> Iterator[ArrayLike]:

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from acceptance.formats import dtypes
-from acceptance.numerics.metrics.registry import METRICS, finalize
+from acceptance.numerics.metrics.registry import METRICS, Value, finalize
+
+if TYPE_CHECKING:  # the engines (numba, torch) load on the first compute()
+    from acceptance.formats.dtypes import DTypeSpec
+    from acceptance.numerics.metrics.operands import Operand
 
 
 def selected(names: Iterable[str] | None) -> tuple[str, ...]:
@@ -25,7 +29,9 @@ def selected(names: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(name for name in METRICS if name in chosen)
 
 
-def compute(evaluated: Any, baseline: Any, *, dtype: Any = None, names: Iterable[str] | None = None) -> dict[str, Any]:
+def compute(
+    evaluated: Operand, baseline: Operand, *, dtype: DTypeSpec | None = None, names: Iterable[str] | None = None
+) -> dict[str, Value]:
     """Every metric of ``evaluated`` (e) against ``baseline`` (b), in one pass.
 
     ``evaluated`` and ``baseline``: numpy arrays or torch tensors (any device;

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 
 class Reduced(NamedTuple):
@@ -58,6 +58,11 @@ REL_FLOOR = 1e-3
 Kind = Literal["error", "score", "pair", "direction", "count"]
 
 
+#: One computed metric value: a number (counts are ints), or a tuple for ``diff3`` (m1, m2) and ``diff4``
+#: (p1, p2, n).
+Value = float | tuple[float, ...]
+
+
 @dataclass(frozen=True)
 class Metric:
     """One metric.
@@ -77,7 +82,7 @@ class Metric:
     formula: str
     units: str
     source: str
-    value: Callable[[Reduced], Any]
+    value: Callable[[Reduced], Value]
     worst_case: bool = False
 
     @property
@@ -85,7 +90,7 @@ class Metric:
         """How a threshold on it reads: ``>=`` for scores, ``<=`` otherwise."""
         return ">=" if self.kind == "score" else "<="
 
-    def on_mismatch(self) -> Any:
+    def on_mismatch(self) -> Value | None:
         """The value a NaN/Inf mismatch forces: the worst one."""
         if self.kind == "error":
             return math.inf
@@ -229,17 +234,17 @@ def get(name: str) -> Metric:
     return BY_NAME[name]
 
 
-def finalize(r: Reduced, selected: tuple[str, ...]) -> dict[str, Any]:
+def finalize(r: Reduced, selected: tuple[str, ...]) -> dict[str, Value]:
     """The selected metric values of ``r``, plus the counts ``n``, ``special_matched``, ``above`` and ``below``.
 
     A NaN or Inf mismatch forces every error to ``inf`` (scores to ``-inf``),
     so a misplaced NaN never yields a passing number.
     """
     mismatch = bool(r.nan_mismatch or r.inf_mismatch)
-    out: dict[str, Any] = {}
+    out: dict[str, Value] = {}
     for name in selected:
         metric = BY_NAME[name]
-        forced: Any | None = metric.on_mismatch() if mismatch else None
+        forced = metric.on_mismatch() if mismatch else None
         out[name] = forced if forced is not None else metric.value(r)
     out["n"] = r.n
     out["special_matched"] = r.special

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Optional, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 from acceptance.numerics.stats.hypothesis import (
+    Errors,
+    Float64s,
     as_errors,
     brown_forsythe_test,
     comparable,
@@ -64,7 +66,7 @@ __all__ = [
 # ----------------------------------------------------------------------------
 
 
-def describe(x: Sequence[float]) -> Describe:
+def describe(x: Errors) -> Describe:
     """Mean, median, sample std (ddof=1; 0 for one value), p50/p90/p99, max, min.
 
     Computed over the finite values only; ``n`` counts them, so ``n`` below the
@@ -90,7 +92,7 @@ def describe(x: Sequence[float]) -> Describe:
     )
 
 
-def paired_ratios(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> np.ndarray:
+def paired_ratios(delta_impl: Errors, delta_baseline: Errors) -> Float64s:
     """delta_1[i] / delta_2[i] over the trials where delta_2[i] > 0 and both are finite.
 
     A trial with delta_2 == 0 has no ratio (the baseline was exact); it is left
@@ -112,12 +114,12 @@ MIN_LOG_SCALE = 0.1
 
 
 def worst_trial_test(
-    delta_impl: Sequence[float],
-    delta_baseline: Sequence[float],
+    delta_impl: Errors,
+    delta_baseline: Errors,
     *,
     factor: float,
     free: float = 0.0,
-    within: Sequence[bool] | None = None,
+    within: Sequence[bool] | npt.NDArray[np.bool_] | None = None,
 ) -> StatTest:
     """Is the impl's worst trial an outlier beyond ``factor`` x the baseline's error in the same trial?
 
@@ -164,18 +166,18 @@ def worst_trial_test(
     )
 
 
-def allowance(delta_baseline: Sequence[float], factor: float, free: float) -> np.ndarray:
+def allowance(delta_baseline: Errors, factor: float, free: float) -> Float64s:
     """Error the impl may have in each trial: max(factor * delta_2[i], free)."""
     return np.maximum(factor * as_errors(delta_baseline), free)
 
 
 def noninferiority_test(
-    delta_impl: Sequence[float],
-    delta_baseline: Sequence[float],
+    delta_impl: Errors,
+    delta_baseline: Errors,
     *,
     factor: float,
     free: float = 0.0,
-    within: Sequence[bool] | None = None,
+    within: Sequence[bool] | npt.NDArray[np.bool_] | None = None,
 ) -> StatTest:
     """Exact one-sided sign test of H0: median(delta_1 - max(factor*delta_2, free)) <= 0.
 
@@ -213,7 +215,7 @@ def _fmt_ratio(r: float) -> str:
     return f"{r:.3g}\u00d7"
 
 
-def mean_ratio(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> float:
+def mean_ratio(delta_impl: Errors, delta_baseline: Errors) -> float:
     """mean(delta_1) / mean(delta_2) over the trials where both are finite.
 
     The size of the shift the tests on d = delta_1 - delta_2 detect, as a
@@ -230,9 +232,7 @@ def mean_ratio(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> 
     return math.inf if num > 0 else math.nan
 
 
-def conclude(
-    delta_impl: Sequence[float], delta_baseline: Sequence[float], tests: Sequence[StatTest], alpha: float
-) -> str:
+def conclude(delta_impl: Errors, delta_baseline: Errors, tests: Sequence[StatTest], alpha: float) -> str:
     """Plain words on how impl's errors relate to the baseline's.
 
     ``identical``: delta_1 == delta_2 in every trial. Otherwise location from
@@ -268,7 +268,7 @@ def conclude(
 # ----------------------------------------------------------------------------
 
 
-def free_bound(free: float | Sequence[float]) -> float:
+def free_bound(free: float | Errors) -> float:
     """The error always allowed, as one bound: a number as is, or the maximum of
     per-trial values err(round(oracle_i), oracle_i) over the finite ones (0 when
     none is finite). A non-finite value means the output dtype cannot hold the
@@ -297,16 +297,16 @@ def _check_params(metric: str, n1: int, n2: int, factor: float, alpha: float, fr
 
 
 def analyze(
-    delta_impl: Sequence[float],
-    delta_baseline: Sequence[float],
+    delta_impl: Errors,
+    delta_baseline: Errors,
     *,
     metric: str,
     output: int = 0,
     factor: float | None = None,
     alpha: float = DEFAULT_ALPHA,
-    free: float | Sequence[float] = 0.0,
+    free: float | Errors = 0.0,
     floor: float | None = None,
-    impl_ulp: Sequence[float] = (),
+    impl_ulp: Errors = (),
 ) -> DualDeltaRecord:
     """Full dual-delta analysis of one metric for one output.
 
@@ -365,7 +365,7 @@ def analyze(
 # ----------------------------------------------------------------------------
 
 
-def holm(p_values: Sequence[float]) -> np.ndarray:
+def holm(p_values: Sequence[float]) -> Float64s:
     """Holm-Bonferroni step-down adjusted p-values, in the input order.
 
     With p_(1) <= ... <= p_(m) sorted ascending,

@@ -10,21 +10,36 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 from acceptance.records import StatTest
 
+#: Errors per trial: a list of floats or a float64 array.
+Errors = Sequence[float] | npt.NDArray[np.float64]
+Float64s = npt.NDArray[np.float64]
 
-def as_errors(x: Sequence[float]) -> np.ndarray:
+
+class ScipyResult(Protocol):
+    """What a scipy.stats test returns: a statistic and a p-value."""
+
+    @property
+    def statistic(self) -> float: ...
+
+    @property
+    def pvalue(self) -> float: ...
+
+
+def as_errors(x: Errors) -> Float64s:
     """Errors as a 1-D float64 array with NaN mapped to +inf (a NaN is the worst error)."""
     a = np.asarray(x, dtype=np.float64).reshape(-1)
     return np.where(np.isnan(a), np.inf, a)
 
 
-def comparable(d1: np.ndarray, d2: np.ndarray) -> np.ndarray:
+def comparable(d1: Float64s, d2: Float64s) -> npt.NDArray[np.bool_]:
     """Mask of trials where both errors are finite."""
     return np.isfinite(d1) & np.isfinite(d2)
 
@@ -33,7 +48,9 @@ def _left_out(n_total: int, n_used: int, why: str) -> str | None:
     return None if n_used == n_total else f"{n_total - n_used} of {n_total} trials left out ({why})"
 
 
-def _run_scipy(name: str, test: Callable[[], Any], alternative: str = "two-sided", note: str | None = None) -> StatTest:
+def _run_scipy(
+    name: str, test: Callable[[], ScipyResult], alternative: str = "two-sided", note: str | None = None
+) -> StatTest:
     """Run ``test()``, a scipy.stats call; degenerate data (scipy's NaN p-value) gives no p-value and a note."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -48,7 +65,7 @@ def _run_scipy(name: str, test: Callable[[], Any], alternative: str = "two-sided
     return StatTest(name=name, statistic=statistic, p_value=p, alternative=alternative, note=note)
 
 
-def ks_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> StatTest:
+def ks_test(delta_impl: Errors, delta_baseline: Errors) -> StatTest:
     """Two-sample Kolmogorov-Smirnov test (scipy.stats.ks_2samp), two-sided.
 
     Statistic D = sup_x |F_1(x) - F_2(x)| over the finite errors of each role;
@@ -64,9 +81,7 @@ def ks_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> Sta
     return _run_scipy("ks", lambda: sps.ks_2samp(a, b), note=note)
 
 
-def wilcoxon_test(
-    delta_impl: Sequence[float], delta_baseline: Sequence[float], alternative: str = "greater"
-) -> StatTest:
+def wilcoxon_test(delta_impl: Errors, delta_baseline: Errors, alternative: str = "greater") -> StatTest:
     """Wilcoxon signed-rank test on d = delta_1 - delta_2 (scipy.stats.wilcoxon).
 
     ``alternative="greater"``: H1 impl's errors are larger (pseudo-median of d
@@ -96,7 +111,7 @@ def sign_p(k: int, n: int) -> float:
     return 1.0 if n == 0 else float(sps.binomtest(k, n, 0.5, alternative="greater").pvalue)
 
 
-def sign_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> StatTest:
+def sign_test(delta_impl: Errors, delta_baseline: Errors) -> StatTest:
     """Exact sign test, H1: impl's error is larger in more than half of the trials.
 
     k = #{i: delta_1[i] > delta_2[i]}, n = #{i: delta_1[i] != delta_2[i]};
@@ -118,7 +133,7 @@ def sign_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> S
     )
 
 
-def shapiro_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> StatTest:
+def shapiro_test(delta_impl: Errors, delta_baseline: Errors) -> StatTest:
     """Shapiro-Wilk test of normality of d = delta_1 - delta_2 (scipy.stats.shapiro).
 
     Not run with fewer than 3 comparable trials or when d is constant.
@@ -133,9 +148,7 @@ def shapiro_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -
     return _run_scipy("shapiro", lambda: sps.shapiro(d), note=_left_out(d1.size, d.size, "non-finite error"))
 
 
-def paired_t_test(
-    delta_impl: Sequence[float], delta_baseline: Sequence[float], shapiro: StatTest, alpha: float
-) -> StatTest:
+def paired_t_test(delta_impl: Errors, delta_baseline: Errors, shapiro: StatTest, alpha: float) -> StatTest:
     """Paired t-test, H1: mean(delta_1 - delta_2) > 0 (scipy.stats.ttest_rel).
 
     t = mean(d) / (std(d, ddof=1) / sqrt(n)). Run only when the Shapiro-Wilk
@@ -155,7 +168,7 @@ def paired_t_test(
     return _run_scipy("t", lambda: sps.ttest_rel(d1[keep], d2[keep], alternative="greater"), "greater")
 
 
-def brown_forsythe_test(delta_impl: Sequence[float], delta_baseline: Sequence[float]) -> StatTest:
+def brown_forsythe_test(delta_impl: Errors, delta_baseline: Errors) -> StatTest:
     """Brown-Forsythe test of equal spread (scipy.stats.levene, center='median'), two-sided.
 
     The statistic is the one-way ANOVA F of |delta_r - median(delta_r)| between
