@@ -48,6 +48,12 @@ def safe(text: str, limit: int = LOG_LIMIT) -> str:
     return flat
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in agreement: ``counted(1, "case")`` is ``"1 case"``, ``counted(2, "case")`` is
+    ``"2 cases"``; ``plural`` names an irregular plural (``counted(2, "match", "matches")``)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def one_line(text: str, limit: int | None = None) -> str:
     """Collapse all whitespace runs (newlines included) to one space; cut to ``limit`` characters with an ellipsis."""
     flat = " ".join(visible_controls(text).split())
@@ -148,7 +154,10 @@ def full(x: float | None) -> str:
 def worst_element_text(w: WorstElement) -> str:
     """The worst element in words, values at full precision: index, trial, impl, baseline, oracle, ULP distance."""
     out = f" of output {w.output}" if w.output else ""
-    text = f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, baseline {full(w.baseline)}"
+    text = (
+        f"worst element{out} at {tuple(w.index)} (trial {w.trial}): "
+        f"impl {full(w.evaluated)}, baseline {full(w.baseline)}"
+    )
     if w.oracle is not None:
         text += f", oracle {full(w.oracle)}; |e-o| = {fmt(w.oracle_error)}" + (
             f" = {fmt(w.ulp)} ulp" if w.ulp is not None else ""

@@ -58,7 +58,7 @@ from acceptance.records import (
     PerfRecord,
     Results,
 )
-from acceptance.wording import fmt
+from acceptance.wording import counted, fmt
 
 #: Default factor an error may grow by before a case is flagged.
 MAX_RATIO = 2.0
@@ -271,7 +271,8 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
     lines = [
         f"### Accuracy compared with {_md(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}",
         "",
-        f"{len(cmp.cases)} cases; {len(moved)} verdict changes; an error may grow {fmt(cmp.max_ratio)}x "
+        f"{counted(len(cmp.cases), 'case')}; {counted(len(moved), 'verdict change')}; "
+        f"an error may grow {fmt(cmp.max_ratio)}x "
         f"({', '.join(cmp.metrics)}; impl against the rounded oracle, also relative to the baseline).",
         "",
     ]

@@ -12,7 +12,7 @@ import re
 from acceptance.records import CaseResult, Results, sorted_failures_first
 from acceptance.report import perf
 from acceptance.report.text import deciding_criterion, headline, overall_line
-from acceptance.wording import criterion_text, one_line, visible_controls
+from acceptance.wording import counted, criterion_text, one_line, visible_controls
 
 CELL_LIMIT = 300
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
@@ -75,7 +75,7 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
     if vacuous:
         head += [
             "",
-            f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
+            f"⚠️ {counted(len(vacuous), 'case')} passed vacuously (nothing compared, or a constant answer where the "
             f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: {md_escape(vacuous[0].vacuous)}",
         ]
     timings = perf.markdown(results)

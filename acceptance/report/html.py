@@ -35,7 +35,7 @@ from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Resul
 from acceptance.report import perf, svg
 from acceptance.report.buckets import bucket_table
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
-from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
+from acceptance.wording import counted, criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
 from acceptance.wording import full as full_precision
 
 MAX_PLOTTED_CASES = 40
@@ -62,6 +62,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
+    env.filters["counted"] = counted
     return env
 
 
@@ -193,7 +194,7 @@ def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> dict[str, An
         ]
     )
     return {
-        "title": f"{d.metric} (output {d.output}, {d.trials} trials)",
+        "title": f"{d.metric} (output {d.output}, {counted(d.trials, 'trial')})",
         "passed": d.passed,
         "conclusion": d.conclusion,
         "full": full,

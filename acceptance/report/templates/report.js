@@ -34,7 +34,7 @@
       if (sections[i] && sections[i].hidden === ok) { sections[i].hidden = !ok; }
     });
     var listed = showAll ? matched : Math.min(matched, PAGE);
-    shown.textContent = listed + " of " + rows.length + " cases shown" +
+    shown.textContent = listed + " of " + rows.length + (rows.length === 1 ? " case" : " cases") + " shown" +
       (listed < matched ? " (" + matched + " match)" : "");
     more.hidden = listed >= matched;
   }
