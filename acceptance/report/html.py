@@ -25,11 +25,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import re
 from functools import lru_cache
 from typing import Any
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from acceptance.records import VERDICT_ORDER, CaseResult, DualDeltaRecord, Results, sorted_failures_first
 from acceptance.report import perf, svg
@@ -40,6 +41,20 @@ from acceptance.wording import full as full_precision
 
 MAX_PLOTTED_CASES = 40
 OPEN_FAILURES = 20
+
+#: Where a case id may wrap: after ``[ ] , / _ :`` and before a ``-`` that starts a new ``key=value`` (a letter
+#: follows); never inside a number such as ``N=1000`` or ``eps=1e-05``.
+_BREAK = re.compile(r"(?<=[\[\],/_:])|(?=-[A-Za-z])")
+
+#: Fewest trials, and fewest distinct values on each side, for which the dual-delta charts show a distribution;
+#: below that they are a table of the values.
+MIN_PLOTTED_TRIALS = 3
+
+
+def breakable(text: str) -> Markup:
+    """``text`` escaped, with ``<wbr>`` at the separators of :data:`_BREAK`, so a narrow column wraps a case id
+    between its parameters only."""
+    return Markup("<wbr>").join(escape(visible_controls(part)) for part in _BREAK.split(text))
 
 
 def _finalize(value: Any) -> Any:
@@ -63,6 +78,7 @@ def environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["counted"] = counted
+    env.filters["breakable"] = breakable
     return env
 
 
@@ -76,7 +92,9 @@ def prepare() -> None:
 
 def asset(name: str) -> str:
     """The text of a file in ``templates/`` (the page's CSS and script)."""
-    return environment().loader.get_source(environment(), name)[0]
+    loader = environment().loader
+    assert loader is not None  # environment() always sets the package loader
+    return loader.get_source(environment(), name)[0]
 
 
 def _sha256_source(text: str) -> str:
@@ -124,6 +142,7 @@ def page_context(results: Results, results_sha256: str | None, css: str, js: str
         "verdict": s.verdict,
         "overall": overall_line(results),
         "counts": [("pass", s.passed), ("fail", s.failed), ("error", s.errors), ("skip", s.skipped)],
+        "dtypes": sorted({c.dtype for c in results.cases}),
         "provenance": provenance(results, results_sha256),
         "commit": (results.environment.git_commit or "")[:12],
     }
@@ -167,7 +186,30 @@ def _criterion_row(c) -> dict[str, Any]:
     }
 
 
+def _values_table(d: DualDeltaRecord) -> Markup:
+    """The δ1 and δ2 values per trial when there are too few, or too few distinct ones, to draw (one trial, or
+    every trial the same): equal runs of trials are one row."""
+    rows: list[tuple[str, float, float]] = []
+    for i, pair in enumerate(zip(d.delta_impl, d.delta_baseline, strict=True)):
+        if rows and (rows[-1][1], rows[-1][2]) == pair:
+            rows[-1] = (f"{rows[-1][0].split('–')[0]}–{i + 1}", *pair)
+        else:
+            rows.append((str(i + 1), *pair))
+    body = "".join(
+        f"<tr><td>{escape(t)}</td><td>{escape(full_precision(a))}</td><td>{escape(full_precision(b))}</td></tr>"
+        for t, a, b in rows
+    )
+    return Markup(
+        f'<table class="describe values"><caption>{escape(d.metric)}: too few distinct values to draw a '
+        f"distribution</caption><thead><tr><th>trial</th><th>δ1 impl</th><th>δ2 baseline</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
 def _dual_plots(d: DualDeltaRecord) -> list[Markup]:
+    distinct = min(len(set(d.delta_impl)), len(set(d.delta_baseline)))
+    if len(d.delta_impl) < MIN_PLOTTED_TRIALS or distinct < 2:
+        return [_values_table(d)]
     series = [("δ1 impl", d.delta_impl, "s-impl"), ("δ2 baseline", d.delta_baseline, "s-base")]
     return [
         Markup(svg.histogram_overlay(series, title=f"{d.metric}: δ1 and δ2 per trial", xlabel=d.metric)),
@@ -243,7 +285,7 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> d
         "deciding": deciding,
         "margin": _margin_text(m),
         "margin_sort": _sort_number(m),
-        "verdict_sort": VERDICT_ORDER[case.verdict],
+        "verdict_sort": VERDICT_ORDER[case.verdict or ""],
         "time": fmt(t.total),
         "time_sort": _sort_number(t.total),
         "open": open_,
