@@ -125,15 +125,15 @@ def criterion_text(criterion: Criterion) -> str:
         return one_line(f"{name} not evaluated" + (f": {criterion.note}" if criterion.note else ""))
     if criterion.passed is False and criterion.kind == "placement":
         kind = "NaN" if criterion.metric == "nan_mismatch" else "Inf"
-        return one_line(f"{kind} placement{where} differs from the baseline at {fmt(criterion.value)} positions")
-    if criterion.passed is False and criterion.kind == "diff4":
+        return one_line(f"{kind} placement{where} differs from the baseline at {fmt_value(criterion.value)} positions")
+    if criterion.passed is False and criterion.kind == "diff4" and isinstance(criterion.value, (list, tuple)):
         p1, p2, n = criterion.value
         text = f"diff4{where} ({fmt(p1)}, {fmt(p2)}, n={fmt(n)}): {criterion.note or 'failed'}"
         return one_line(text + (f" ({criterion.source})" if criterion.source else ""))
     value = fmt_value(criterion.value)
     if criterion.kind == "dual_delta":
         word = "non-inferior" if criterion.passed else "inferior"
-        text = f"{name} median ratio {value} {word} (factor {fmt(criterion.threshold)})"
+        text = f"{name} median ratio {value} {word} (factor {fmt_value(criterion.threshold)})"
     elif criterion.comparison in _FAILED_OP:
         op = criterion.comparison if criterion.passed else _FAILED_OP[criterion.comparison]
         text = f"{name} {value} {op} {fmt_value(criterion.threshold)}"

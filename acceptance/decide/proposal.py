@@ -190,6 +190,7 @@ class Fit:
         """The model's shape at a case: 1, sqrt(S) or S."""
         if self.model == "constant":
             return 1.0
+        assert self.symbol is not None  # a sqrt or linear fit names its symbol
         s = float(symbols[self.symbol])
         return math.sqrt(s) if self.model == "sqrt" else s
 
@@ -295,7 +296,9 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
     if fit.model == "constant":
         proposed: float | str = step_up(max(margin * fit.coefficient, floor))
     else:
-        lowest = min(float(s[fit.symbol]) for s, _, _ in per_case.values())
+        symbol = fit.symbol
+        assert symbol is not None  # a sqrt or linear fit names its symbol
+        lowest = min(float(s[symbol]) for s, _, _ in per_case.values())
         proposed = expression(fit, step_up(margin * fit.coefficient), floor, lowest)
     slack = min(th / max(m, floor) if max(m, floor) > 0 else math.inf for _, m, th in per_case.values())
     over = [(cid, m, th) for cid, (_, m, th) in per_case.items() if not m <= th]
@@ -317,6 +320,8 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
     )
     thresholds = [th for _, _, th in per_case.values()]
     sources = [o.source for o in group]
+    impl = Distribution.of(o.value for o in group)
+    assert impl is not None  # a group is never empty and every observation has a value
     p = Proposal(
         first.operator,
         first.dtype,
@@ -324,7 +329,7 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
         first.spec_file,
         (min(thresholds), max(thresholds)),
         max(set(sources), key=sources.count),
-        Distribution.of(o.value for o in group),
+        impl,
         Distribution.of(o.baseline_oracle for o in group),
         floor,
         fit,

@@ -46,6 +46,7 @@ A slowdown is a regression (the gate fails); a speed-up is only reported.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 from acceptance.decide.proposal import rounding_floor
 from acceptance.records import (
@@ -116,7 +117,10 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-def _change(base: str | None, new: str | None) -> str:
+Change = Literal["same", "regressed", "fixed", "changed", "new", "removed"]
+
+
+def _change(base: str | None, new: str | None) -> Change:
     if base is None:
         return "new"
     if new is None:
@@ -178,6 +182,7 @@ def compare_results(
     for cid in list(now) + [i for i in old if i not in now]:
         b, n = old.get(cid), now.get(cid)
         one = n or b
+        assert one is not None  # cid comes from one of the two runs
         change = _change(b.verdict if b else None, n.verdict if n else None)
         ratios = metric_ratios(b, n, max_ratio=max_ratio, metrics=metrics) if b and n else []
         decided = b is not None and n is not None and b.verdict != "error" and n.verdict != "error"
@@ -201,9 +206,9 @@ def compare_results(
                 slower=bool(timed and timed.slower),
             )
         )
-        if change == "regressed":
+        if change == "regressed" and b is not None and n is not None:
             regressions.append(f"{cid}: {b.verdict} -> {n.verdict}")
-        elif change == "new" and n.verdict in _BAD:
+        elif change == "new" and n is not None and n.verdict in _BAD:
             regressions.append(f"{cid}: new case, {n.verdict}")
         if grew:
             r = max(grew, key=lambda r: r.ratio)
@@ -283,7 +288,7 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
         lines += [
             f"| {_md(c.id)} | {c.base_verdict or '-'} | {c.new_verdict or '-'} | {c.change} |" for c in moved[:limit]
         ] + [""]
-    ranked = sorted((c for c in cmp.cases if c.worst_ratio is not None), key=lambda c: -c.worst_ratio)
+    ranked = sorted((c for c in cmp.cases if c.worst_ratio is not None), key=lambda c: -(c.worst_ratio or 0.0))
     if ranked:
         lines += ["| case | worst NEW/BASE | metric | base | new | flagged |", "|---|---|---|---|---|---|"]
         for c in ranked[: min(limit, 10)]:
@@ -293,15 +298,14 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
                 f"{'yes' if c.grew else ''} |"
             )
         lines.append("")
-    timed = [c for c in cmp.cases if c.perf is not None]
+    timed = [(c, c.perf) for c in cmp.cases if c.perf is not None]
     if timed:
         allowed = fmt(cmp.max_slowdown or MAX_SLOWDOWN)
         lines += [
             f"| case | median NEW/BASE | base | new | new p10 > base p90 | slower (> {allowed}x) |",
             "|---|---|---|---|---|---|",
         ]
-        for c in sorted(timed, key=lambda c: (not c.slower, -c.perf.ratio))[:limit]:
-            p = c.perf
+        for c, p in sorted(timed, key=lambda cp: (not cp[0].slower, -cp[1].ratio))[:limit]:
             lines.append(
                 f"| {_md(c.id)} | {fmt(p.ratio)}x | {_seconds(p.base_median_s)} | {_seconds(p.new_median_s)} "
                 f"| {'yes' if p.separated else 'no'} | {'yes' if c.slower else _md(p.note or '')} |"

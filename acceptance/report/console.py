@@ -18,8 +18,9 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     lines: list[tuple[str, str | None]] = []
     shown = [c for c in sorted_failures_first(results.cases) if c.verdict != "pass"]
     for case in shown:
-        head = f"{case.verdict.upper():5} {safe(case.id)}"
-        lines.append((head, _COLOURS[case.verdict]))
+        verdict = case.verdict or ""  # results are decided: every case has a verdict
+        head = f"{verdict.upper():5} {safe(case.id)}"
+        lines.append((head, _COLOURS[verdict]))
         for reason in case.reasons[:MAX_REASONS]:
             lines.append((f"      {safe(reason, width * 4)}", None))
         if len(case.reasons) > MAX_REASONS:
@@ -32,7 +33,7 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
             )
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
     for case in vacuous[:MAX_REASONS]:
-        lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous)}", "yellow"))
+        lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous or '')}", "yellow"))
     if len(vacuous) > MAX_REASONS:
         lines.append(
             (
@@ -44,7 +45,7 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     per_op: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     categories: dict[str, str] = {}
     for case in results.cases:
-        per_op[case.operator][case.verdict] += 1
+        per_op[case.operator][case.verdict or ""] += 1
         categories[case.operator] = case.category
     if per_op:
         name_w = max(len("operator"), *(len(op) for op in per_op))
