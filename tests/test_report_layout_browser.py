@@ -1,7 +1,7 @@
 """The HTML report's layout at 800 and 1400 px in headless Chromium, checked by element geometry: case ids wrap
 between parameters only (never inside a number), no cell of the cases table is cut, the page never scrolls
 sideways, the dtype filter is exact, and a dual-delta record with one value per side is a table, not an empty
-chart. Screenshots go to ``reports/screenshots/layout-<width>.png``."""
+chart; the cases table fits the window at both widths. Screenshots go to ``reports/screenshots/layout-<width>.png``."""
 
 from pathlib import Path
 
@@ -73,6 +73,9 @@ def test_ids_wrap_between_parameters_and_nothing_is_cut(browser, report, width):
     page.screenshot(path=str(SHOTS / f"layout-{width}.png"), full_page=False)
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # the page never scrolls sideways
     assert page.eval_on_selector_all("#cases-table td", CUT_JS) == []
+    table, section = (page.locator(s).bounding_box() for s in ("#cases-table", "section.cases"))
+    assert table is not None and section is not None
+    assert table["x"] + table["width"] <= section["x"] + section["width"] + 1  # every column in view
     ids = page.eval_on_selector_all("#cases-table td.id a, details.case > summary code", BREAKS_JS)
     assert ids, "no case ids found"
     for text, breaks in ids:
