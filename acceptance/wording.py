@@ -48,6 +48,12 @@ def safe(text: str, limit: int = LOG_LIMIT) -> str:
     return flat
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in agreement: ``counted(1, "case")`` is ``"1 case"``, ``counted(2, "case")`` is
+    ``"2 cases"``; ``plural`` names an irregular plural (``counted(2, "match", "matches")``)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def one_line(text: str, limit: int | None = None) -> str:
     """Collapse all whitespace runs (newlines included) to one space; cut to ``limit`` characters with an ellipsis."""
     flat = " ".join(visible_controls(text).split())
@@ -123,7 +129,7 @@ def criterion_text(criterion: Criterion) -> str:
     if criterion.passed is False and criterion.kind == "placement":
         kind = "NaN" if criterion.metric == "nan_mismatch" else "Inf"
         return one_line(f"{kind} placement{where} differs from the baseline at {fmt_value(criterion.value)} positions")
-    if criterion.passed is False and criterion.kind == "diff4" and isinstance(criterion.value, list):
+    if criterion.passed is False and criterion.kind == "diff4" and isinstance(criterion.value, (list, tuple)):
         p1, p2, n = criterion.value
         text = f"diff4{where} ({fmt(p1)}, {fmt(p2)}, n={fmt(n)}): {criterion.note or 'failed'}"
         return one_line(text + (f" ({criterion.source})" if criterion.source else ""))

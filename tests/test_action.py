@@ -44,15 +44,18 @@ def test_the_action_installs_runs_uploads_summarises_and_gates():
     assert set(a["inputs"]) >= {"specs", "shard", "out", "compare-to"}
     steps = a["runs"]["steps"]
     text = "\n".join(s.get("run", "") for s in steps)
-    assert 'python -m pip install "$PACKAGE"' in text
+    assert 'target="${PACKAGE:-$ACTION_PATH[onnx]}"' in text and 'python -m pip install "$target"' in text
+    install = next(s for s in steps if s.get("id") == "install")
+    assert install["env"]["ACTION_PATH"] == "${{ github.action_path }}" and a["inputs"]["package"]["default"] == ""
     gate = next(s for s in steps if s.get("id") == "gate")
     assert "set +e" in gate["run"] and 'echo "exit_code=$?" >> "$GITHUB_OUTPUT"' in gate["run"]
     assert '--shard "$SHARD"' in gate["run"]
-    assert any(s.get("uses") == "actions/upload-artifact@v4" for s in steps)
+    upload = next(s for s in steps if s.get("uses") == "actions/upload-artifact@v4")
+    assert upload["with"]["name"] == "${{ steps.gate.outputs.artifact }}"  # the shard, not the job index
     assert '--summary "$GITHUB_STEP_SUMMARY"' in text and "--annotations" in text
     assert steps[-1]["run"].rstrip().endswith('exit "$GATE_EXIT_CODE"')
     for step in steps[2:]:  # everything after the run reports even when the gate failed
-        assert "if" not in step or "!cancelled()" in step["if"] or "compare-to" in step["if"]
+        assert "!cancelled()" in step["if"]
     # every input a step refers to is declared
     used = set(re.findall(r"inputs\.([a-z-]+)", (ROOT / "action.yml").read_text()))
     assert used <= set(a["inputs"])
@@ -63,7 +66,7 @@ def test_the_repository_workflow_exercises_the_action():
     assert check_jsonschema(ROOT / ".github" / "workflows" / "ci.yml").returncode == 0
     step = next(s for s in wf["jobs"]["action"]["steps"] if s.get("uses") == "./")
     assert set(step["with"]) <= set(action()["inputs"])
-    assert "[onnx]" in step["with"]["package"]
+    assert "package" not in step["with"]  # the action installs its own checkout
     specs = ROOT / step["with"]["specs"]
     assert CliRunner().invoke(main, ["validate", str(specs)]).exit_code == 0
 

@@ -14,6 +14,7 @@ import acceptance
 from acceptance.cli import main
 from acceptance.decide.verdict import summarize
 from acceptance.session import results as results_mod
+from acceptance.wording import counted
 
 
 def invoke(*args):
@@ -114,7 +115,7 @@ def test_report_reads_run_folders_like_compare(tmp_path):
         part = res.model_copy(update={"cases": cases, "summary": summarize(cases)})
         results_mod.write(part, tmp_path / "shards" / f"shard-{i}" / "results.json")
     verdicts = [c.verdict for c in res.cases]
-    expected = f"{len(verdicts)} cases, {verdicts.count('pass')} passed, {verdicts.count('fail')} failed"
+    expected = f"{counted(len(verdicts), 'case')}, {verdicts.count('pass')} passed, {verdicts.count('fail')} failed"
     for folder in ("run", "shards"):
         r = invoke("report", tmp_path / folder, "--merged", tmp_path / f"{folder}.json")
         assert r.exit_code == 0, r.output
@@ -206,8 +207,8 @@ def test_the_command_exits_quickly_with_its_status_output_and_clean_up(tmp_path)
     assert counts["fail"] == 1
     lines = out.stdout.rstrip().splitlines()
     assert (
-        f"FAIL: {len(res.cases)} cases, {counts['pass']} passed, {counts['fail']} failed, {counts['error']} errors"
-        in out.stdout
+        f"FAIL: {counted(len(res.cases), 'case')}, {counts['pass']} passed, {counts['fail']} failed, "
+        f"{counted(counts['error'], 'error')}" in out.stdout
     )
     assert lines[-1] == "wrote " + ", ".join(
         str(tmp_path / "out" / f) for f in ("results.json", "junit.xml", "report.html")

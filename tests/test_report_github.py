@@ -5,7 +5,8 @@ import re
 import pytest
 from fixtures.report_results import hostile_results, many_failures, mixed_results, results_of
 
-from acceptance.report.github import annotations, escape_data, escape_property, md_escape, render_summary
+from acceptance.records.waivers import WaiverRecord
+from acceptance.report.github import annotations, escape_data, escape_property, md_code, md_escape, render_summary
 
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 
@@ -120,3 +121,12 @@ def test_annotations_escape_hostile_strings():
         assert ":" not in title and "," not in title  # escaped in the property
         assert "%250A" in message  # the literal text "%0A" in a name stays text
     assert "\\x1b[31m" in lines[0]
+
+
+def test_waiver_patterns_are_literal_code_spans():
+    stale = WaiverRecord(
+        spec_file="s.yaml", operator="gelu", match="gelu[float16-*_N=1]", reason="r", status="unmatched"
+    )
+    text = render_summary(mixed_results().model_copy(update={"waivers": [stale]}))
+    assert "gelu `gelu[float16-*_N=1]` unmatched" in text  # no backslash inside the code span
+    assert md_code("a`b") == "``a`b``" and md_code("`x") == "`` `x ``"

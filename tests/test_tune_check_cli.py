@@ -63,7 +63,7 @@ def test_check_fails_a_flaky_and_a_loose_threshold_naming_both_numbers(tmp_path)
     out = _tune(str(_spec(tmp_path / "bad", "0.5", "1000")))
     assert out.exit_code == 1, out.output
     assert _problems(out.output) == [
-        "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case(s))",
+        "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case)",
         "twice float32 diff2: loose: threshold 1000 is 1000x the observed 1 (> 100x)",
     ]
 
@@ -86,7 +86,7 @@ def test_check_reads_results_files_too(tmp_path):
     out = CliRunner().invoke(main, ["tune", "--from", str(tmp_path / "run"), "--check"])
     assert out.exit_code == 1
     assert _problems(out.output) == [
-        "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case(s))"
+        "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case)"
     ]
 
 

@@ -69,7 +69,27 @@ def assert_accurate(
     ``expected``'s dtype). ``thresholds``: overrides as in a spec's ``thresholds.<dtype>``, e.g.
     ``{"diff1": 1e-3, "max_abs": 0.01}``. Raises ``ValueError`` for an unknown category or dtype and
     shapes that differ.
+
+    Like ``torch.testing.assert_close``, the failure points at the caller: pytest hides this frame
+    (``__tracebackhide__``) and the error is raised here, after the check returned, without the check's frames
+    or a chained exception.
     """
+    __tracebackhide__ = True
+    message = accuracy_failure(actual, expected, oracle=oracle, category=category, dtype=dtype, thresholds=thresholds)
+    if message is not None:
+        raise AccuracyError(message) from None
+
+
+def accuracy_failure(
+    actual: Any,
+    expected: Any,
+    *,
+    oracle: Any = None,
+    category: str = "composite",
+    dtype: Any = None,
+    thresholds: dict[str, Any] | None = None,
+) -> str | None:
+    """The failure message of :func:`assert_accurate` for these arguments, or ``None`` when ``actual`` passes."""
     e, b = _tensor(actual, "actual"), _tensor(expected, "expected")
     if category not in CATEGORIES:
         raise ValueError(f"category: {category!r} is not one of {', '.join(CATEGORIES)}")
@@ -82,8 +102,14 @@ def assert_accurate(
     b = b.to(e.device)
     th = thresholds_for(category, name, thresholds)
     bit_exact = category in BIT_EXACT_CATEGORIES and not thresholds
-    scalar = [float(t.value) for t in th if t.metric in ("diff1", "diff2") and isinstance(t.value, (int, float))]
-    tolerance = 0.0 if bit_exact else min(scalar, default=0.0)
+    tolerance = (
+        0.0
+        if bit_exact
+        else min(
+            (float(t.value) for t in th if t.metric in ("diff1", "diff2") and not isinstance(t.value, tuple)),
+            default=0.0,
+        )
+    )
     rules = Rules(
         category=category,
         dtype=name,
@@ -108,7 +134,7 @@ def assert_accurate(
     criteria = threshold_criteria([output], rules) + bits_criteria([output], rules)
     failed = [c for c in criteria if c.passed is False]
     if not failed:
-        return
+        return None
     diagnosis = Diagnosis(name)
     diagnosis.add(0, 0, e, b, o, tolerance)
     n = e.numel()
@@ -123,4 +149,4 @@ def assert_accurate(
     if diagnosis.worst is not None:
         worst = worst_element_text(diagnosis.worst).replace(" (trial 0)", "")
         lines.append(worst.replace("impl ", "actual ").replace("baseline ", "expected ").capitalize())
-    raise AccuracyError("\n".join(lines))
+    return "\n".join(lines)

@@ -44,7 +44,7 @@ import numpy as np
 from acceptance.formats import dtypes
 from acceptance.numerics.metrics import registry
 from acceptance.records import CaseResult
-from acceptance.wording import fmt
+from acceptance.wording import counted, fmt
 
 #: Default safety margin over the largest observed error.
 MARGIN = 2.0
@@ -307,7 +307,7 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
     flaky = (
         (
             f"{over[0][0]}: observed {fmt(over[0][1])} > threshold {fmt(over[0][2])}"
-            + (f" (and {len(over) - 1} more case(s))" if len(over) > 1 else "")
+            + (f" (and {counted(len(over) - 1, 'more case')})" if len(over) > 1 else "")
         )
         if over
         else None

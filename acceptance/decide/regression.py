@@ -60,7 +60,7 @@ from acceptance.records import (
     PerfRecord,
     Results,
 )
-from acceptance.wording import fmt
+from acceptance.wording import counted, fmt
 
 #: Metrics compared: two global ones and the hybrid error's worst element and mean (bounded near zero).
 METRICS: tuple[str, ...] = ("diff1", "diff2", "max_hyb", "mean_hyb")
@@ -111,6 +111,9 @@ def _ratio(a: float, b: float) -> float:
     if b == 0:
         return 1.0 if a == 0 else math.inf
     return a / b
+
+
+Change = Literal["same", "regressed", "fixed", "changed", "new", "removed"]
 
 
 def _change(base: str | None, new: str | None) -> Change:
@@ -268,7 +271,8 @@ def markdown(cmp: Comparison, *, limit: int = 50) -> str:
     lines = [
         f"### Accuracy compared with {_md(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}",
         "",
-        f"{len(cmp.cases)} cases; {len(moved)} verdict changes; an error may grow {fmt(cmp.max_ratio)}x "
+        f"{counted(len(cmp.cases), 'case')}; {counted(len(moved), 'verdict change')}; "
+        f"an error may grow {fmt(cmp.max_ratio)}x "
         f"({', '.join(cmp.metrics)}; impl against the rounded oracle, also relative to the baseline).",
         "",
     ]

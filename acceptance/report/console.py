@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from acceptance.records import Results, Verdict, sorted_failures_first
-from acceptance.wording import safe
+from acceptance.wording import counted, safe
 
 #: Reasons shown per case; the rest are counted, and are in the HTML report and results.json.
 MAX_REASONS = 8
@@ -25,19 +25,27 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
             lines.append((f"      {safe(reason, width * 4)}", None))
         if len(case.reasons) > MAX_REASONS:
             lines.append(
-                (f"      ... and {len(case.reasons) - MAX_REASONS} more reasons (report.html, results.json)", None)
+                (
+                    f"      ... and {counted(len(case.reasons) - MAX_REASONS, 'more reason')} "
+                    "(report.html, results.json)",
+                    None,
+                )
             )
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]
     for case in vacuous[:MAX_REASONS]:
         lines.append((f"NOTE  {safe(case.id)} passed vacuously: {safe(case.vacuous or '')}", "yellow"))
     if len(vacuous) > MAX_REASONS:
         lines.append(
-            (f"NOTE  ... and {len(vacuous) - MAX_REASONS} more vacuous passes (--strict fails them)", "yellow")
+            (
+                f"NOTE  ... and {counted(len(vacuous) - MAX_REASONS, 'more vacuous pass', 'more vacuous passes')} "
+                "(--strict fails them)",
+                "yellow",
+            )
         )
     per_op: dict[str, dict[Verdict | None, int]] = defaultdict(lambda: defaultdict(int))
     categories: dict[str, str] = {}
     for case in results.cases:
-        per_op[case.operator][case.verdict] += 1
+        per_op[case.operator][case.verdict or ""] += 1
         categories[case.operator] = case.category
     if per_op:
         name_w = max(len("operator"), *(len(op) for op in per_op))
@@ -60,8 +68,8 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
         lines.append(("", None))
         lines.append(
             (
-                f"compared with {safe(cmp.base)}: {len(cmp.regressions)} regression(s), "
-                f"{len(cmp.waivers_passing)} waiver(s) that can go",
+                f"compared with {safe(cmp.base)}: {counted(len(cmp.regressions), 'regression')}, "
+                f"{counted(len(cmp.waivers_passing), 'waiver')} that can go",
                 "red" if cmp.regressions else None,
             )
         )
@@ -73,7 +81,8 @@ def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]
     lines.append(("", None))
     lines.append(
         (
-            f"{s.verdict.upper()}: {s.total} cases, {s.passed} passed, {s.failed} failed, {s.errors} errors, "
+            f"{s.verdict.upper()}: {counted(s.total, 'case')}, {s.passed} passed, {s.failed} failed, "
+            f"{counted(s.errors, 'error')}, "
             f"{s.skipped} skipped",
             "green" if s.verdict == "pass" else "red",
         )

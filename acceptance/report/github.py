@@ -10,7 +10,7 @@ import re
 from acceptance.records import CaseResult, Results, Verdict, sorted_failures_first
 from acceptance.report import perf
 from acceptance.report.text import deciding_criterion, headline, overall_line
-from acceptance.wording import criterion_text, one_line, visible_controls
+from acceptance.wording import counted, criterion_text, one_line, visible_controls
 
 CELL_LIMIT = 300
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
@@ -29,6 +29,16 @@ def md_escape(text: str, limit: int = CELL_LIMIT) -> str:
     return _MD_SPECIAL.sub(r"\\\1", flat)
 
 
+def md_code(text: str, limit: int = CELL_LIMIT) -> str:
+    """Text as one Markdown code span, shown literally: one line, cut to ``limit`` characters, and no
+    backslash escapes (a code span would show them); the fence is one backtick longer than the longest run
+    of backticks in the text, with a space inside it when the text starts or ends with a backtick."""
+    flat = one_line(text, limit)
+    fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
+
+
 def _verdict_mark(verdict: Verdict) -> str:
     return {"pass": "✅", "fail": "❌", "error": "💥", "skip": "⏭️"}[verdict]
 
@@ -43,7 +53,7 @@ def _deciding_cell(case: CaseResult) -> str:
 def _row(case: CaseResult) -> str:
     assert case.verdict is not None  # results hold decided cases
     return (
-        f"| {_verdict_mark(case.verdict)} {case.verdict} | {md_escape(case.operator)} | {md_escape(case.dtype)} "
+        f"| {_verdict_mark(case.verdict or '')} {case.verdict} | {md_escape(case.operator)} | {md_escape(case.dtype)} "
         f"| {md_escape(case.id)} | {md_escape(_deciding_cell(case))} |"
     )
 
@@ -74,9 +84,9 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
     if vacuous:
         head += [
             "",
-            f"⚠️ {len(vacuous)} case(s) passed vacuously (nothing compared, or a constant answer where the "
-            f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}:"
-            f" {md_escape(vacuous[0].vacuous or '')}",
+            f"⚠️ {counted(len(vacuous), 'case')} passed vacuously (nothing compared, or a constant answer where the "
+            f"oracle varies; `--strict` fails them), e.g. {md_escape(vacuous[0].id)}: "
+            f"{md_escape(vacuous[0].vacuous or '')}",
         ]
     timings = perf.markdown(results)
     if timings:
@@ -90,7 +100,7 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
         head += [
             "",
             f"Waivers that waived nothing: {len(stale)} ("
-            + ", ".join(f"{md_escape(w.operator)} `{md_escape(w.match, 80)}` {w.status}" for w in stale[:5])
+            + ", ".join(f"{md_escape(w.operator)} {md_code(w.match, 80)} {w.status}" for w in stale[:5])
             + (", …" if len(stale) > 5 else "")
             + ")",
         ]

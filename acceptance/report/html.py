@@ -25,16 +25,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import re
 from functools import lru_cache
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from acceptance.records import VERDICT_ORDER, CaseResult, Criterion, DualDeltaRecord, Results, sorted_failures_first
 from acceptance.report import perf, svg
 from acceptance.report.buckets import bucket_table
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
-from acceptance.wording import criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
+from acceptance.wording import counted, criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
 from acceptance.wording import full as full_precision
 
 #: What a template renders from: names to values (records, strings, markup, lists of rows).
@@ -42,6 +43,20 @@ TemplateContext = dict[str, object]
 
 MAX_PLOTTED_CASES = 40
 OPEN_FAILURES = 20
+
+#: Where a case id may wrap: after ``[ ] , / _ :`` and before a ``-`` that starts a new ``key=value`` (a letter
+#: follows); never inside a number such as ``N=1000`` or ``eps=1e-05``.
+_BREAK = re.compile(r"(?<=[\[\],/_:])|(?=-[A-Za-z])")
+
+#: Fewest trials, and fewest distinct values on each side, for which the dual-delta charts show a distribution;
+#: below that they are a table of the values.
+MIN_PLOTTED_TRIALS = 3
+
+
+def breakable(text: str) -> Markup:
+    """``text`` escaped, with ``<wbr>`` at the separators of :data:`_BREAK`, so a narrow column wraps a case id
+    between its parameters only."""
+    return Markup("<wbr>").join(escape(visible_controls(part)) for part in _BREAK.split(text))
 
 
 def _finalize(value: object) -> object:
@@ -64,6 +79,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
+    env.filters["counted"] = counted
+    env.filters["breakable"] = breakable
     return env
 
 
@@ -127,6 +144,7 @@ def page_context(results: Results, results_sha256: str | None, css: str, js: str
         "verdict": s.verdict,
         "overall": overall_line(results),
         "counts": [("pass", s.passed), ("fail", s.failed), ("error", s.errors), ("skip", s.skipped)],
+        "dtypes": sorted({c.dtype for c in results.cases}),
         "provenance": provenance(results, results_sha256),
         "commit": (results.environment.git_commit or "")[:12],
     }
@@ -170,7 +188,30 @@ def _criterion_row(c: Criterion) -> TemplateContext:
     }
 
 
+def _values_table(d: DualDeltaRecord) -> Markup:
+    """The δ1 and δ2 values per trial when there are too few, or too few distinct ones, to draw (one trial, or
+    every trial the same): equal runs of trials are one row."""
+    rows: list[tuple[str, float, float]] = []
+    for i, pair in enumerate(zip(d.delta_impl, d.delta_baseline, strict=True)):
+        if rows and (rows[-1][1], rows[-1][2]) == pair:
+            rows[-1] = (f"{rows[-1][0].split('–')[0]}–{i + 1}", *pair)
+        else:
+            rows.append((str(i + 1), *pair))
+    body = "".join(
+        f"<tr><td>{escape(t)}</td><td>{escape(full_precision(a))}</td><td>{escape(full_precision(b))}</td></tr>"
+        for t, a, b in rows
+    )
+    return Markup(
+        f'<table class="describe values"><caption>{escape(d.metric)}: too few distinct values to draw a '
+        f"distribution</caption><thead><tr><th>trial</th><th>δ1 impl</th><th>δ2 baseline</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+    )
+
+
 def _dual_plots(d: DualDeltaRecord) -> list[Markup]:
+    distinct = min(len(set(d.delta_impl)), len(set(d.delta_baseline)))
+    if len(d.delta_impl) < MIN_PLOTTED_TRIALS or distinct < 2:
+        return [_values_table(d)]
     series = [("δ1 impl", d.delta_impl, "s-impl"), ("δ2 baseline", d.delta_baseline, "s-base")]
     return [
         Markup(svg.histogram_overlay(series, title=f"{d.metric}: δ1 and δ2 per trial", xlabel=d.metric)),
@@ -197,7 +238,7 @@ def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> TemplateCont
         ]
     )
     return {
-        "title": f"{d.metric} (output {d.output}, {d.trials} trials)",
+        "title": f"{d.metric} (output {d.output}, {counted(d.trials, 'trial')})",
         "passed": d.passed,
         "conclusion": d.conclusion,
         "full": full,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from acceptance.records import CaseResult, Criterion, Results
-from acceptance.wording import criterion_text, fmt, one_line, params_text, visible_controls, worst_element_text
+from acceptance.wording import counted, criterion_text, fmt, one_line, params_text, visible_controls, worst_element_text
 
 
 def margin(criterion: Criterion) -> float | None:
@@ -32,7 +32,11 @@ def margin(criterion: Criterion) -> float | None:
     """
     if criterion.passed is None or criterion.threshold is None or criterion.value is None:
         return None
-    if criterion.comparison == "non-inferior" and not isinstance(criterion.value, list):
+    if (
+        criterion.comparison == "non-inferior"
+        and not isinstance(criterion.value, list)
+        and not isinstance(criterion.threshold, list)
+    ):
         return _margin_of(criterion.value, criterion.threshold, "<=")
     if criterion.comparison not in ("<=", ">=", "=="):
         return None
@@ -103,7 +107,7 @@ def headline(case: CaseResult) -> str:
     return (
         candidates[0]
         if candidates
-        else {"fail": "failed", "error": "error", "skip": "skipped", "pass": "passed"}[case.verdict]
+        else {"fail": "failed", "error": "error", "skip": "skipped", "pass": "passed"}[case.verdict or ""]
     )
 
 
@@ -150,17 +154,18 @@ def case_details(case: CaseResult) -> str:
     if case.oracle_range:
         lines.append(f"oracle range: {case.oracle_range}")
     if case.determinism is not None:
-        d = case.determinism
+        det = case.determinism
         lines.append(
-            f"run to run: impl {d.impl} over {d.runs} runs"
-            + (f" ({d.impl_differing} elements differ, spread {fmt(d.impl_spread)})" if d.impl_differing else "")
-            + f", baseline {d.baseline}"
+            f"run to run: impl {det.impl} over {det.runs} runs"
+            + (f" ({det.impl_differing} elements differ, spread {fmt(det.impl_spread)})" if det.impl_differing else "")
+            + f", baseline {det.baseline}"
         )
     if case.layouts:
         lines.append("impl input layouts: " + ", ".join(f"{k}: {v}" for k, v in case.layouts.items()))
     for d in case.dual_delta:
         lines.append(
-            f"dual-delta {d.metric} (output {d.output}, {d.trials} trials): {'pass' if d.passed else 'FAIL'}"
+            f"dual-delta {d.metric} (output {d.output}, {counted(d.trials, 'trial')}): "
+            f"{'pass' if d.passed else 'FAIL'}"
             f" - {d.conclusion} (factor {fmt(d.factor)}, alpha {fmt(d.alpha)}, p {fmt(d.p_value)},"
             f" Holm-adjusted p {fmt(d.p_adjusted)})"
         )

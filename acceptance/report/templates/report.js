@@ -12,29 +12,40 @@
   var position = new Map(rows.map(function (row, i) { return [row, i]; }));
   var filter = document.getElementById("filter");
   var verdict = document.getElementById("verdict-filter");
+  var dtype = document.getElementById("dtype-filter");
   var shown = document.getElementById("shown");
   var more = document.getElementById("show-all");
   var showAll = false;
 
-  function matches(i, terms, wanted) {
+  // A term matches where a word starts (not after a letter or digit): "float16" does not match "bfloat16".
+  function hasWord(text, term) {
+    for (var at = text.indexOf(term); at !== -1; at = text.indexOf(term, at + 1)) {
+      if (at === 0 || !/[a-z0-9]/.test(text.charAt(at - 1))) { return true; }
+    }
+    return false;
+  }
+
+  function matches(i, terms, wanted, kind) {
     return (!wanted || rows[i].getAttribute("data-verdict") === wanted) &&
-      terms.every(function (term) { return texts[i].indexOf(term) !== -1; });
+      (!kind || rows[i].getAttribute("data-dtype") === kind) &&
+      terms.every(function (term) { return hasWord(texts[i], term); });
   }
 
   function applyFilter() {
     var terms = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
     var wanted = verdict.value;
+    var kind = dtype.value;
     var matched = 0;
     var order = Array.prototype.slice.call(body.rows);
     order.forEach(function (row) {
       var i = position.get(row);
-      var ok = matches(i, terms, wanted);
+      var ok = matches(i, terms, wanted, kind);
       if (ok) { matched += 1; }
       row.hidden = !ok || (!showAll && matched > PAGE);
       if (sections[i] && sections[i].hidden === ok) { sections[i].hidden = !ok; }
     });
     var listed = showAll ? matched : Math.min(matched, PAGE);
-    shown.textContent = listed + " of " + rows.length + " cases shown" +
+    shown.textContent = listed + " of " + rows.length + (rows.length === 1 ? " case" : " cases") + " shown" +
       (listed < matched ? " (" + matched + " match)" : "");
     more.hidden = listed >= matched;
   }
@@ -65,6 +76,7 @@
 
   filter.addEventListener("input", applyFilter);
   verdict.addEventListener("change", applyFilter);
+  dtype.addEventListener("change", applyFilter);
   more.addEventListener("click", function () { showAll = true; applyFilter(); });
   Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
     th.addEventListener("click", function () { sortBy(th); });
