@@ -33,10 +33,8 @@ STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 
 #: Imports still to be moved to their stage (emptied as the run core is assembled).
 PENDING = {
-    ("acceptance.isolation.serve", "acceptance.measure.timing"),
     ("acceptance.measure.case", "acceptance.decide.verdict"),
     ("acceptance.measure.case", "acceptance.session.parallel"),
-    ("acceptance.spec.callables", "acceptance.isolation.adapters"),
     ("acceptance.cli.run", "acceptance.cli.tune"),
     ("acceptance.cli.run", "acceptance.cli.bench"),
     ("acceptance.cli.run", "acceptance.cli.cache"),

@@ -3,9 +3,10 @@
 A :class:`Worker` is one child process, started from a fork server that has
 torch imported (a fresh worker costs milliseconds, not a torch import), and
 reused call after call until the code under test breaks it. Per call the
-runner sends the role, a picklable :data:`Ref` to the callable (resolved once
-per worker), the inputs and the keyword parameters; the worker answers with
-the outputs, or with what went wrong. The runner waits with a deadline:
+runner sends the role, a picklable reference to the callable (a
+:class:`~acceptance.isolation.protocol.RoleRef`, resolved once per worker), the
+inputs and the keyword parameters; the worker answers with the outputs, or with
+what went wrong (the messages are :mod:`acceptance.isolation.protocol`). The runner waits with a deadline:
 
 - a callable that raises (``KeyboardInterrupt`` and ``SystemExit`` included)
   gives "impl raised ValueError: ... (kernels.py:12) in trial 3";
@@ -28,8 +29,9 @@ the outputs, or with what went wrong. The runner waits with a deadline:
 
 A fresh worker takes the next call after a crash or a kill. Workers run in
 their own session (a terminal's Ctrl-C reaches the runner only), die with the
-process that started them (:func:`acceptance.isolation.serve.die_with`, ``kill -9`` of it included), and write their stdout and stderr to
-the null device, so nothing the code under test prints reaches a CI log.
+process that started them (:func:`acceptance.isolation.serve.die_with`, ``kill -9``
+of it included), and write their stdout and stderr to the null device, so
+nothing the code under test prints reaches a CI log.
 Tensors cross the boundary as described in :mod:`acceptance.isolation.transport` (a
 copy each way, never shared memory the code under test could write back
 through); an impl on CUDA gets its inputs moved to the device inside the
@@ -53,7 +55,6 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,39 +62,40 @@ import torch
 
 from acceptance.errors import CaseError
 from acceptance.isolation.forkserver import signal_name
-from acceptance.isolation.serve import (
-    FLOAT64,
-    IMPL,
-    REFERENCE,
-    RUN_FILES,
-    SAME,
+from acceptance.isolation.protocol import (
+    Answer,
+    Answered,
+    Broke,
+    Call,
     Generate,
-    Ref,
-    _changed,
-    _input_sets,
-    call_inputs,
-    remove_written,
-    resolve,
-    serve,
-    snapshot,
+    InputsFailed,
+    Request,
+    RoleRef,
+    Same,
+    Which,
+    Wrote,
 )
+from acceptance.isolation.serve import RUN_FILES, _changed, _input_sets, call_inputs, remove_written, serve, snapshot
 from acceptance.isolation.transport import dumps, recv, send, size
 
 Tensors = tuple[torch.Tensor, ...]
+
+#: The inputs a :class:`Call` takes (:class:`acceptance.isolation.protocol.Which`), by name.
+IMPL, REFERENCE, FLOAT64 = Which.IMPL, Which.REFERENCE, Which.FLOAT64
 
 __all__ = [
     "FLOAT64",
     "IMPL",
     "REFERENCE",
     "RUN_FILES",
-    "Ref",
     "Batch",
     "Call",
+    "RoleRef",
+    "Which",
     "Worker",
     "WORKER_THREADS",
     "call_inputs",
     "remove_written",
-    "resolve",
     "snapshot",
 ]
 
@@ -184,7 +186,7 @@ class Worker:
     def call(
         self,
         role: str,
-        ref: Ref,
+        ref: RoleRef,
         trial: int,
         args: Tensors,
         params: dict,
@@ -206,7 +208,7 @@ class Worker:
         batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
         return batch.next(timeout=timeout, limit=limit, names=names)
 
-    def submit(self, trial: int, sets: Any, calls: list[Call]) -> Batch:
+    def submit(self, trial: int, sets: Any, calls: list[Call[RoleRef]]) -> Batch:
         """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
 
         ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
@@ -258,22 +260,10 @@ SMALL_MESSAGE = 8 * 1024
 WORKER_THREADS = 1
 
 
-@dataclass(frozen=True)
-class Call:
-    """One call of a batch: ``role`` (for messages), the callable's :data:`Ref`, which inputs
-    (:data:`IMPL` | :data:`REFERENCE` | :data:`FLOAT64`), keyword parameters and the device it runs on."""
-
-    role: str
-    ref: Ref
-    inputs: int
-    params: dict
-    device: torch.device
-
-
 class Batch:
     """The answers of one :meth:`Worker.submit`, read in call order."""
 
-    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call]):
+    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call[RoleRef]]):
         self.worker, self.trial, self.sets, self.calls = worker, trial, sets, calls
         self._generation = -1  # the worker process it was sent to (-1: not sent)
         self._sent = 0.0
@@ -297,7 +287,7 @@ class Batch:
         if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
             sets = Generate(sets if w._recipe is not sets else None, self.trial)
         # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
-        message = dumps((sets, [(c.role, c.ref, c.inputs, c.params, c.device) for c in self.calls]))
+        message = dumps(Request(sets, tuple(self.calls)))
         if small_only and size(message) > SMALL_MESSAGE:
             return False
         send(w._conn, message)
@@ -380,31 +370,38 @@ class Batch:
                 raise CaseError(f"{role} terminated by {signal_name(code)} in trial {trial}")
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
         # the next call started when this answer was sent, or later if sending it had to wait for this read
-        w._free_at = self._started = max(answer[-1], time.monotonic())
+        w._free_at = self._started = max(answer.sent_at, time.monotonic())
         if self._read == len(self.calls):
             self._finish()
-        if answer[0] == "inputs":
+        return self._read_answer(answer, call, names)
+
+    def _read_answer(self, answer: Answer, call: Call[RoleRef], names: list[str] | None) -> tuple[Tensors, float]:
+        """The outputs and seconds of an :class:`Answered`; the :class:`CaseError` any other answer means (then
+        the batch is finished: the worker sends nothing after it)."""
+        role, trial = call.role, self.trial
+        if not isinstance(answer, Answered):
             self._finish()
-            raise CaseError(answer[1])
-        if answer[0] == "bad":
-            self._finish()
-            raise CaseError(f"{role} {answer[1]} in trial {trial}")
-        if answer[0] == "wrote":
-            self._finish()
-            raise CaseError(f"{role} wrote to the output folder in trial {trial} ({answer[1]}); the files were removed")
-        _, outs, changed, seconds, notes, _ = answer
-        if isinstance(outs, str) and outs == SAME:  # a repeat: bit for bit the role's previous answer
+            if isinstance(answer, InputsFailed):
+                raise CaseError(answer.cause)
+            if isinstance(answer, Broke):
+                raise CaseError(f"{role} {answer.cause} in trial {trial}")
+            if isinstance(answer, Wrote):
+                files = answer.files
+                raise CaseError(f"{role} wrote to the output folder in trial {trial} ({files}); the files were removed")
+            raise TypeError(f"{role}: not an answer: {type(answer).__name__}")
+        outs = answer.outputs
+        if isinstance(outs, Same):  # a repeat: bit for bit the role's previous answer
             outs = tuple(o.clone() for o in self._last[role])
         self._last[role] = outs
-        w.notes += notes
-        for i, now in changed:
+        self.worker.notes += answer.notes
+        for i, now in answer.changed:
             self._finish()
             name = f" (`{names[i]}`)" if names and i < len(names) else ""
             differs = _changed(now, self._args(call)[i])
             raise CaseError(f"{role} modified input {i}{name} in place ({differs} elements changed) in trial {trial}")
-        return outs, seconds
+        return outs, answer.seconds
 
-    def _args(self, call: Call) -> Tensors:
+    def _args(self, call: Call[RoleRef]) -> Tensors:
         """The inputs ``call`` was given, as the runner holds them (made again from a recipe)."""
         return call_inputs(
             self.sets if isinstance(self.sets, tuple) else _input_sets(self.sets(self.trial)), call.inputs

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -50,13 +50,19 @@ from acceptance.spec.inputs import Recipe, input_sets
 Tensors = tuple[torch.Tensor, ...]
 
 
-@dataclass(frozen=True)
-class Roles:
-    """The three callables of a case, each ``fn(*tensors, **params) -> Tensor | tuple[Tensor, ...]``."""
+#: How :class:`Roles` names each callable: a role reference for a worker, the callable itself in this process.
+R = TypeVar("R")
 
-    impl: Callable
-    baseline: Callable
-    oracle: Callable
+
+@dataclass(frozen=True)
+class Roles(Generic[R]):
+    """The three callables of a case, each ``fn(*tensors, **params) -> Tensor | tuple[Tensor, ...]``: the
+    callables themselves (:class:`InProcess`) or references a worker resolves
+    (:class:`acceptance.formats.roleref.RoleRef`)."""
+
+    impl: R
+    baseline: R
+    oracle: R
 
 
 @dataclass(frozen=True)
