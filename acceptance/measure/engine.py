@@ -163,7 +163,8 @@ class InProcess:
         return out, time.perf_counter() - started
 
     def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list[Call]) -> _Deferred:
-        """The calls of one trial, made one by one as their answers are read (see :class:`acceptance.isolation.worker.Batch`)."""
+        """The calls of one trial, made one by one as their answers are read (see
+        :class:`acceptance.isolation.worker.Batch`)."""
         return _Deferred(self, trial, sets, calls)
 
     def close(self) -> None:
@@ -421,8 +422,9 @@ def run_trials(
     ``timing`` collects seconds per role; ``names`` are the inputs' names;
     ``baseline_repeats`` more baseline runs on the first trial's inputs (its run-to-run check; the
     reference is trusted, so one trial shows a varying one).
-    ``role_params`` maps a role to keyword arguments merged over ``params`` for it. Roles declared as mappings (:mod:`acceptance.isolation.adapters`)
-    are set up on trial 0's inputs before it, each under its own timeout, in ``timing.setup``.
+    ``role_params`` maps a role to keyword arguments merged over ``params`` for it. Roles declared as mappings
+    (:mod:`acceptance.isolation.adapters`) are set up on trial 0's inputs before it, each under its own timeout,
+    in ``timing.setup``.
     ``references`` (e.g. :class:`acceptance.measure.references.CaseReferences`) may hold the baseline and oracle
     outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs),
     ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses, and ``close()``

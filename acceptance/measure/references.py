@@ -374,7 +374,8 @@ class RunReferences:
 
     def _fingerprint(self, role: str, ref: Any, worker: Any) -> str | None:
         """Fingerprint of a role's callable: resolved in the worker (``ref`` a
-        :class:`acceptance.formats.roleref.RoleRef`) or, without one, ``ref`` is the callable itself. ``None`` when it cannot be identified."""
+        :class:`acceptance.formats.roleref.RoleRef`) or, without one, ``ref`` is the callable itself. ``None``
+        when it cannot be identified."""
         memo = ref if worker is not None else id(ref)
         if memo in self._fps:
             return self._fps[memo]

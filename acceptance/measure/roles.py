@@ -29,7 +29,7 @@ from acceptance.measure import determinism
 from acceptance.measure.engine import Trial
 from acceptance.numerics.emulate import roles as emulation
 from acceptance.numerics.oracle import DEFAULT_DPS, Float64Ref, MpmathRef
-from acceptance.spec import Case, CallableRef, OperatorSpec
+from acceptance.spec import CallableRef, Case, OperatorSpec
 
 #: Impl runs per trial where an impl is not atomic_add (atomic_add uses the spec's ``atomic_runs``).
 IMPL_RUNS = 2

@@ -36,7 +36,10 @@ _ERRORS_IN_PARENS = re.compile(r"\((\d+) errors?, (\d+) warnings?\)")
 def unavailable(device_type: str) -> str | None:
     """Why ``--sanitize`` cannot run here, or ``None`` when it can."""
     if device_type != "cuda":
-        return f"--sanitize needs a CUDA device (the impl runs on {device_type}); compute-sanitizer checks GPU kernels only"
+        return (
+            f"--sanitize needs a CUDA device (the impl runs on {device_type}); "
+            "compute-sanitizer checks GPU kernels only"
+        )
     if shutil.which("compute-sanitizer") is None:
         return "--sanitize: compute-sanitizer is not on PATH (it ships with the CUDA toolkit, e.g. /usr/local/cuda/bin)"
     return None
@@ -94,7 +97,8 @@ def check(case_id: str, spec_path: Path, result: CaseResult, device: str) -> Cas
             shown = " | ".join(first) or (done.stderr.strip().splitlines() or ["(no output)"])[-1]
             return result.model_copy(
                 update={
-                    "error": f"compute-sanitizer {tool}: {n} error(s) in the impl (exit status {done.returncode}): {shown}"
+                    "error": f"compute-sanitizer {tool}: {n} error(s) in the impl "
+                    f"(exit status {done.returncode}): {shown}"
                 }
             )
     return result
