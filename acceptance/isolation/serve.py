@@ -116,7 +116,7 @@ def _children() -> list[int]:
             break
         if pid == 0:  # a child is still running
             break
-    me, found = str(os.getpid()), []
+    me, found = str(os.getpid()), list[int]()
     proc = Path("/proc")
     if not proc.is_dir():
         return found
@@ -204,10 +204,11 @@ class FolderWatch:
     def _events(self) -> tuple[set[str], bool]:
         """Names in the events queued since the last read, and whether events were lost."""
         names: set[str] = set()
-        lost = False
+        lost, fd = False, self._fd
+        assert fd is not None, "events read without an inotify watch"
         while True:
             try:
-                data = os.read(self._fd, 65536)
+                data = os.read(fd, 65536)
             except BlockingIOError:
                 return names, lost
             at = 0
@@ -354,7 +355,7 @@ def _run_batch(
     last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
     for call in calls:
         # float64 copies are the call's own: nothing else reads them, so they need no digest
-        answer: Answer | None = _answer(
+        answer = _answer(
             cache,
             call.ref,
             call_inputs(sets, call.inputs),
@@ -366,20 +367,19 @@ def _run_batch(
             check=call.inputs != Which.FLOAT64,
         )
         if isinstance(answer, Answered) and not isinstance(answer.outputs, Same):
-            outs: Tensors | None = answer.outputs
-            if call.role in last and same_outputs(answer.outputs, last[call.role]):
+            outs = answer.outputs
+            if call.role in last and same_outputs(outs, last[call.role]):
                 answer = dataclasses.replace(answer, outputs=SAME)  # a repeat's bits: not sent again
-            small = sum(o.numel() * o.element_size() for o in outs or ()) <= SAME_BYTES
-            last = {call.role: outs} if small and outs is not None else {}  # larger ones are not held meanwhile
-            outs = None
-        assert answer is not None
+            small = sum(o.numel() * o.element_size() for o in outs) <= SAME_BYTES
+            last = {call.role: outs} if small else {}  # larger outputs are not held while the next call runs
+            del outs
         try:
             data = dumps(dataclasses.replace(answer, sent_at=time.monotonic()))
         except Exception as exc:  # an output that cannot be pickled
             answer = Broke(f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
             data = dumps(dataclasses.replace(answer, sent_at=time.monotonic()))
         stop = not isinstance(answer, Answered) or bool(answer.changed)  # the runner stops reading this batch here
-        answer = None  # the outputs live on in the message only
+        del answer  # the outputs live on in the message only
         send(conn, data)
         del data
         if stop:
