@@ -56,7 +56,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -99,15 +99,16 @@ __all__ = [
     "snapshot",
 ]
 
-_CONTEXT: multiprocessing.context.BaseContext | None = None
+_CONTEXT: multiprocessing.context.ForkServerContext | None = None
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkServerContext:
+    """The fork server's context (:func:`acceptance.isolation.forkserver.context`), launched on first use."""
     global _CONTEXT
     if _CONTEXT is None:
         from acceptance.isolation.forkserver import context
 
-        _CONTEXT = context()
+        _CONTEXT = cast(multiprocessing.context.ForkServerContext, context())
     return _CONTEXT
 
 
@@ -158,13 +159,16 @@ class Worker:
 
     def close(self) -> None:
         """Kill the worker and its process group (children it left behind included)."""
-        if self._proc is not None:
+        proc, conn = self._proc, self._conn
+        if proc is not None:
             try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
+                if proc.pid is not None:  # always, once started
+                    os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            self._proc.join(5)
-            self._conn.close()
+            proc.join(5)
+        if conn is not None:
+            conn.close()
         self._proc = self._conn = None
         self._generation += 1
 
@@ -172,9 +176,10 @@ class Worker:
         """End the worker as done with it: with no batch in flight, its connection is closed and it is given
         ``timeout`` seconds to write what it keeps for the reference cache and exit; then, or at once
         otherwise, :meth:`close`."""
-        if self._proc is not None and not self._pending and self._alive():
-            self._conn.close()
-            self._proc.join(timeout)
+        if not self._pending and self._alive():
+            proc, conn = self._running()
+            conn.close()
+            proc.join(timeout)
         self.close()  # closing the connection again does nothing
 
     def __enter__(self) -> Worker:
@@ -237,6 +242,14 @@ class Worker:
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
 
+    def _running(
+        self,
+    ) -> tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]:
+        """The worker process and the runner's end of its connection (started: batches are sent and read only
+        then)."""
+        assert self._proc is not None and self._conn is not None, "the worker process is not started"
+        return self._proc, self._conn
+
     @property
     def in_flight(self) -> int:
         """Batches submitted whose answers are not all read."""
@@ -290,7 +303,7 @@ class Batch:
         message = dumps(Request(sets, tuple(self.calls)))
         if small_only and size(message) > SMALL_MESSAGE:
             return False
-        send(w._conn, message)
+        send(w._running()[1], message)
         if not isinstance(self.sets, tuple):
             w._recipe = self.sets
         self._generation, self._sent, self._read = w._generation, time.monotonic(), 0
@@ -348,23 +361,24 @@ class Batch:
         call = self.calls[self._read]
         self._read += 1
         role, trial = call.role, self.trial
-        while w.idle is not None and not _ready(w._conn) and w.idle():
+        while w.idle is not None and not _ready(w._running()[1]) and w.idle():
             pass
+        proc, conn = w._running()
         wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
-        ready = multiprocessing.connection.wait([w._conn, w._proc.sentinel], wait)
+        ready = multiprocessing.connection.wait([conn, proc.sentinel], wait)
         if not ready:
             self._finish()
             w.close()
             shown = limit if limit is not None else timeout
             raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
         try:
-            answer = recv(w._conn) if w._conn in ready or w._conn.poll() else None
+            answer = recv(conn) if conn in ready or conn.poll() else None
         except (EOFError, OSError):
             answer = None
         if answer is None:
             self._finish()
-            w._proc.join(5)
-            code = w._proc.exitcode
+            proc.join(5)
+            code = proc.exitcode
             w.close()
             if code is not None and code < 0:
                 raise CaseError(f"{role} terminated by {signal_name(code)} in trial {trial}")
