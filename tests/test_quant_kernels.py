@@ -3,12 +3,18 @@ derived in acceptance.formats.quant_kernels, and the planted bugs far outside th
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from acceptance.formats import quant
 from acceptance.formats import quant_kernels as qk
+
+sys.path.insert(0, str(Path(__file__).parent))
+import quant_mutants  # noqa: E402  (the suite's planted-bug kernels)
 
 U32 = 2.0**-24
 U64 = 2.0**-53
@@ -84,7 +90,7 @@ def test_bound_is_not_vacuous():
     assert total.max() < 1e-2 * np.abs(deq).max()
 
 
-@pytest.mark.parametrize("bug", list(qk.BUGS))
+@pytest.mark.parametrize("bug", list(quant_mutants.BUGS))
 @pytest.mark.parametrize(
     "seed, m, n, k, kind",
     [
@@ -100,7 +106,7 @@ def test_each_bug_is_far_outside_the_bound(bug, seed, m, n, k, kind):
     block out of K/32 by the relative difference of two block maxima: a few % on uniform data.)"""
     wq, aq = make(seed, m, n, k, kind)
     deq, _, _, total = analysis(wq, aq)
-    got = qk.BUGS[bug](torch.from_numpy(wq), torch.from_numpy(aq)).numpy().astype(np.float64)
+    got = quant_mutants.BUGS[bug](torch.from_numpy(wq), torch.from_numpy(aq)).numpy().astype(np.float64)
     ratio = np.abs(got - deq) / total
     assert ratio.max() > 100, (bug, float(ratio.max()))
     if bug != "neighbour_scale":
@@ -127,7 +133,7 @@ def test_bugs_compute_what_they_claim():
         "s_term_dropped": formula(c, d4, 0),
         "neighbour_scale": formula(c, d4n, 8),
     }
-    for name, fn in qk.BUGS.items():
+    for name, fn in quant_mutants.BUGS.items():
         got = fn(torch.from_numpy(wq), torch.from_numpy(aq)).numpy()
         np.testing.assert_allclose(got, expect[name], rtol=1e-5, atol=1e-5 * np.abs(expect[name]).max())
 
@@ -154,7 +160,7 @@ def test_input_errors():
         qk.matmul_q4_0_q8_1(wq, a)
     w1, a1 = make(8, 2, 2, 32)
     with pytest.raises(ValueError, match="at least 2 blocks"):
-        qk.matmul_q4_0_q8_1_neighbour_scale(torch.from_numpy(w1), torch.from_numpy(a1))
+        quant_mutants.matmul_q4_0_q8_1_neighbour_scale(torch.from_numpy(w1), torch.from_numpy(a1))
 
 
 @pytest.mark.cuda
@@ -166,7 +172,7 @@ def test_cuda_agrees_with_the_formula(seed, m, n, k, kind):
     out = qk.matmul_q4_0_q8_1(torch.from_numpy(wq).cuda(), torch.from_numpy(aq).cuda())
     assert out.is_cuda and out.dtype == torch.float32
     assert (np.abs(out.cpu().numpy().astype(np.float64) - formula) <= eval_bound * (1 + 1e-9)).all()
-    for name, fn in qk.BUGS.items():
+    for name, fn in quant_mutants.BUGS.items():
         if name == "neighbour_scale" and k < 64:  # needs two blocks; refused on either device
             with pytest.raises(ValueError, match="at least 2 blocks"):
                 fn(torch.from_numpy(wq).cuda(), torch.from_numpy(aq).cuda())

@@ -4,6 +4,7 @@ planted bug fails, and why sparse data stays on a product with many outputs (NMS
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ from acceptance.formats import quant_kernels
 from acceptance.numerics import metrics
 from acceptance.session.run import run_cases
 from acceptance.spec.inputs import generate
+
+sys.path.insert(0, str(Path(__file__).parent))
+import quant_mutants  # noqa: E402  (the suite's planted-bug kernels)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "operator_specs" / "q4_0_q8_1_matmul.yaml"
@@ -52,9 +56,10 @@ def test_the_builtin_spec_covers_large_small_and_sparse_and_the_reference_passes
     assert by["sparse"].metrics[0]["diff2"] < 3e-3
 
 
-@pytest.mark.parametrize("bug", list(quant_kernels.BUGS))
+@pytest.mark.parametrize("bug", list(quant_mutants.BUGS))
 def test_every_planted_bug_fails_every_range(builtin, bug):
-    mutant = dataclasses.replace(builtin, impl=f"acceptance.formats.quant_kernels:matmul_q4_0_q8_1_{bug}")
+    mutants = Path(__file__).parent / "quant_mutants.py"
+    mutant = dataclasses.replace(builtin, impl=f"{mutants}:matmul_q4_0_q8_1_{bug}")
     results = _run(mutant, trials=1)  # one trial each: a bug fails it outright
     assert len(results) == 3 and all(c.verdict == "fail" for c in results), [(c.id, c.verdict) for c in results]
 

@@ -1,5 +1,5 @@
-"""Reference q4_0 x q8_1 quantized matmul, as llama.cpp's GPU kernels compute it, and
-planted-bug variants of it.
+"""Reference q4_0 x q8_1 quantized matmul, as llama.cpp's GPU kernels compute it (the test suite holds its
+planted-bug variants).
 
 Inputs are packed GGML blocks (see :mod:`acceptance.formats.quant` for the byte layouts):
 
@@ -49,7 +49,7 @@ The gamma term is the float32 evaluation: 3 roundings per block term and nb - 1
 additions in any order. On zero-mean Gaussian data with K = 256 the reference
 uses at most about a third of this bound.
 
-Planted bugs (:data:`BUGS`), each a classic mistake in such a kernel:
+The test suite plants the classic mistakes of such a kernel in copies of it (``tests/quant_mutants.py``):
 
 - ``nibble_swap``: the high nibble is read as element j and the low one as j+16;
 - ``zero_point_forgotten``: the correction subtracts ``s8`` instead of ``8 * s8``
@@ -65,7 +65,6 @@ follows the ``fn(*tensors, **params)`` contract of the runner.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -78,11 +77,6 @@ __all__ = [
     "unpack_q4_0",
     "unpack_q8_1",
     "matmul_q4_0_q8_1",
-    "matmul_q4_0_q8_1_nibble_swap",
-    "matmul_q4_0_q8_1_zero_point_forgotten",
-    "matmul_q4_0_q8_1_s_term_dropped",
-    "matmul_q4_0_q8_1_neighbour_scale",
-    "BUGS",
 ]
 
 _Q4_0 = FORMATS["q4_0"].block_bytes  # 18
@@ -134,14 +128,7 @@ def unpack_q8_1(a: torch.Tensor) -> Q8_1Fields:
     return Q8_1Fields(_f16(b, 0), _f16(b, 2), b[..., 4:].contiguous().view(torch.int8))
 
 
-def _matmul(
-    w: torch.Tensor,
-    a: torch.Tensor,
-    *,
-    nibble_swap: bool = False,
-    zero_point: float = 8.0,
-    neighbour_scale: bool = False,
-) -> torch.Tensor:
+def _matmul(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     wf = unpack_q4_0(w)
     af = unpack_q8_1(a)
     if wf.codes.shape[1] != af.q.shape[1]:
@@ -150,15 +137,7 @@ def _matmul(
         )
     if w.device != a.device:
         raise ValueError(f"w is on {w.device} but a is on {a.device}")
-    codes = wf.codes
-    if nibble_swap:
-        codes = torch.cat([codes[..., 16:], codes[..., :16]], dim=-1)
-    d4 = wf.d
-    if neighbour_scale:
-        if d4.shape[1] < 2:
-            raise ValueError("neighbour_scale needs at least 2 blocks (K >= 64)")
-        d4 = d4.clone()
-        d4[:, 0] = d4[:, 1]
+    codes, d4, zero_point = wf.codes, wf.d, 8.0
     m, nb = d4.shape
     n = af.d.shape[0]
     cw = codes.float()  # (M, nb, 32), exact
@@ -176,32 +155,3 @@ def _matmul(
 def matmul_q4_0_q8_1(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     """Reference: out[m, n] = sum_b d4 * (sumi * d8 - 8 * s8), float32 (M, N); see the module docstring."""
     return _matmul(w, a)
-
-
-def matmul_q4_0_q8_1_nibble_swap(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """Bug: nibble order swapped (high nibble of qs[j] taken as element j, low as j+16)."""
-    return _matmul(w, a, nibble_swap=True)
-
-
-def matmul_q4_0_q8_1_zero_point_forgotten(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """Bug: the zero point 8 forgotten in the folded correction: d4 * (sumi * d8 - s8)."""
-    return _matmul(w, a, zero_point=1.0)
-
-
-def matmul_q4_0_q8_1_s_term_dropped(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """Bug: the s8 correction dropped: d4 * sumi * d8 (codes used as unsigned 0..15)."""
-    return _matmul(w, a, zero_point=0.0)
-
-
-def matmul_q4_0_q8_1_neighbour_scale(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """Bug: block 0 of every weight row scaled with the d4 of block 1 (needs K >= 64)."""
-    return _matmul(w, a, neighbour_scale=True)
-
-
-#: The planted-bug variants by name, each ``fn(w, a) -> float32 (M, N)``.
-BUGS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "nibble_swap": matmul_q4_0_q8_1_nibble_swap,
-    "zero_point_forgotten": matmul_q4_0_q8_1_zero_point_forgotten,
-    "s_term_dropped": matmul_q4_0_q8_1_s_term_dropped,
-    "neighbour_scale": matmul_q4_0_q8_1_neighbour_scale,
-}
