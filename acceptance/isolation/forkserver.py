@@ -22,13 +22,6 @@ from acceptance.errors import UsageError
 #: :func:`_quick_exit`), then the spec package (workers and the import check resolve callables with it).
 PRELOAD = ["acceptance.isolation.forkserver", "torch", "acceptance.isolation.worker", "acceptance.spec"]
 
-#: Modules it imports as well when a run will have several jobs: each job measures with the runner and decides
-#: dual-delta records with scipy.stats, which every job would otherwise import again (measured with two jobs:
-#: 2-3 core-seconds and ~1 s of a 30 s run saved), and computes metrics with the numba kernels of
-#: :mod:`acceptance.numerics.metrics.many` (loaded from numba's disk cache: ~0.7 s of a core in each job). A run
-#: of one job leaves them out: its worker needs none of them.
-JOB_PRELOAD = ["acceptance.measure.case", "acceptance.numerics.stats", "acceptance.numerics.metrics.many"]
-
 
 #: What the server preloads (set by the first :func:`start` of this process).
 _preload = PRELOAD
@@ -50,8 +43,7 @@ def cores() -> int:
 
 def context() -> BaseContext:
     """The context worker processes start from: the ``forkserver`` context with its preload (:data:`PRELOAD`, and
-    :data:`JOB_PRELOAD` when :func:`start` was told of several jobs), launched; in a job process
-    (:func:`fork_here`), the ``fork`` context."""
+    what :func:`start` added), launched; in a job process (:func:`fork_here`), the ``fork`` context."""
     if _forks_itself:
         return multiprocessing.get_context("fork")
     found = multiprocessing.get_context("forkserver")
@@ -70,12 +62,12 @@ def fork_here() -> None:
     _forks_itself = sys.platform.startswith("linux")
 
 
-def start(jobs: int = 1) -> None:
-    """Launch the fork server now (a no-op when it runs); it preloads in the background. ``jobs``: how many jobs
-    the run will likely have (more than one adds :data:`JOB_PRELOAD`; only a server not yet launched takes it)."""
+def start(more: tuple[str, ...] = ()) -> None:
+    """Launch the fork server now (a no-op when it runs); it preloads :data:`PRELOAD` and the modules ``more`` in
+    the background (only a server not yet launched takes them)."""
     global _preload
     if not _launched and not _forks_itself:
-        _preload = PRELOAD + JOB_PRELOAD if jobs > 1 else PRELOAD
+        _preload = PRELOAD + list(more)
     context()
 
 

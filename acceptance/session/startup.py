@@ -2,7 +2,8 @@
 its measurement in ``docs/performance.md`` ("Start-up").
 
 - :func:`launch_workers`: the workers' fork server is launched before the runner's own heavy imports, so its torch
-  import runs in its own process meanwhile (on two or more cores the two overlap).
+  import runs in its own process meanwhile (on two or more cores the two overlap); with several jobs it also
+  preloads their modules (:data:`JOB_PRELOAD`), which each job would otherwise import again.
 - :func:`meanwhile` / :func:`imported_meanwhile`: work the runner would otherwise do later itself (the reports'
   modules and template; scipy.stats and the metrics engines) done in a thread while it waits on the import check
   or on a worker.
@@ -20,10 +21,19 @@ from collections.abc import Callable
 
 from acceptance.isolation import forkserver
 
+#: Modules the fork server imports as well when a run will have several jobs: each job runs the executor's job loop
+#: (:mod:`acceptance.session.executors`, which measures with :mod:`acceptance.measure.case`) and decides dual-delta
+#: records with scipy.stats, which every job would otherwise import again (measured with two jobs: 2-3 core-seconds
+#: and ~1 s of a 30 s run saved), and computes metrics with the numba kernels of
+#: :mod:`acceptance.numerics.metrics.many` (loaded from numba's disk cache: ~0.7 s of a core in each job). A run
+#: of one job leaves them out: its worker needs none of them.
+JOB_PRELOAD = ["acceptance.session.executors", "acceptance.numerics.stats", "acceptance.numerics.metrics.many"]
+
 
 def launch_workers(jobs: int = 1) -> None:
-    """Launch the fork server now (see :func:`acceptance.isolation.forkserver.start`)."""
-    forkserver.start(jobs)
+    """Launch the fork server now (see :func:`acceptance.isolation.forkserver.start`); ``jobs``: how many jobs the
+    run will likely have (more than one adds :data:`JOB_PRELOAD`)."""
+    forkserver.start(tuple(JOB_PRELOAD) if jobs > 1 else ())
 
 
 def several_jobs(isolate: bool, jobs: int | None, device: str) -> bool:
