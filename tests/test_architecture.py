@@ -32,10 +32,7 @@ STAGES: list[tuple[str, ...]] = [
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 
 #: Imports still to be moved to their stage (emptied as the run core is assembled).
-PENDING = {
-    ("acceptance.isolation.serve", "acceptance.measure.timing"),
-    ("acceptance.spec.callables", "acceptance.isolation.adapters"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 #: Most modules directly in ``acceptance/`` (packages aside).
 TOP_LEVEL_MODULES = 12

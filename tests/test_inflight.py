@@ -18,6 +18,7 @@ from acceptance.errors import CaseError
 from acceptance.isolation.serve import FolderWatch
 from acceptance.isolation.worker import IMPL, REFERENCE, Call, Worker
 from acceptance.measure import engine
+from acceptance.spec import CallableRef
 
 KERNELS = textwrap.dedent("""
     import os, subprocess, sys, time
@@ -58,8 +59,8 @@ def kernels(tmp_path_factory) -> Path:
     return folder / "spec.yaml"
 
 
-def ref(spec: Path, name: str) -> tuple:
-    return ("callable", f"k.py:{name}", str(spec))
+def ref(spec: Path, name: str) -> CallableRef:
+    return CallableRef(f"k.py:{name}", str(spec))
 
 
 def one(spec: Path, fn: str, **params) -> list[Call]:
@@ -321,7 +322,8 @@ def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_te
     """A batch's second call of a role answering the same bits travels as SAME; the runner gives it a copy of
     the first answer. Other bits (a NaN payload, a signed zero) travel in full."""
     import acceptance.isolation.worker as workers
-    from acceptance.isolation.serve import SAME, SAME_BYTES, same_outputs
+    from acceptance.isolation.protocol import SAME
+    from acceptance.isolation.serve import SAME_BYTES, same_outputs
 
     raw = []
     recv = workers.recv
@@ -331,7 +333,7 @@ def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_te
     with Worker() as w:
         batch = w.submit(0, ((x,),), calls)
         outs = [batch.next()[0][0] for _ in calls]
-    assert [a[1] == SAME for a in raw] == [False, True, True]
+    assert [a.outputs is SAME for a in raw] == [False, True, True]
     assert all(torch.equal(o, x * 3) for o in outs)
     assert outs[0].data_ptr() != outs[1].data_ptr() != outs[2].data_ptr()
     outs[1][0] = 7.0  # each is the runner's own tensor
@@ -342,7 +344,7 @@ def test_a_repeat_with_the_same_bits_is_not_sent_again_and_arrives_as_its_own_te
     with Worker() as w:
         batch = w.submit(0, ((x,),), [Call("impl", ref(kernels, "big"), IMPL, {"n": n}, CPU)] * 2)
         outs = [batch.next()[0][0] for _ in range(2)]
-    assert [a[1] == SAME for a in raw] == [False, False]
+    assert [a.outputs is SAME for a in raw] == [False, False]
     assert all(torch.equal(o, torch.arange(n, dtype=torch.float64)) for o in outs)
 
     nan = torch.tensor([float("nan")])

@@ -18,7 +18,7 @@ from acceptance.cache.store import settle_shared, shared
 from acceptance.isolation.worker import Worker
 from acceptance.measure import engine
 from acceptance.measure import references as R
-from acceptance.spec import expand, inputs, load_spec
+from acceptance.spec import CallableRef, expand, inputs, load_spec
 
 BASE = dict(case="op[bfloat16-N=37]", dtype="bfloat16", seed=11, spec="spec-repr", generator="g" * 64, threads=1)
 FNS = {"baseline": "b" * 64, "oracle": "o" * 64}
@@ -195,7 +195,7 @@ def test_the_worker_reads_the_inputs_from_the_cache_and_writes_those_it_made(tmp
     fresh_case = case_of(tmp_path, name="fresh", seed=6)
     cache = ReferenceCache(tmp_path / "cache")
     spec_file = str(planted_case.spec.path)
-    ref = ("callable", "k.py:first", spec_file)
+    ref = CallableRef("k.py:first", spec_file)
     roles = engine.Roles(ref, ref, ref)
     base = dict(BASE, case=planted_case.id)
     planted_refs = R.CaseReferences(cache, base, dict(FNS))

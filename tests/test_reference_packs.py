@@ -8,6 +8,8 @@ import torch
 
 from acceptance.cache import ReferenceCache
 from acceptance.measure import references as R
+from acceptance.numerics.oracle import Float64Ref
+from acceptance.spec import CallableRef
 from acceptance.spec.inputs import generate
 
 BASE = dict(case="op[float32-N=4]", dtype="float32", seed=7, spec="spec-repr", generator="g" * 64, threads=1)
@@ -142,8 +144,8 @@ def test_every_fingerprint_of_a_run_comes_back_in_one_batch(tmp_path):
     from acceptance.measure.engine import Roles
 
     where = str(tmp_path / "spec.yaml")
-    add, mul, sub = (("callable", f"torch:{n}", where) for n in ("add", "mul", "sub"))
-    roles = [Roles(add, add, ("float64", add)), Roles(mul, mul, ("float64", mul)), Roles(add, add, sub)]
+    add, mul, sub = (CallableRef(f"torch:{n}", where) for n in ("add", "mul", "sub"))
+    roles = [Roles(add, add, Float64Ref(add)), Roles(mul, mul, Float64Ref(mul)), Roles(add, add, sub)]
     run = R.RunReferences(ReferenceCache(tmp_path / "cache"))
     with Worker() as worker:
         sent = []
@@ -170,9 +172,9 @@ def test_a_callable_that_cannot_be_fingerprinted_leaves_the_rest_to_their_turn(t
     from acceptance.measure.engine import Roles
 
     where = str(tmp_path / "spec.yaml")
-    add = ("callable", "torch:add", where)
-    missing = ("callable", "no_such_module_here:f", where)
-    mul = ("callable", "torch:mul", where)
+    add = CallableRef("torch:add", where)
+    missing = CallableRef("no_such_module_here:f", where)
+    mul = CallableRef("torch:mul", where)
     run = R.RunReferences(ReferenceCache(tmp_path / "cache"))
     with Worker() as worker:
         run.prefetch([Roles(add, add, missing), Roles(mul, mul, mul)], worker)
@@ -191,7 +193,7 @@ def test_nothing_is_fetched_without_a_cache(tmp_path):
         def submit(self, *a):
             raise AssertionError("no call without a cache")
 
-    add = ("callable", "torch:add", "spec.yaml")
+    add = CallableRef("torch:add", "spec.yaml")
     R.RunReferences(ReferenceCache(tmp_path / "cache", enabled=False)).prefetch([Roles(add, add, add)], NoWorker())
 
 

@@ -12,6 +12,7 @@ import torch
 from acceptance.errors import CaseError
 from acceptance.isolation.worker import FLOAT64, IMPL, REFERENCE, Call, Worker
 from acceptance.measure import engine
+from acceptance.spec import CallableRef
 
 KERNELS = textwrap.dedent("""
     import os, time
@@ -54,8 +55,8 @@ def kernels(tmp_path_factory) -> Path:
     return folder / "spec.yaml"  # refs resolve relative to the spec's folder
 
 
-def ref(spec: Path, name: str) -> tuple:
-    return ("callable", f"k.py:{name}", str(spec))
+def ref(spec: Path, name: str) -> CallableRef:
+    return CallableRef(f"k.py:{name}", str(spec))
 
 
 def test_a_batch_answers_each_call_in_order_on_its_inputs(kernels):

@@ -83,6 +83,7 @@ from acceptance.cache.entry import DTYPES, FORMAT_VERSION
 from acceptance.cache.keys import (
     KEY_SCHEME,
     FingerprintError,
+    FingerprintRef,
     callable_fingerprint,
     canonical_json,
     environment,
@@ -102,6 +103,7 @@ from acceptance.cache.store import (
 __all__ = [
     "KEY_SCHEME",
     "FingerprintError",
+    "FingerprintRef",
     "callable_fingerprint",
     "canonical_json",
     "environment",

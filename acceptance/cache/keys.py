@@ -13,12 +13,14 @@ import sys
 import sysconfig
 import types
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from acceptance import version
+from acceptance.formats.roleref import Resolver, RoleRef
 
 if TYPE_CHECKING:
     from acceptance.spec.kinds import JSONValue
@@ -440,6 +442,24 @@ def callable_fingerprint(fn: Callable[..., object]) -> JSONValue:
     if not callable(fn):
         raise TypeError(f"callable_fingerprint: expected a callable, got {type(fn).__name__}")
     return _Fingerprinter().callable(fn)
+
+
+@dataclass(frozen=True)
+class FingerprintRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to a call that returns the SHA-256 of the
+    :func:`callable_fingerprint` of ``inner``'s callable, as the hex digest's ASCII bytes in a uint8 tensor: the
+    runner keys cached references without importing the code under test (``inner`` resolved afresh)."""
+
+    inner: RoleRef
+
+    def resolve(self, cached: Resolver) -> Callable[[], torch.Tensor]:
+        fn = self.inner.resolve(cached)
+
+        def fingerprint() -> torch.Tensor:
+            hexdigest = hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
+            return torch.frombuffer(bytearray(hexdigest.encode()), dtype=torch.uint8)
+
+        return fingerprint
 
 
 def _contiguous_bytes(t: torch.Tensor) -> memoryview | None:

@@ -25,13 +25,16 @@ offset          row-major, starting one element into its storage (the data    an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from acceptance.formats.roleref import Resolver, RoleRef
 
 if TYPE_CHECKING:  # torch loads in the functions that use it, so that loading specs starts without it
     import torch
 
-__all__ = ["LAYOUTS", "apply_layout", "describe_layout", "edge_values"]
+__all__ = ["LAYOUTS", "LayoutRef", "apply_layout", "describe_layout", "edge_values", "with_layouts"]
 
 #: Every layout name :func:`apply_layout` knows.
 LAYOUTS: tuple[str, ...] = ("contiguous", "transposed", "strided", "channels_last", "broadcast", "offset")
@@ -183,12 +186,12 @@ def edge_values(symbol_values: Sequence[int], *, max_value: int) -> list[int]:
     return sorted(c for c in candidates if 1 <= c <= max_value)
 
 
-def with_layouts(fn, layouts: Sequence) -> object:
+def with_layouts(fn: Callable, layouts: Sequence) -> Callable:
     """``fn`` called with input ``i`` in memory layout ``layouts[i]`` (``None``: as given), applied on
     the device the inputs arrive on (a device copy of a strided view would be made contiguous)."""
     import torch
 
-    def laid_out(*args, **params):
+    def laid_out(*args: Any, **params: Any) -> Any:
         args = tuple(
             apply_layout(a, layout) if layout is not None and isinstance(a, torch.Tensor) else a
             for a, layout in zip(args, list(layouts) + [None] * (len(args) - len(layouts)), strict=False)
@@ -197,3 +200,15 @@ def with_layouts(fn, layouts: Sequence) -> object:
 
     laid_out.__name__ = f"laid_out({getattr(fn, '__name__', 'impl')})"
     return laid_out
+
+
+@dataclass(frozen=True)
+class LayoutRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to :func:`with_layouts` of ``inner``'s callable:
+    input ``i`` in memory layout ``layouts[i]``."""
+
+    inner: RoleRef
+    layouts: tuple[str | None, ...]
+
+    def resolve(self, cached: Resolver) -> Callable:
+        return with_layouts(self.inner.resolve(cached), self.layouts)

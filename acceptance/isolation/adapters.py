@@ -41,12 +41,14 @@ import copy
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from acceptance.errors import SpecError
+from acceptance.formats.roleref import Resolver
 from acceptance.spec.callables import resolve_callable
 
 #: Seconds a role's setup may take unless its declaration says ``setup_timeout``.
@@ -59,9 +61,34 @@ class EagerFallback(RuntimeError):
     """A ``torch.compile`` callable ran (part of) a call eagerly although the spec did not allow it."""
 
 
-def ref_of(decl: dict, spec_path: Path, role: str) -> tuple:
-    """A picklable worker reference (:data:`acceptance.isolation.worker.Ref`) to a declaration."""
-    return ("adapter", json.dumps(decl, sort_keys=True), str(spec_path), role)
+@dataclass(frozen=True)
+class AdapterRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to the :class:`Adapter` of a declaration: its
+    JSON (keys sorted), the spec file it is relative to, the role."""
+
+    declaration_json: str
+    spec_path: str
+    role: str
+
+    @classmethod
+    def of(cls, decl: dict, spec_path: Path, role: str) -> AdapterRef:
+        return cls(json.dumps(decl, sort_keys=True), str(spec_path), role)
+
+    def resolve(self, cached: Resolver) -> Adapter:
+        return Adapter(json.loads(self.declaration_json), Path(self.spec_path), self.role)
+
+
+@dataclass(frozen=True)
+class SetupRef:
+    """A reference to the :meth:`Adapter.setup` of the adapter that ``of`` resolved to in this process before
+    (through ``cached``: the worker's own copy, which the case's calls then use)."""
+
+    of: AdapterRef
+
+    def resolve(self, cached: Resolver) -> Callable:
+        adapter = cached(self.of)
+        assert isinstance(adapter, Adapter)
+        return adapter.setup
 
 
 def default_roles(impl: Any, baseline: Any, oracle: Any) -> tuple[Any, Any, Any]:
@@ -79,13 +106,13 @@ def default_roles(impl: Any, baseline: Any, oracle: Any) -> tuple[Any, Any, Any]
     return impl, baseline, oracle
 
 
-def setup_of(fn_or_ref: Any) -> tuple[Any, float] | None:
-    """What the engine calls to set a role up for a case, with its timeout: ``("setup", ref)`` for a worker
-    reference to a declaration, the bound :meth:`Adapter.setup` of an adapter object; ``None`` for a plain
-    callable (nothing to set up)."""
-    if isinstance(fn_or_ref, tuple) and fn_or_ref and fn_or_ref[0] == "adapter":
-        decl = json.loads(fn_or_ref[1])
-        return ("setup", fn_or_ref), float(decl.get("setup_timeout", DEFAULT_SETUP_TIMEOUT))
+def setup_of(fn_or_ref: object) -> tuple[Callable | SetupRef, float] | None:
+    """What the engine calls to set a role up for a case, with its timeout: a :class:`SetupRef` for a reference
+    to a declaration, the bound :meth:`Adapter.setup` of an adapter object; ``None`` for anything else (nothing
+    to set up)."""
+    if isinstance(fn_or_ref, AdapterRef):
+        decl = json.loads(fn_or_ref.declaration_json)
+        return SetupRef(fn_or_ref), float(decl.get("setup_timeout", DEFAULT_SETUP_TIMEOUT))
     if isinstance(fn_or_ref, Adapter):
         return fn_or_ref.setup, fn_or_ref.setup_timeout
     return None
@@ -332,9 +359,3 @@ class Adapter:
         """The warnings collected since the last call of this method (duplicates once)."""
         notes, self._notes = list(dict.fromkeys(self._notes)), []
         return notes
-
-
-def resolve_adapter(ref: tuple) -> Adapter:
-    """The :class:`Adapter` a worker reference names (see :func:`ref_of`)."""
-    _, decl, spec_path, role = ref
-    return Adapter(json.loads(decl), Path(spec_path), role)

@@ -1,15 +1,16 @@
-"""Inside a worker process: resolving the callables, the serve loop, and one call's answer with the checks
-around it (inputs written in place, child processes left running, files written to the run's output folder).
+"""Inside a worker process: the serve loop, and one call's answer with the checks around it (inputs written in
+place, child processes left running, files written to the run's output folder).
 
-The runner's side of the protocol is :mod:`acceptance.isolation.worker`; this module
-is what the child process runs (:func:`serve`), and what both sides share
-about a batch's inputs (:func:`call_inputs`).
+The messages are :mod:`acceptance.isolation.protocol`; the runner's side is :mod:`acceptance.isolation.worker`.
+This module is what the child process runs (:func:`serve`): each :class:`~acceptance.isolation.protocol.Call`'s
+reference is resolved once per worker (:func:`_cached`), and both sides share what a batch's inputs are
+(:func:`call_inputs`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
+import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -20,88 +21,46 @@ import struct
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import torch
 import xxhash
 
 from acceptance.formats import dtypes
+from acceptance.isolation.protocol import (
+    SAME,
+    Answer,
+    Answered,
+    Broke,
+    Call,
+    Generate,
+    InputsFailed,
+    ObjectRef,
+    Request,
+    RoleRef,
+    Same,
+    Which,
+    Wrote,
+)
 from acceptance.isolation.transport import dumps, recv, send
+
+if TYPE_CHECKING:
+    from acceptance.spec.inputs import Recipe
 
 Tensors = tuple[torch.Tensor, ...]
 
-#: Which inputs a :class:`Call` takes: the impl's, the reference's (the baseline's), the reference's in float64.
-IMPL, REFERENCE, FLOAT64 = 0, 1, 2
 
-
-def call_inputs(sets: tuple[Tensors, ...], which: int) -> Tensors:
-    """The inputs a call takes from a batch's ``sets`` ((impl's,) or (impl's, reference)): :data:`IMPL` the
-    impl's, :data:`REFERENCE` the reference's, :data:`FLOAT64` float64 copies of the reference's
+def call_inputs(sets: tuple[Tensors, ...], which: Which) -> Tensors:
+    """The inputs a call takes from a batch's ``sets`` ((impl's,) or (impl's, reference)): :attr:`Which.IMPL` the
+    impl's, :attr:`Which.REFERENCE` the reference's, :attr:`Which.FLOAT64` float64 copies of the reference's
     (:func:`acceptance.numerics.oracle.float64_inputs`)."""
-    if which == FLOAT64:
+    if which == Which.FLOAT64:
         from acceptance.numerics.oracle import float64_inputs
 
         return float64_inputs(sets[-1])
     return sets[min(which, len(sets) - 1)]
-
-
-#: How a worker finds a callable: ("callable", "module:attr", spec_path) | ("float64", Ref) | ("mpmath", name,
-#: dps) | ("object", a picklable callable) | ("emulated", Ref, Emulation, role) | ("layout", Ref, layouts)
-#: | ("timed", Ref, TimerOptions.key()) (the callable in the timing loop of :mod:`acceptance.measure.timing`, timed where it runs)
-#: | ("adapter", declaration JSON, spec_path, role) | ("setup", Ref): the ``setup`` of the adapter the worker
-#: already holds for Ref (see :mod:`acceptance.isolation.adapters`)
-#: | ("fingerprint", Ref): a call giving the hex SHA-256 of Ref's fingerprint.
-Ref = tuple
-
-
-def resolve(ref: Ref) -> Callable:
-    """The callable a :data:`Ref` names (imports the module: run this in a worker)."""
-    from acceptance.numerics import oracle
-    from acceptance.spec.callables import resolve_callable
-
-    kind = ref[0]
-    if kind == "callable":
-        return resolve_callable(ref[1], Path(ref[2]))
-    if kind == "float64":
-        return oracle.float64_oracle(resolve(ref[1]))
-    if kind == "mpmath":
-        return oracle.mpmath_oracle(ref[1], ref[2])
-    if kind == "object":
-        return ref[1]
-    if kind == "emulated":  # ("emulated", Ref, Emulation, role): acceptance.numerics.emulate.roles around the callable
-        from acceptance.numerics.emulate import roles as emulation
-
-        return emulation.wrap(ref[3], resolve(ref[1]), ref[2])
-    if kind == "layout":  # ("layout", Ref, layouts): inputs in the given memory layouts
-        from acceptance.formats.layouts import with_layouts
-
-        return with_layouts(resolve(ref[1]), ref[2])
-    if kind == "timed":
-        from acceptance.measure import timing
-
-        return timing.Timed(resolve(ref[1]), timing.TimerOptions(**dict(ref[2])))
-    if kind == "adapter":
-        from acceptance.isolation.adapters import resolve_adapter
-
-        return resolve_adapter(ref)
-    if kind == "fingerprint":
-        return _fingerprinter(resolve(ref[1]))
-    raise ValueError(f"unknown callable reference {ref!r}")
-
-
-def _fingerprinter(fn: Callable) -> Callable[[], torch.Tensor]:
-    """A call that returns the SHA-256 of ``fn``'s :func:`acceptance.cache.callable_fingerprint` (hex, as a uint8
-    tensor), so that the runner can key cached references without importing the code under test."""
-
-    def fingerprint() -> torch.Tensor:
-        from acceptance.cache import callable_fingerprint, canonical_json
-
-        hexdigest = hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
-        return torch.frombuffer(bytearray(hexdigest.encode()), dtype=torch.uint8)
-
-    return fingerprint
 
 
 def _digest(t: torch.Tensor) -> int:
@@ -157,7 +116,7 @@ def _children() -> list[int]:
             break
         if pid == 0:  # a child is still running
             break
-    me, found = str(os.getpid()), []
+    me, found = str(os.getpid()), list[int]()
     proc = Path("/proc")
     if not proc.is_dir():
         return found
@@ -245,10 +204,11 @@ class FolderWatch:
     def _events(self) -> tuple[set[str], bool]:
         """Names in the events queued since the last read, and whether events were lost."""
         names: set[str] = set()
-        lost = False
+        lost, fd = False, self._fd
+        assert fd is not None, "events read without an inotify watch"
         while True:
             try:
-                data = os.read(self._fd, 65536)
+                data = os.read(fd, 65536)
             except BlockingIOError:
                 return names, lost
             at = 0
@@ -288,12 +248,11 @@ def _where(exc: BaseException) -> str:
     return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
 
 
-def _cached(cache: dict, ref: Ref) -> Callable:
-    """The callable of ``ref``, resolved once per worker (a setup reference reaches the cached adapter)."""
-    if ref[0] == "setup":
-        return _cached(cache, ref[1]).setup
-    key = ref if ref[0] != "object" else id(ref[1])
-    return cache.get(key) or cache.setdefault(key, resolve(ref))
+def _cached(cache: dict[Hashable, Callable], ref: RoleRef) -> Callable:
+    """The callable of ``ref``, resolved once per worker (a picklable object sent as it is: by its identity); what
+    ``ref`` reaches through its resolver is cached the same way (a setup reference reaches the cached adapter)."""
+    key: Hashable = id(ref.fn) if isinstance(ref, ObjectRef) else ref
+    return cache.get(key) or cache.setdefault(key, ref.resolve(lambda inner: _cached(cache, inner)))
 
 
 def die_with(pid: int) -> None:  # pragma: no cover - runs in a worker or a job process
@@ -353,58 +312,28 @@ def serve(
         with open("/proc/self/statm") as fh:
             mapped = int(fh.read().split()[0]) * resource.getpagesize()
         resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, resource.RLIM_INFINITY))
-    cache: dict[Any, Callable] = {}
-    recipe: Any = None
+    cache: dict[Hashable, Callable] = {}
+    recipe: Recipe | None = None
     watch = FolderWatch(guard) if guard else None
     while True:
         try:
-            sets, calls = recv(conn)
+            request: Request = recv(conn)
         except EOFError:  # the runner is done with this worker
             from acceptance.cache.store import settle_shared
 
             settle_shared()  # the cache's writes of the inputs made here
             os._exit(0)
+        sets = request.sets
         if isinstance(sets, Generate):  # the inputs are made here, from the case's recipe
             recipe = sets.recipe if sets.recipe is not None else recipe
             try:
+                assert recipe is not None, "a batch to make inputs for before any recipe"
                 sets = _input_sets(recipe(sets.trial))
             except Exception as exc:  # a spec whose inputs cannot be made: the batch ends here
-                send(conn, dumps(("inputs", f"{type(exc).__name__}: {exc}", time.monotonic())))
+                send(conn, dumps(InputsFailed(f"{type(exc).__name__}: {exc}", time.monotonic())))
                 continue
-        digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
-        last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
-        for role, ref, which, params, device in calls:
-            # float64 copies are the call's own: nothing else reads them, so they need no digest
-            answer = _answer(
-                cache,
-                ref,
-                call_inputs(sets, which),
-                params,
-                device,
-                memory_limit,
-                watch,
-                digests,
-                check=which != FLOAT64,
-            )
-            if answer[0] == "ok":
-                outs = answer[1]
-                if role in last and same_outputs(outs, last[role]):
-                    answer = ("ok", SAME) + answer[2:]  # a repeat's bits: not sent again
-                small = sum(o.numel() * o.element_size() for o in outs) <= SAME_BYTES
-                last = {role: outs} if small else {}  # larger outputs are not held while the next call runs
-                outs = None
-            try:
-                data = dumps(answer + (time.monotonic(),))
-            except Exception as exc:  # an output that cannot be pickled
-                answer = ("bad", f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
-                data = dumps(answer + (time.monotonic(),))
-            stop = answer[0] != "ok" or bool(answer[2])  # the runner stops reading this batch here
-            answer = None  # the outputs live on in the message only
-            send(conn, data)
-            data = None
-            if stop:
-                break
-        sets = calls = None
+        _run_batch(conn, cache, sets, request.calls, memory_limit, watch)
+        del request, sets  # the batch's tensors are not held while waiting for the next
         if recipe is not None:
             try:
                 recipe.flush()  # a case's inputs made here, once complete, queued for the cache's writer thread
@@ -412,9 +341,50 @@ def serve(
                 pass
 
 
-#: An answer's outputs when they are, bit for bit, those of the batch's previous call of the same role (a
-#: repeat on the same inputs): the runner uses the outputs it already received.
-SAME = "same"
+def _run_batch(
+    conn: multiprocessing.connection.Connection,
+    cache: dict[Hashable, Callable],
+    sets: tuple[Tensors, ...],
+    calls: tuple[Call[RoleRef], ...],
+    memory_limit: int | None,
+    watch: FolderWatch | None,
+) -> None:  # pragma: no cover - runs in a worker
+    """Make a batch's calls in order, each answer sent as it is ready; the batch stops at the first answer that is
+    not :class:`Answered`, or that reports an input changed."""
+    digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
+    last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
+    for call in calls:
+        # float64 copies are the call's own: nothing else reads them, so they need no digest
+        answer = _answer(
+            cache,
+            call.ref,
+            call_inputs(sets, call.inputs),
+            call.params,
+            call.device,
+            memory_limit,
+            watch,
+            digests,
+            check=call.inputs != Which.FLOAT64,
+        )
+        if isinstance(answer, Answered) and not isinstance(answer.outputs, Same):
+            outs = answer.outputs
+            if call.role in last and same_outputs(outs, last[call.role]):
+                answer = dataclasses.replace(answer, outputs=SAME)  # a repeat's bits: not sent again
+            small = sum(o.numel() * o.element_size() for o in outs) <= SAME_BYTES
+            last = {call.role: outs} if small else {}  # larger outputs are not held while the next call runs
+            del outs
+        try:
+            data = dumps(dataclasses.replace(answer, sent_at=time.monotonic()))
+        except Exception as exc:  # an output that cannot be pickled
+            answer = Broke(f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
+            data = dumps(dataclasses.replace(answer, sent_at=time.monotonic()))
+        stop = not isinstance(answer, Answered) or bool(answer.changed)  # the runner stops reading this batch here
+        del answer  # the outputs live on in the message only
+        send(conn, data)
+        del data
+        if stop:
+            break
+
 
 #: Largest outputs (bytes) of a call that the worker keeps to compare with the next call of the same role:
 #: larger ones travel in full, so that the worker never holds two calls' large outputs at once.
@@ -436,14 +406,6 @@ def same_outputs(a: Tensors, b: Tensors) -> bool:
     return True
 
 
-class Generate(NamedTuple):
-    """A batch's inputs as the worker makes them: ``recipe(trial)`` (:class:`acceptance.spec.inputs.Recipe`);
-    ``recipe`` is ``None`` when the worker holds it from the previous batch."""
-
-    recipe: Any
-    trial: int
-
-
 def _input_sets(made: Any) -> tuple[Tensors, ...]:
     """:func:`acceptance.spec.inputs.input_sets` (imported when a worker first makes inputs)."""
     from acceptance.spec.inputs import input_sets
@@ -452,8 +414,8 @@ def _input_sets(made: Any) -> tuple[Tensors, ...]:
 
 
 def _answer(
-    cache: dict,
-    ref: Ref,
+    cache: dict[Hashable, Callable],
+    ref: RoleRef,
     args: tuple,
     params: dict,
     device: torch.device,
@@ -461,56 +423,65 @@ def _answer(
     watch: FolderWatch | None = None,
     digests: dict[int, int] | None = None,
     check: bool = True,
-) -> tuple:  # pragma: no cover
-    """One call in the worker: ("ok", outputs on the CPU, [(i, input i as it is now)] for the inputs it changed,
-    seconds, notes), ("bad", what went wrong) or ("wrote", the files it wrote to the folder ``watch`` looks at,
-    which are removed; importing the callable's module counts as the call). ``digests``: the inputs' digests
-    known from the batch's previous calls, by ``id`` of the tensor (updated here); ``check=False``: the inputs
-    are not checked for writes (copies made for this call alone)."""
+) -> Answer:  # pragma: no cover
+    """One call in the worker: :class:`Answered` (outputs on the CPU, the inputs it changed as they are now),
+    :class:`Broke` or :class:`Wrote` (the files it wrote to the folder ``watch`` looks at, which are removed;
+    importing the callable's module counts as the call). ``digests``: the inputs' digests known from the batch's
+    previous calls, by ``id`` of the tensor (updated here); ``check=False``: the inputs are not checked for
+    writes (copies made for this call alone)."""
     if watch is not None:
         watch.start()
     try:
-        from acceptance.isolation.adapters import take_notes
-
-        fn = _cached(cache, ref)
-        held = args  # the batch's own tensors, alive as long as its digests are kept
-        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-        digests = digests if digests is not None else {}
-        before = [digests[id(a)] if id(a) in digests else _digest(a) for a in args] if check else []
-        started = time.perf_counter()
-        value = fn(*args, **params)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - started
-        outs = value if isinstance(value, (tuple, list)) else (value,)
-        if not outs:
-            answer: tuple = ("bad", "returned no output")
-        elif not all(isinstance(o, torch.Tensor) for o in outs):
-            k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
-            answer = ("bad", f"returned {type(outs[k]).__name__} at output {k}")
-        else:
-            after = [_digest(a) for a in args] if check else []
-            changed = [
-                (i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after, strict=False)) if e != d
-            ]
-            digests.update(
-                (id(a), e) for a, h, e in zip(args, held, after, strict=False) if a is h
-            )  # never a copy's: its id
-            # could name another tensor once it is freed
-            answer = ("ok", tuple(o.detach().cpu() for o in outs), changed, seconds, take_notes(fn))
+        answer = _called(cache, ref, args, params, device, digests if digests is not None else {}, check)
     except SystemExit as exc:
-        answer = ("bad", f"called sys.exit({exc.code!r})")
+        answer = Broke(f"called sys.exit({exc.code!r})")
     except BaseException as exc:  # the code under test may raise anything, KeyboardInterrupt included
         text = f"{type(exc).__name__}: {exc}{_where(exc)}"
         if memory_limit and (isinstance(exc, MemoryError) or "allocate memory" in str(exc)):
-            answer = ("bad", f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
+            answer = Broke(f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
         else:
-            answer = ("bad", f"raised {text}")
+            answer = Broke(f"raised {text}")
     left = _children()
-    if left and answer[0] == "ok":
-        answer = (
-            "bad",
-            f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); they were killed",
+    if left and isinstance(answer, Answered):
+        answer = Broke(
+            f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); they were killed"
         )
     written = watch.written() if watch is not None else []
-    return ("wrote", ", ".join(written)) if written else answer
+    return Wrote(", ".join(written)) if written else answer
+
+
+def _called(
+    cache: dict[Hashable, Callable],
+    ref: RoleRef,
+    args: tuple,
+    params: dict,
+    device: torch.device,
+    digests: dict[int, int],
+    check: bool,
+) -> Answered | Broke:  # pragma: no cover
+    """``ref``'s callable on ``args`` moved to ``device``: what it returned, with the inputs it changed (by digest,
+    before and after, but for ``check=False``); raises what the callable raises."""
+    from acceptance.isolation.adapters import take_notes
+
+    fn = _cached(cache, ref)
+    held = args  # the batch's own tensors, alive as long as its digests are kept
+    args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    before = [digests[id(a)] if id(a) in digests else _digest(a) for a in args] if check else []
+    started = time.perf_counter()
+    value = fn(*args, **params)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - started
+    outs = value if isinstance(value, (tuple, list)) else (value,)
+    if not outs:
+        return Broke("returned no output")
+    if not all(isinstance(o, torch.Tensor) for o in outs):
+        k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
+        return Broke(f"returned {type(outs[k]).__name__} at output {k}")
+    after = [_digest(a) for a in args] if check else []
+    changed = tuple(
+        (i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after, strict=False)) if e != d
+    )
+    # never a copy's id: it could name another tensor once the copy is freed
+    digests.update((id(a), e) for a, h, e in zip(args, held, after, strict=False) if a is h)
+    return Answered(tuple(o.detach().cpu() for o in outs), changed, seconds, tuple(take_notes(fn)))

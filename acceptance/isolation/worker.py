@@ -3,9 +3,10 @@
 A :class:`Worker` is one child process, started from a fork server that has
 torch imported (a fresh worker costs milliseconds, not a torch import), and
 reused call after call until the code under test breaks it. Per call the
-runner sends the role, a picklable :data:`Ref` to the callable (resolved once
-per worker), the inputs and the keyword parameters; the worker answers with
-the outputs, or with what went wrong. The runner waits with a deadline:
+runner sends the role, a picklable reference to the callable (a
+:class:`~acceptance.isolation.protocol.RoleRef`, resolved once per worker), the
+inputs and the keyword parameters; the worker answers with the outputs, or with
+what went wrong (the messages are :mod:`acceptance.isolation.protocol`). The runner waits with a deadline:
 
 - a callable that raises (``KeyboardInterrupt`` and ``SystemExit`` included)
   gives "impl raised ValueError: ... (kernels.py:12) in trial 3";
@@ -28,8 +29,9 @@ the outputs, or with what went wrong. The runner waits with a deadline:
 
 A fresh worker takes the next call after a crash or a kill. Workers run in
 their own session (a terminal's Ctrl-C reaches the runner only), die with the
-process that started them (:func:`acceptance.isolation.serve.die_with`, ``kill -9`` of it included), and write their stdout and stderr to
-the null device, so nothing the code under test prints reaches a CI log.
+process that started them (:func:`acceptance.isolation.serve.die_with`, ``kill -9``
+of it included), and write their stdout and stderr to the null device, so
+nothing the code under test prints reaches a CI log.
 Tensors cross the boundary as described in :mod:`acceptance.isolation.transport` (a
 copy each way, never shared memory the code under test could write back
 through); an impl on CUDA gets its inputs moved to the device inside the
@@ -53,60 +55,61 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from acceptance.errors import CaseError
 from acceptance.isolation import WORKER_THREADS
 from acceptance.isolation.forkserver import signal_name
-from acceptance.isolation.serve import (
-    FLOAT64,
-    IMPL,
-    REFERENCE,
-    RUN_FILES,
-    SAME,
+from acceptance.isolation.protocol import (
+    Answer,
+    Answered,
+    Broke,
+    Call,
     Generate,
-    Ref,
-    _changed,
-    _input_sets,
-    call_inputs,
-    remove_written,
-    resolve,
-    serve,
-    snapshot,
+    InputsFailed,
+    Request,
+    RoleRef,
+    Same,
+    Which,
+    Wrote,
 )
+from acceptance.isolation.serve import RUN_FILES, _changed, _input_sets, call_inputs, remove_written, serve, snapshot
 from acceptance.isolation.transport import dumps, recv, send, size
 
 Tensors = tuple[torch.Tensor, ...]
+
+#: The inputs a :class:`Call` takes (:class:`acceptance.isolation.protocol.Which`), by name.
+IMPL, REFERENCE, FLOAT64 = Which.IMPL, Which.REFERENCE, Which.FLOAT64
 
 __all__ = [
     "FLOAT64",
     "IMPL",
     "REFERENCE",
     "RUN_FILES",
-    "Ref",
     "Batch",
     "Call",
+    "RoleRef",
+    "Which",
     "Worker",
     "WORKER_THREADS",
     "call_inputs",
     "remove_written",
-    "resolve",
     "snapshot",
 ]
 
-_CONTEXT: multiprocessing.context.BaseContext | None = None
+_CONTEXT: multiprocessing.context.ForkServerContext | None = None
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkServerContext:
+    """The fork server's context (:func:`acceptance.isolation.forkserver.context`), launched on first use."""
     global _CONTEXT
     if _CONTEXT is None:
         from acceptance.isolation.forkserver import context
 
-        _CONTEXT = context()
+        _CONTEXT = cast(multiprocessing.context.ForkServerContext, context())
     return _CONTEXT
 
 
@@ -157,13 +160,16 @@ class Worker:
 
     def close(self) -> None:
         """Kill the worker and its process group (children it left behind included)."""
-        if self._proc is not None:
+        proc, conn = self._proc, self._conn
+        if proc is not None:
             try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
+                if proc.pid is not None:  # always, once started
+                    os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            self._proc.join(5)
-            self._conn.close()
+            proc.join(5)
+        if conn is not None:
+            conn.close()
         self._proc = self._conn = None
         self._generation += 1
 
@@ -171,9 +177,10 @@ class Worker:
         """End the worker as done with it: with no batch in flight, its connection is closed and it is given
         ``timeout`` seconds to write what it keeps for the reference cache and exit; then, or at once
         otherwise, :meth:`close`."""
-        if self._proc is not None and not self._pending and self._alive():
-            self._conn.close()
-            self._proc.join(timeout)
+        if not self._pending and self._alive():
+            proc, conn = self._running()
+            conn.close()
+            proc.join(timeout)
         self.close()  # closing the connection again does nothing
 
     def __enter__(self) -> Worker:
@@ -185,7 +192,7 @@ class Worker:
     def call(
         self,
         role: str,
-        ref: Ref,
+        ref: RoleRef,
         trial: int,
         args: Tensors,
         params: dict,
@@ -207,7 +214,7 @@ class Worker:
         batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
         return batch.next(timeout=timeout, limit=limit, names=names)
 
-    def submit(self, trial: int, sets: Any, calls: list[Call]) -> Batch:
+    def submit(self, trial: int, sets: Any, calls: list[Call[RoleRef]]) -> Batch:
         """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
 
         ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
@@ -236,6 +243,14 @@ class Worker:
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
 
+    def _running(
+        self,
+    ) -> tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]:
+        """The worker process and the runner's end of its connection (started: batches are sent and read only
+        then)."""
+        assert self._proc is not None and self._conn is not None, "the worker process is not started"
+        return self._proc, self._conn
+
     @property
     def in_flight(self) -> int:
         """Batches submitted whose answers are not all read."""
@@ -254,22 +269,10 @@ def _ready(conn: multiprocessing.connection.Connection) -> bool:
 SMALL_MESSAGE = 8 * 1024
 
 
-@dataclass(frozen=True)
-class Call:
-    """One call of a batch: ``role`` (for messages), the callable's :data:`Ref`, which inputs
-    (:data:`IMPL` | :data:`REFERENCE` | :data:`FLOAT64`), keyword parameters and the device it runs on."""
-
-    role: str
-    ref: Ref
-    inputs: int
-    params: dict
-    device: torch.device
-
-
 class Batch:
     """The answers of one :meth:`Worker.submit`, read in call order."""
 
-    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call]):
+    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call[RoleRef]]):
         self.worker, self.trial, self.sets, self.calls = worker, trial, sets, calls
         self._generation = -1  # the worker process it was sent to (-1: not sent)
         self._sent = 0.0
@@ -293,10 +296,10 @@ class Batch:
         if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
             sets = Generate(sets if w._recipe is not sets else None, self.trial)
         # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
-        message = dumps((sets, [(c.role, c.ref, c.inputs, c.params, c.device) for c in self.calls]))
+        message = dumps(Request(sets, tuple(self.calls)))
         if small_only and size(message) > SMALL_MESSAGE:
             return False
-        send(w._conn, message)
+        send(w._running()[1], message)
         if not isinstance(self.sets, tuple):
             w._recipe = self.sets
         self._generation, self._sent, self._read = w._generation, time.monotonic(), 0
@@ -354,53 +357,61 @@ class Batch:
         call = self.calls[self._read]
         self._read += 1
         role, trial = call.role, self.trial
-        while w.idle is not None and not _ready(w._conn) and w.idle():
+        while w.idle is not None and not _ready(w._running()[1]) and w.idle():
             pass
+        proc, conn = w._running()
         wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
-        ready = multiprocessing.connection.wait([w._conn, w._proc.sentinel], wait)
+        ready = multiprocessing.connection.wait([conn, proc.sentinel], wait)
         if not ready:
             self._finish()
             w.close()
             shown = limit if limit is not None else timeout
             raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
         try:
-            answer = recv(w._conn) if w._conn in ready or w._conn.poll() else None
+            answer = recv(conn) if conn in ready or conn.poll() else None
         except (EOFError, OSError):
             answer = None
         if answer is None:
             self._finish()
-            w._proc.join(5)
-            code = w._proc.exitcode
+            proc.join(5)
+            code = proc.exitcode
             w.close()
             if code is not None and code < 0:
                 raise CaseError(f"{role} terminated by {signal_name(code)} in trial {trial}")
             raise CaseError(f"{role} ended the worker process with exit status {code} in trial {trial}")
         # the next call started when this answer was sent, or later if sending it had to wait for this read
-        w._free_at = self._started = max(answer[-1], time.monotonic())
+        w._free_at = self._started = max(answer.sent_at, time.monotonic())
         if self._read == len(self.calls):
             self._finish()
-        if answer[0] == "inputs":
+        return self._read_answer(answer, call, names)
+
+    def _read_answer(self, answer: Answer, call: Call[RoleRef], names: list[str] | None) -> tuple[Tensors, float]:
+        """The outputs and seconds of an :class:`Answered`; the :class:`CaseError` any other answer means (then
+        the batch is finished: the worker sends nothing after it)."""
+        role, trial = call.role, self.trial
+        if not isinstance(answer, Answered):
             self._finish()
-            raise CaseError(answer[1])
-        if answer[0] == "bad":
-            self._finish()
-            raise CaseError(f"{role} {answer[1]} in trial {trial}")
-        if answer[0] == "wrote":
-            self._finish()
-            raise CaseError(f"{role} wrote to the output folder in trial {trial} ({answer[1]}); the files were removed")
-        _, outs, changed, seconds, notes, _ = answer
-        if isinstance(outs, str) and outs == SAME:  # a repeat: bit for bit the role's previous answer
+            if isinstance(answer, InputsFailed):
+                raise CaseError(answer.cause)
+            if isinstance(answer, Broke):
+                raise CaseError(f"{role} {answer.cause} in trial {trial}")
+            if isinstance(answer, Wrote):
+                files = answer.files
+                raise CaseError(f"{role} wrote to the output folder in trial {trial} ({files}); the files were removed")
+            raise TypeError(f"{role}: not an answer: {type(answer).__name__}")
+        outs = answer.outputs
+        if isinstance(outs, Same):  # a repeat: bit for bit the role's previous answer
             outs = tuple(o.clone() for o in self._last[role])
         self._last[role] = outs
-        w.notes += notes
-        for i, now in changed:
+        self.worker.notes += answer.notes
+        for i, now in answer.changed:
             self._finish()
             name = f" (`{names[i]}`)" if names and i < len(names) else ""
             differs = _changed(now, self._args(call)[i])
             raise CaseError(f"{role} modified input {i}{name} in place ({differs} elements changed) in trial {trial}")
-        return outs, seconds
+        return outs, answer.seconds
 
-    def _args(self, call: Call) -> Tensors:
+    def _args(self, call: Call[RoleRef]) -> Tensors:
         """The inputs ``call`` was given, as the runner holds them (made again from a recipe)."""
         return call_inputs(
             self.sets if isinstance(self.sets, tuple) else _input_sets(self.sets(self.trial)), call.inputs

@@ -45,7 +45,7 @@ from acceptance.measure.references import RunReferences
 from acceptance.numerics import metrics
 from acceptance.numerics.metrics import registry
 from acceptance.records import Diff4Counts, MeasuredCase, OutputMeasurement, Timing, UlpStats
-from acceptance.spec import Case, Rules, resolve_roles, role_refs
+from acceptance.spec import Case, Rules
 from acceptance.spec.inputs import Recipe
 
 # ----------------------------------------------------------------------------- one output over trials
@@ -272,10 +272,9 @@ def begin(
 
 def roles_of(case: Case, *, refs: bool) -> engine.Roles:
     """The callables of ``case`` as it runs them (layouts and emulation applied): worker references
-    (``refs``) or the callables themselves."""
-    return engine.Roles(
-        *faithful.wrap_roles(*(role_refs(case.spec) if refs else resolve_roles(case.spec)), case, refs=refs)
-    )
+    (``refs``) or those references resolved in this process."""
+    wrapped = faithful.wrap_roles(*faithful.role_refs(case.spec), case)
+    return engine.Roles(*(wrapped if refs else faithful.resolved(wrapped)))
 
 
 def known_roles(cases: Iterable[Case]) -> list[engine.Roles]:

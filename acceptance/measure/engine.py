@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -50,13 +50,19 @@ from acceptance.spec.inputs import Recipe, input_sets
 Tensors = tuple[torch.Tensor, ...]
 
 
-@dataclass(frozen=True)
-class Roles:
-    """The three callables of a case, each ``fn(*tensors, **params) -> Tensor | tuple[Tensor, ...]``."""
+#: How :class:`Roles` names each callable: a role reference for a worker, the callable itself in this process.
+R = TypeVar("R")
 
-    impl: Callable
-    baseline: Callable
-    oracle: Callable
+
+@dataclass(frozen=True)
+class Roles(Generic[R]):
+    """The three callables of a case, each ``fn(*tensors, **params) -> Tensor | tuple[Tensor, ...]``: the
+    callables themselves (:class:`InProcess`) or references a worker resolves
+    (:class:`acceptance.formats.roleref.RoleRef`)."""
+
+    impl: R
+    baseline: R
+    oracle: R
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,8 @@ class InProcess:
         return out, time.perf_counter() - started
 
     def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list[Call]) -> _Deferred:
-        """The calls of one trial, made one by one as their answers are read (see :class:`acceptance.isolation.worker.Batch`)."""
+        """The calls of one trial, made one by one as their answers are read (see
+        :class:`acceptance.isolation.worker.Batch`)."""
         return _Deferred(self, trial, sets, calls)
 
     def close(self) -> None:
@@ -415,8 +422,9 @@ def run_trials(
     ``timing`` collects seconds per role; ``names`` are the inputs' names;
     ``baseline_repeats`` more baseline runs on the first trial's inputs (its run-to-run check; the
     reference is trusted, so one trial shows a varying one).
-    ``role_params`` maps a role to keyword arguments merged over ``params`` for it. Roles declared as mappings (:mod:`acceptance.isolation.adapters`)
-    are set up on trial 0's inputs before it, each under its own timeout, in ``timing.setup``.
+    ``role_params`` maps a role to keyword arguments merged over ``params`` for it. Roles declared as mappings
+    (:mod:`acceptance.isolation.adapters`) are set up on trial 0's inputs before it, each under its own timeout,
+    in ``timing.setup``.
     ``references`` (e.g. :class:`acceptance.measure.references.CaseReferences`) may hold the baseline and oracle
     outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs),
     ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses, and ``close()``

@@ -48,12 +48,12 @@ from typing import Any
 
 import torch
 
-from acceptance.cache import FingerprintError, ReferenceCache, callable_fingerprint, canonical_json, key
+from acceptance.cache import FingerprintError, FingerprintRef, ReferenceCache, callable_fingerprint, canonical_json, key
 from acceptance.cache.store import QUEUED_BYTES, shared
 from acceptance.errors import CaseError
 from acceptance.formats import dtypes
 from acceptance.isolation.worker import IMPL, Call
-from acceptance.spec import Case
+from acceptance.spec import CallableRef, Case
 from acceptance.spec.inputs import Recipe
 
 Tensors = tuple[torch.Tensor, ...]
@@ -109,7 +109,7 @@ def _fingerprint_hex(fn: Callable) -> str:
 #: :func:`acceptance.spec.inputs.generate` as a worker reference: its fingerprint comes back with the callables' in
 #: the run's first batch (:meth:`RunReferences.prefetch`), so that this process need not read every installed
 #: distribution's metadata to compute it (~0.5 s before the first case).
-GENERATOR_REF = ("callable", "acceptance.spec.inputs:generate", ".")
+GENERATOR_REF = CallableRef("acceptance.spec.inputs:generate", ".")
 
 
 @functools.lru_cache(maxsize=1)
@@ -373,8 +373,9 @@ class RunReferences:
         self._fps: dict[Any, str | None] = {}
 
     def _fingerprint(self, role: str, ref: Any, worker: Any) -> str | None:
-        """Fingerprint of a role's callable: resolved in the worker (``ref`` a :data:`acceptance.isolation.worker.Ref`)
-        or, without one, ``ref`` is the callable itself. ``None`` when it cannot be identified."""
+        """Fingerprint of a role's callable: resolved in the worker (``ref`` a
+        :class:`acceptance.formats.roleref.RoleRef`) or, without one, ``ref`` is the callable itself. ``None``
+        when it cannot be identified."""
         memo = ref if worker is not None else id(ref)
         if memo in self._fps:
             return self._fps[memo]
@@ -385,7 +386,7 @@ class RunReferences:
             else:
                 outs, _ = worker.call(
                     f"{role} fingerprint",
-                    ("fingerprint", ref),
+                    FingerprintRef(ref),
                     0,
                     (),
                     {},
@@ -412,13 +413,13 @@ class RunReferences:
                 try:
                     if ref not in self._fps:
                         todo.setdefault(ref, role)
-                except TypeError:  # unhashable (refs are tuples of strings and frozen records): left to its turn
+                except TypeError:  # unhashable (a reference holding a mutable value): left to its turn
                     pass
         if not todo:
             return
         cpu = torch.device("cpu")
         batch = worker.submit(
-            0, ((),), [Call(f"{role} fingerprint", ("fingerprint", ref), IMPL, {}, cpu) for ref, role in todo.items()]
+            0, ((),), [Call(f"{role} fingerprint", FingerprintRef(ref), IMPL, {}, cpu) for ref, role in todo.items()]
         )
         for ref in todo:
             try:

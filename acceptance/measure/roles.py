@@ -1,10 +1,14 @@
-"""What the runner adds to a case for device-faithful testing: the roles' wrappers and the run-to-run record.
+"""A case's roles as references, and what the runner adds to a case for device-faithful testing.
 
+* :func:`role_refs`: (impl, baseline, oracle) of a spec as role references
+  (:class:`acceptance.formats.roleref.RoleRef`) with the defaults filled in;
+  :func:`resolve_roles`: the same references resolved in this process.
 * :func:`wrap_roles`: the impl gets its inputs in the layouts the spec asks
-  for (:func:`acceptance.formats.layouts.with_layouts`); the baseline (and, for
+  for (:class:`acceptance.formats.layouts.LayoutRef`); the baseline (and, for
   flushed inputs, the oracle) run under the spec's emulation for the case's
-  dtype (:mod:`acceptance.numerics.emulate.roles`). Works on callables and on worker
-  references alike.
+  dtype (:class:`acceptance.numerics.emulate.roles.EmulatedRef`). A worker
+  resolves the references it is sent; the in-process path resolves them here
+  (:func:`resolved`).
 * :class:`Extras`: folds every trial into the impl's and baseline's
   run-to-run determinism (:mod:`acceptance.measure.determinism`) and counts where the
   oracle leaves the test dtype's range (:func:`acceptance.formats.presets.range_counts`);
@@ -14,13 +18,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from acceptance.formats import presets
+from acceptance.formats.layouts import LayoutRef
+from acceptance.formats.roleref import RoleRef, fresh
+from acceptance.isolation.adapters import AdapterRef, default_roles
 from acceptance.measure import determinism
 from acceptance.measure.engine import Trial
 from acceptance.numerics.emulate import roles as emulation
-from acceptance.spec import Case
+from acceptance.numerics.oracle import DEFAULT_DPS, Float64Ref, MpmathRef
+from acceptance.spec import CallableRef, Case, OperatorSpec
 
 #: Impl runs per trial where an impl is not atomic_add (atomic_add uses the spec's ``atomic_runs``).
 IMPL_RUNS = 2
@@ -39,18 +48,54 @@ def layouts(case: Case) -> dict[str, str]:
     return {inp.name: inp.layout for inp in case.spec.inputs if inp.layout not in (None, "contiguous")}
 
 
-def wrap_roles(impl: Any, baseline: Any, oracle: Any, case: Case, *, refs: bool) -> tuple:
-    """(impl, baseline, oracle) of ``case`` with its layouts and emulation applied; ``refs``: the roles are
-    worker references (:data:`acceptance.isolation.worker.Ref`)."""
+def wrap_roles(impl: RoleRef, baseline: RoleRef, oracle: RoleRef, case: Case) -> tuple[RoleRef, ...]:
+    """(impl, baseline, oracle) references of ``case`` with its layouts and emulation applied."""
     if layouts(case):
-        wanted = tuple(inp.layout for inp in case.spec.inputs)
-        if refs:
-            impl = ("layout", impl, wanted)
-        else:
-            from acceptance.formats.layouts import with_layouts
+        impl = LayoutRef(impl, tuple(inp.layout for inp in case.spec.inputs))
+    return emulation.wrap_roles(impl, baseline, oracle, case.spec.emulate.get(case.dtype))
 
-            impl = with_layouts(impl, wanted)
-    return emulation.wrap_roles(impl, baseline, oracle, case.spec.emulate.get(case.dtype), refs=refs)
+
+def _declared(spec: OperatorSpec) -> bool:
+    """Whether a role of the spec is a declaration (a mapping run by :mod:`acceptance.isolation.adapters`)."""
+    return any(isinstance(r, dict) and "mpmath" not in r for r in (spec.impl, spec.baseline, spec.oracle))
+
+
+def _ref_of(decl: Any, spec: OperatorSpec, role: str) -> RoleRef | None:
+    """The reference of one role's value in a spec: a declaration, an mpmath oracle section or ``module:attr``."""
+    if isinstance(decl, dict):
+        if "mpmath" not in decl:
+            return AdapterRef.of(decl, spec.path, role)
+        return MpmathRef(decl["mpmath"], decl.get("dps", DEFAULT_DPS))
+    return CallableRef(decl, str(spec.path)) if decl else None
+
+
+def role_refs(spec: OperatorSpec) -> tuple[RoleRef, RoleRef, RoleRef]:
+    """(impl, baseline, oracle) of an :class:`~acceptance.spec.model.OperatorSpec` as role references.
+
+    The baseline defaults to the impl callable (run on the CPU), the oracle to
+    the baseline on float64 copies of the inputs (:class:`acceptance.numerics.oracle.Float64Ref`); an
+    ``oracle:`` mapping selects an mpmath oracle. A role declared as a mapping becomes an
+    :class:`acceptance.isolation.adapters.AdapterRef` (defaults: :func:`acceptance.isolation.adapters.default_roles`).
+    """
+    values = (spec.impl, spec.baseline, spec.oracle)
+    decls = default_roles(*values) if _declared(spec) else values
+    impl, baseline, oracle = (
+        _ref_of(d, spec, role) for d, role in zip(decls, ("impl", "baseline", "oracle"), strict=True)
+    )
+    assert impl is not None, f"{spec.path}: a spec without an impl"
+    baseline = baseline if baseline is not None else impl
+    return impl, baseline, oracle if oracle is not None else Float64Ref(baseline)
+
+
+def resolved(refs: tuple[RoleRef, ...]) -> tuple[Callable, ...]:
+    """``refs`` resolved in this process, each afresh (imports the code under test)."""
+    return tuple(fresh(r) for r in refs)
+
+
+def resolve_roles(spec: OperatorSpec) -> tuple[Callable, ...]:
+    """(impl, baseline, oracle) of a spec as callables of this process (:func:`role_refs`, resolved).
+    Raises :class:`~acceptance.errors.SpecError` or ``ValueError``."""
+    return resolved(role_refs(spec))
 
 
 class Extras:

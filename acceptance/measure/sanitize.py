@@ -109,7 +109,7 @@ def _main(argv: list[str]) -> int:  # pragma: no cover - runs under compute-sani
     import torch
 
     from acceptance.measure import roles as faithful
-    from acceptance.spec import expand, load_spec, resolve_roles
+    from acceptance.spec import expand, load_spec
     from acceptance.spec.axes import with_seeds
     from acceptance.spec.inputs import generate
 
@@ -122,7 +122,7 @@ def _main(argv: list[str]) -> int:  # pragma: no cover - runs under compute-sani
     case = next(c for c in expand([spec]) if c.id == base_id)
     if k:
         case = with_seeds([case], int(k) + 1)[-1]
-    impl, baseline, oracle = faithful.wrap_roles(*resolve_roles(spec), case, refs=False)
+    impl, baseline, oracle = faithful.resolved(faithful.wrap_roles(*faithful.role_refs(spec), case))
     dev = torch.device(device)
     impl(*(t.to(dev) for t in generate(case, 0)), **case.params)
     torch.cuda.synchronize(dev)

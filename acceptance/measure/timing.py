@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from acceptance.device import synchronize
+from acceptance.formats.roleref import Resolver, RoleRef
 
 #: The timer names a record carries.
 CUDA_EVENTS = "cuda_events"
@@ -114,6 +115,19 @@ class Timed:
         value, warm, runs = time_calls(self.fn, args, params, _device_of(args), self.options)
         outs = tuple(value) if isinstance(value, (tuple, list)) else (value,)
         return (*outs, torch.tensor(warm, dtype=torch.float64), torch.tensor(runs, dtype=torch.float64))
+
+
+@dataclass(frozen=True)
+class TimedRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to :class:`Timed` around ``inner``'s callable,
+    with the :class:`TimerOptions` whose :meth:`TimerOptions.key` is ``options``: the callable is timed where it
+    runs."""
+
+    inner: RoleRef
+    options: tuple
+
+    def resolve(self, cached: Resolver) -> Callable:
+        return Timed(self.inner.resolve(cached), TimerOptions(**dict(self.options)))
 
 
 _COPY_BUFFERS: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import mpmath
+
+from acceptance.formats.roleref import Resolver, RoleRef
 
 if TYPE_CHECKING:
     import torch
@@ -72,6 +75,17 @@ def float64_oracle(fn: Fn) -> Fn:
     oracle.__name__ = f"float64({getattr(fn, '__name__', repr(fn))})"
     oracle.__qualname__ = oracle.__name__
     return oracle
+
+
+@dataclass(frozen=True)
+class Float64Ref:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to :func:`float64_oracle` of ``inner``'s
+    callable (``inner`` resolved afresh: a float64 oracle never shares the object of the role it copies)."""
+
+    inner: RoleRef
+
+    def resolve(self, cached: Resolver) -> Callable:
+        return float64_oracle(self.inner.resolve(cached))
 
 
 # ----------------------------------------------------------------------------
@@ -237,6 +251,17 @@ def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tens
     oracle.__name__ = f"mpmath.{name}"
     oracle.__qualname__ = oracle.__name__
     return oracle
+
+
+@dataclass(frozen=True)
+class MpmathRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to :func:`mpmath_oracle` ``(name, dps)``."""
+
+    name: str
+    dps: int = DEFAULT_DPS
+
+    def resolve(self, cached: Resolver) -> Callable:
+        return mpmath_oracle(self.name, self.dps)
 
 
 def oracle_from_spec(section: dict) -> Callable[..., torch.Tensor]:

@@ -24,18 +24,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
 
 from acceptance.errors import CaseError
-from acceptance.isolation.worker import Worker, resolve
+from acceptance.formats.roleref import RoleRef, fresh
+from acceptance.isolation.protocol import ObjectRef
+from acceptance.isolation.worker import Worker
 from acceptance.measure import case as measuring
 from acceptance.measure import engine
-from acceptance.measure.timing import Timed, TimerOptions, copy_probe, timer_of
+from acceptance.measure.timing import TimedRef, TimerOptions, copy_probe, timer_of
 from acceptance.records import MeasuredCase, PerfRecord
-from acceptance.spec import Case, rules_for, value_of
+from acceptance.spec import CallableRef, Case, rules_for, value_of
 from acceptance.spec.inputs import RoleInputs, generate
 
 #: Bytes the copy-bandwidth probe copies: large enough to leave the caches (256 MiB on a GPU, 64 MiB on a CPU).
@@ -138,14 +140,11 @@ class Bencher:
             self.worker.close()
 
     def time(
-        self, role: str, ref: tuple, args: tuple, params: dict, *, timeout: float
+        self, role: str, ref: RoleRef, args: tuple, params: dict, *, timeout: float
     ) -> tuple[list[float], list[float]]:
-        """(warm-up seconds, timed seconds) of ``ref`` (a worker reference, see
-        :data:`acceptance.isolation.worker.Ref`)."""
-        if self.isolate:
-            fn: Any = ("timed", ref, self.options.key())
-        else:
-            fn = Timed(resolve(ref), self.options)
+        """(warm-up seconds, timed seconds) of ``ref``'s callable in the timing loop, where it runs."""
+        timed = TimedRef(ref, self.options.key())
+        fn: Any = timed if self.isolate else fresh(timed)
         outs, _ = self.executor.call(role, fn, 0, args, params, device=self.device, timeout=timeout, limit=timeout)
         if len(outs) < 2:
             raise CaseError(f"{role} returned no timings")
@@ -154,7 +153,7 @@ class Bencher:
     def copy_gbps(self) -> float:
         """The device's copy bandwidth in GB/s: 2 x bytes / median copy time / 1e9 (see the module docstring)."""
         n = COPY_BYTES["cuda" if self.device.type == "cuda" else "cpu"]
-        _, runs = self.time("copy probe", ("object", copy_probe), (torch.tensor([n]),), {}, timeout=600.0)
+        _, runs = self.time("copy probe", ObjectRef(copy_probe), (torch.tensor([n]),), {}, timeout=600.0)
         return 2 * n / sample_stats(runs).median / 1e9
 
 
@@ -171,13 +170,13 @@ def time_case(case: Case, bencher: Bencher, copy_gbps: float | None) -> PerfReco
     args = tuple(made.impl if isinstance(made, RoleInputs) else made)
     spec = case.spec
     budget = _budget(case, bencher.options)
-    warm, runs = bencher.time(
-        "impl", ("callable", spec.impl, str(spec.path)), args, case.params_for("impl"), timeout=budget
-    )
+    # the timing loop takes a module:attr impl; a declared one fails where the worker resolves it (the case's error)
+    impl = cast(str, spec.impl)
+    warm, runs = bencher.time("impl", CallableRef(impl, str(spec.path)), args, case.params_for("impl"), timeout=budget)
     baseline_runs = None
     if spec.perf and spec.perf.get("baseline"):
         _, baseline_runs = bencher.time(
-            "perf baseline", ("callable", spec.perf["baseline"], str(spec.path)), args, case.params, timeout=budget
+            "perf baseline", CallableRef(spec.perf["baseline"], str(spec.path)), args, case.params, timeout=budget
         )
     return perf_record(case, bencher.device, warm, runs, baseline_runs, copy_gbps)
 

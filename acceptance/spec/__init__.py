@@ -22,7 +22,7 @@ schema cannot see), :mod:`.load` (discovery and loading), :mod:`.cases`
 """
 
 from acceptance.errors import SpecError
-from acceptance.spec.callables import resolve_callable, resolve_roles, role_refs
+from acceptance.spec.callables import CallableRef, resolve_callable
 from acceptance.spec.cases import case_labels, expand, glob_match
 from acceptance.spec.defaults import Rules, Threshold, rules_for
 from acceptance.spec.expr import Expr, parse_expr, value_of
@@ -47,6 +47,7 @@ from acceptance.spec.model import (
 
 __all__ = [
     "CATEGORIES",
+    "CallableRef",
     "Case",
     "CaseSpec",
     "Choice",
@@ -73,8 +74,6 @@ __all__ = [
     "load_specs",
     "parse_expr",
     "resolve_callable",
-    "resolve_roles",
-    "role_refs",
     "rules_for",
     "value_of",
 ]

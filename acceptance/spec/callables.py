@@ -1,4 +1,5 @@
-"""Callable references: ``module:attr`` (an importable module or a ``.py`` file next to the spec)."""
+"""Callable references: ``module:attr`` (an importable module or a ``.py`` file next to the spec), and
+:class:`CallableRef`, the reference a worker resolves to one."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import importlib.util
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from acceptance.errors import SpecError
+from acceptance.formats.roleref import Resolver
 
 _FILE_MODULES: dict[Path, ModuleType] = {}
 
@@ -76,71 +79,13 @@ def resolve_callable(ref: str, spec_path: Path) -> Callable:
     return obj
 
 
-def _declared(spec: Any) -> bool:
-    """Whether a role of the spec is a declaration (a mapping run by :mod:`acceptance.isolation.adapters`)."""
-    return any(isinstance(r, dict) and "mpmath" not in r for r in (spec.impl, spec.baseline, spec.oracle))
+@dataclass(frozen=True)
+class CallableRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to ``module:attr``, resolved next to the spec
+    file ``spec_path`` (:func:`resolve_callable`)."""
 
+    ref: str
+    spec_path: str
 
-def resolve_roles(spec: Any) -> tuple[Callable, Callable, Callable]:
-    """(impl, baseline, oracle) of an :class:`~acceptance.spec.model.OperatorSpec`.
-
-    The baseline defaults to the impl callable (run on the CPU), the oracle to
-    the baseline on float64 copies of the inputs; an ``oracle:`` mapping
-    selects an mpmath oracle. A role declared as a mapping becomes an
-    :class:`acceptance.isolation.adapters.Adapter` (defaults: :func:`acceptance.isolation.adapters.default_roles`).
-    Raises :class:`SpecError` or ``ValueError``.
-    """
-    from acceptance.numerics import oracle  # here, so that loading and listing specs starts without torch
-
-    if _declared(spec):
-        from acceptance.isolation import adapters
-
-        decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
-        made = [
-            adapters.Adapter(d, spec.path, role)
-            if isinstance(d, dict) and "mpmath" not in d
-            else oracle.oracle_from_spec(d)
-            if isinstance(d, dict)
-            else resolve_callable(d, spec.path)
-            if d is not None
-            else None
-            for role, d in zip(("impl", "baseline", "oracle"), decls, strict=False)
-        ]
-        return made[0], made[1], made[2] if made[2] is not None else oracle.float64_oracle(made[1])
-    impl = resolve_callable(spec.impl, spec.path)
-    baseline = resolve_callable(spec.baseline, spec.path) if spec.baseline else impl
-    if isinstance(spec.oracle, dict):
-        ref = oracle.oracle_from_spec(spec.oracle)
-    else:
-        ref = resolve_callable(spec.oracle, spec.path) if spec.oracle else oracle.float64_oracle(baseline)
-    return impl, baseline, ref
-
-
-def role_refs(spec: Any) -> tuple[tuple, tuple, tuple]:
-    """(impl, baseline, oracle) of a spec as picklable references a worker process resolves
-    (:data:`acceptance.isolation.worker.Ref`), with the defaults of :func:`resolve_roles`."""
-    from acceptance.numerics import oracle
-
-    path = str(spec.path)
-    if _declared(spec):
-        from acceptance.isolation import adapters
-
-        decls = adapters.default_roles(spec.impl, spec.baseline, spec.oracle)
-        refs = [
-            adapters.ref_of(d, spec.path, role)
-            if isinstance(d, dict) and "mpmath" not in d
-            else ("mpmath", d["mpmath"], d.get("dps", oracle.DEFAULT_DPS))
-            if isinstance(d, dict)
-            else ("callable", d, path)
-            if d is not None
-            else None
-            for role, d in zip(("impl", "baseline", "oracle"), decls, strict=False)
-        ]
-        return refs[0], refs[1], refs[2] if refs[2] is not None else ("float64", refs[1])
-    impl = ("callable", spec.impl, path)
-    baseline = ("callable", spec.baseline, path) if spec.baseline else impl
-    if isinstance(spec.oracle, dict):
-        ref = ("mpmath", spec.oracle["mpmath"], spec.oracle.get("dps", oracle.DEFAULT_DPS))
-    else:
-        ref = ("callable", spec.oracle, path) if spec.oracle else ("float64", baseline)
-    return impl, baseline, ref
+    def resolve(self, cached: Resolver) -> Callable:
+        return resolve_callable(self.ref, Path(self.spec_path))

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from acceptance.formats.roleref import Resolver, RoleRef
 from acceptance.numerics import emulate
 
 #: Contractions the runner can emulate, by the name a spec gives in ``emulate.contraction``.
@@ -170,12 +171,23 @@ def wrap(role: str, fn: Callable, em: Emulation) -> Callable:
     return emulated_baseline(fn, em) if role == "baseline" else emulated_oracle(fn, em)
 
 
-def wrap_roles(impl: Any, baseline: Any, oracle: Any, em: Emulation | None, *, refs: bool) -> tuple:
-    """(impl, baseline, oracle) with the emulation applied; ``refs``: the roles are worker references
-    (:data:`acceptance.isolation.worker.Ref`), wrapped as ``("emulated", ref, em, role)`` for the worker to resolve."""
+@dataclass(frozen=True)
+class EmulatedRef:
+    """A reference (:class:`acceptance.formats.roleref.RoleRef`) to ``inner``'s callable under ``emulation`` as
+    :func:`wrap` applies it to ``role`` ("baseline" or "oracle")."""
+
+    inner: RoleRef
+    emulation: Emulation
+    role: str
+
+    def resolve(self, cached: Resolver) -> Callable:
+        return wrap(self.role, self.inner.resolve(cached), self.emulation)
+
+
+def wrap_roles(impl: RoleRef, baseline: RoleRef, oracle: RoleRef, em: Emulation | None) -> tuple[RoleRef, ...]:
+    """(impl, baseline, oracle) references with the emulation ``em`` applied (:class:`EmulatedRef`): the baseline
+    always, the oracle where ``em`` touches it (:attr:`Emulation.touches_oracle`)."""
     if em is None:
         return impl, baseline, oracle
-    if refs:
-        base = ("emulated", baseline, em, "baseline")
-        return impl, base, ("emulated", oracle, em, "oracle") if em.touches_oracle else oracle
-    return impl, emulated_baseline(baseline, em), emulated_oracle(oracle, em) if em.touches_oracle else oracle
+    emulated_oracle = EmulatedRef(oracle, em, "oracle") if em.touches_oracle else oracle
+    return impl, EmulatedRef(baseline, em, "baseline"), emulated_oracle
