@@ -8,6 +8,7 @@ and criterion sentences come from :mod:`acceptance.wording`; each reporter
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from acceptance.records import CaseResult, Criterion, Results
 from acceptance.wording import criterion_text, fmt, one_line, params_text, visible_controls, worst_element_text
@@ -33,7 +34,7 @@ def margin(criterion: Criterion) -> float | None:
     if criterion.passed is None or criterion.threshold is None or criterion.value is None:
         return None
     if criterion.comparison == "non-inferior" and not isinstance(criterion.value, list):
-        return _margin_of(criterion.value, criterion.threshold, "<=")
+        return _margin_of(criterion.value, cast(float, criterion.threshold), "<=")  # the gate's factor
     if criterion.comparison not in ("<=", ">=", "=="):
         return None
     values = criterion.value if isinstance(criterion.value, list) else [criterion.value]
@@ -150,11 +151,11 @@ def case_details(case: CaseResult) -> str:
     if case.oracle_range:
         lines.append(f"oracle range: {case.oracle_range}")
     if case.determinism is not None:
-        d = case.determinism
+        det = case.determinism
         lines.append(
-            f"run to run: impl {d.impl} over {d.runs} runs"
-            + (f" ({d.impl_differing} elements differ, spread {fmt(d.impl_spread)})" if d.impl_differing else "")
-            + f", baseline {d.baseline}"
+            f"run to run: impl {det.impl} over {det.runs} runs"
+            + (f" ({det.impl_differing} elements differ, spread {fmt(det.impl_spread)})" if det.impl_differing else "")
+            + f", baseline {det.baseline}"
         )
     if case.layouts:
         lines.append("impl input layouts: " + ", ".join(f"{k}: {v}" for k, v in case.layouts.items()))
