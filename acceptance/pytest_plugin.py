@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from acceptance.isolation.importcheck import ImportCheck
     from acceptance.protocols import Executor
+    from acceptance.spec import Case
 
 _RESULT_KEY = "acceptance_result"
 
@@ -122,7 +123,7 @@ class SpecFile(pytest.File):
         for case in expand([spec]):
             yield CaseItem.from_parent(self, name=case.id, case=case)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo, style: str | None = None) -> str:
         if isinstance(excinfo.value, SpecProblems):
             return f"invalid operator spec:\n{excinfo.value}"
         return str(super().repr_failure(excinfo))
@@ -168,7 +169,8 @@ def _imports(config: pytest.Config) -> ImportCheck | None:
 class CaseItem(pytest.Item):
     """One case of a spec: measured, decided, and reported as a pytest outcome."""
 
-    def __init__(self, *, case: Any, **kwargs: Any):
+    def __init__(self, *, case: Case, **kwargs: Any):
+        """``kwargs``: pytest's own node arguments from ``from_parent``, passed through as they come (a seam)."""
         super().__init__(**kwargs)
         self.case = case
         self.add_marker(pytest.mark.acceptance)
@@ -197,7 +199,7 @@ class CaseItem(pytest.Item):
                 )
             )
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo, style: str | None = None) -> str:
         if isinstance(excinfo.value, CaseFailed):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))

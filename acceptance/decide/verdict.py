@@ -42,7 +42,7 @@ tolerance (and where they sit) and the worst element.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 import numpy as np
 
@@ -67,8 +67,13 @@ from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_tex
 
 _T = TypeVar("_T")
 
+#: A threshold: a float, or one per component of a pair metric.
+_Threshold = float | list[float] | tuple[float, ...]
+#: A measured value held against a threshold: a float, a pair (list or tuple), or missing.
+_Value = _Threshold | None
 
-def _holds(value: Any, threshold: Any, comparison: str) -> bool:
+
+def _holds(value: _Value, threshold: _Threshold, comparison: str) -> bool:
     """NaN-proof comparison: a NaN (or missing) value never holds; pairs hold component by component."""
     if isinstance(threshold, (list, tuple)):
         return isinstance(value, (list, tuple)) and all(
@@ -76,14 +81,15 @@ def _holds(value: Any, threshold: Any, comparison: str) -> bool:
         )
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return False
+    scalar = cast(float, value)  # a scalar threshold is held against a scalar metric
     if comparison == "==":
-        return value == threshold
+        return scalar == threshold
     if comparison == ">=":
-        return value >= threshold
-    return value <= threshold
+        return scalar >= threshold
+    return scalar <= threshold
 
 
-def _as_close(impl: Any, base: Any, comparison: str) -> bool:
+def _as_close(impl: _Value, base: _Value, comparison: str) -> bool:
     """Whether the impl's value against the oracle is at least as good as the baseline's (NaN never is)."""
     if isinstance(impl, (list, tuple)):
         return isinstance(base, (list, tuple)) and all(
@@ -91,19 +97,20 @@ def _as_close(impl: Any, base: Any, comparison: str) -> bool:
         )
     if impl is None or base is None or math.isnan(impl):
         return False
-    return impl >= base if comparison == ">=" else impl <= base
+    scalar = cast(float, base)  # a scalar metric's value against the oracle, as the impl's
+    return impl >= scalar if comparison == ">=" else impl <= scalar
 
 
 def _criterion(
     kind: str,
     metric: str,
     out: int,
-    threshold: Any,
+    threshold: _Threshold,
     comparison: str,
     source: str,
-    against_baseline: Any,
-    impl_oracle: dict | None,
-    baseline_oracle: dict | None,
+    against_baseline: _Value,
+    impl_oracle: dict[str, MetricValue] | None,
+    baseline_oracle: dict[str, MetricValue] | None,
     dtype: str,
 ) -> Criterion:
     """One fixed criterion, oracle-aware: it holds on impl vs baseline, or, when the impl is at least as close
@@ -428,7 +435,7 @@ def determinism_criteria(case: MeasuredCase) -> list[Criterion]:
     ]
 
 
-def _flat(case: MeasuredCase) -> dict[str, Any]:
+def _flat(case: MeasuredCase) -> dict[str, object]:
     """The measurement as :class:`CaseResult`'s fields: the per-output records flattened into its parallel
     lists (a list empty when some output lacks that measurement)."""
 
@@ -462,7 +469,7 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     (nothing compared, or a constant answer where the oracle varies) fails."""
     if case.error is not None:
         verdict, reasons = _error_verdict(case, rules)
-        return CaseResult(**_flat(case), verdict=verdict, reasons=reasons)
+        return CaseResult.model_validate({**_flat(case), "verdict": verdict, "reasons": reasons})
     outputs = case.outputs
     criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
@@ -494,12 +501,15 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
         verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
     elif verdict == "fail" and rules.expired_waiver:
         reasons.append(rules.expired_waiver)
-    return CaseResult(
-        **{**_flat(case), "dual_delta": records},
-        verdict=verdict,
-        reasons=reasons,
-        criteria=criteria,
-        tolerance_to_pass=tolerance_to_pass(criteria),
+    return CaseResult.model_validate(
+        {
+            **_flat(case),
+            "dual_delta": records,
+            "verdict": verdict,
+            "reasons": reasons,
+            "criteria": criteria,
+            "tolerance_to_pass": tolerance_to_pass(criteria),
+        }
     )
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict, cast, overload
 
 import numpy as np
 import torch
@@ -44,8 +44,17 @@ from acceptance.measure.peers import Peers
 from acceptance.measure.references import RunReferences
 from acceptance.numerics import metrics
 from acceptance.numerics.metrics import registry
-from acceptance.records import Diff4Counts, MeasuredCase, OutputMeasurement, Timing, UlpStats
+from acceptance.records import (
+    Diff4Counts,
+    DualDeltaRecord,
+    MeasuredCase,
+    MetricValue,
+    OutputMeasurement,
+    Timing,
+    UlpStats,
+)
 from acceptance.spec import Case, Rules
+from acceptance.spec.defaults import DualDeltaSettings
 from acceptance.spec.inputs import Recipe
 
 # ----------------------------------------------------------------------------- one output over trials
@@ -63,7 +72,7 @@ def _worse(old: float, new: float, score: bool) -> float:
     return new if ((new < old) if score else (new > old)) else old
 
 
-def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
+def _fold(worst: dict[str, MetricValue], m: Mapping[str, registry.Value]) -> None:
     """Fold one trial's metrics into the worst values so far (diff4 and the counts are kept elsewhere)."""
     for name, value in m.items():
         if name in ("diff4", "above", "below"):
@@ -71,11 +80,16 @@ def _fold(worst: dict[str, Any], m: dict[str, Any]) -> None:
         old = worst.get(name)
         score = name in _SCORES
         if isinstance(value, tuple):
-            value = [float(v) for v in value]
-            worst[name] = value if old is None else [_worse(a, b, score) for a, b in zip(old, value, strict=False)]
+            pair = [float(v) for v in value]
+            worst[name] = pair if old is None else [_worse(a, b, score) for a, b in zip(_pair(old), pair, strict=False)]
         else:
-            value = float(value)
-            worst[name] = value if old is None else _worse(old, value, score)
+            scalar = float(value)
+            worst[name] = scalar if old is None else _worse(cast(float, old), scalar, score)
+
+
+def _pair(value: MetricValue) -> list[float]:
+    """A pair metric's worst value so far (the metric's kind fixes it as a list)."""
+    return cast(list[float], value)
 
 
 @dataclass
@@ -83,9 +97,9 @@ class _Output:
     """What one output of one case accumulates over trials."""
 
     dtype: str
-    worst: dict[str, Any] = field(default_factory=dict)
-    impl_oracle: dict[str, Any] = field(default_factory=dict)
-    baseline_oracle: dict[str, Any] = field(default_factory=dict)
+    worst: dict[str, MetricValue] = field(default_factory=dict)
+    impl_oracle: dict[str, MetricValue] = field(default_factory=dict)
+    baseline_oracle: dict[str, MetricValue] = field(default_factory=dict)
     ulp: UlpStats = field(default_factory=UlpStats)
     impl_ulp: dict[str, list[float]] = field(default_factory=lambda: {"max": [], "mean": []})
     diff4: Diff4Counts = field(default_factory=Diff4Counts)
@@ -102,7 +116,7 @@ class _Output:
 
     def add(self, t: engine.Trial, out: int, rules: Rules, dd_metrics: tuple[str, ...], peers: Peers) -> None:
         """Fold in one trial of this output: impl against baseline, and both against the oracle."""
-        e, b, o = t.impl[out], t.baseline[out], t.oracle[out]
+        e, b, o = t.impl[out], t.baseline[out], cast(engine.Tensors, t.oracle)[out]  # measured with the oracle
         batch = metrics.Batch()  # each of e, b, o and the rounded oracle is read once for every pair below
         eb = batch.compute(e, b, dtype=self.dtype)
         self.diff4.above += eb["above"]
@@ -163,9 +177,24 @@ class _Output:
 # ----------------------------------------------------------------------------- one case
 
 
-def _identity(case: Case, trials: int) -> dict[str, Any]:
+class _Identity(TypedDict):
+    """The fields of :class:`MeasuredCase` that name a case, whatever its run did."""
+
+    id: str
+    operator: str
+    category: str
+    spec_file: str
+    dtype: str
+    params: dict[str, object]
+    trials: int
+    seed: int
+    waiver: str | None
+    description: str
+
+
+def _identity(case: Case, trials: int) -> _Identity:
     spec = case.spec
-    return dict(
+    return _Identity(
         id=case.id,
         operator=spec.name,
         category=spec.category,
@@ -189,9 +218,14 @@ def trials_of(case: Case, rules: Rules, trials: int | None = None) -> int:
     return trials or (rules.dual_delta and rules.dual_delta.trials) or case.spec.trials
 
 
+def _compared(outputs: list[_Output]) -> int:
+    """Elements compared over all outputs and trials: the sum of each output's metric ``n`` (a count)."""
+    return sum(int(cast(float, acc.worst.get("n", 0))) for acc in outputs)
+
+
 def _vacuous(outputs: list[_Output]) -> str | None:
     """Why a case would pass without having shown anything, or ``None``."""
-    compared = sum(int(acc.worst.get("n", 0)) for acc in outputs)
+    compared = _compared(outputs)
     if not outputs or compared == 0:
         return "no finite element was compared (every output empty or non-finite on both sides)"
     trivial = [k for k, acc in enumerate(outputs) if acc.constant and not acc.oracle_constant]
@@ -210,11 +244,37 @@ class Begun:
     first perhaps already sent to the worker, see :func:`begin`)."""
 
     case: Case
-    identity: dict[str, Any]
+    identity: _Identity
     timing: Timing
     started: float
-    executor: Any
+    executor: Worker | engine.InProcess
     trials: engine.TrialRun
+
+
+@overload
+def begin(
+    case: Case,
+    device: torch.device,
+    rules: Rules,
+    *,
+    trials: int | None = None,
+    worker: Worker | None = None,
+    references: RunReferences | None = None,
+    ahead: Literal[False] = False,
+) -> Begun | MeasuredCase: ...
+
+
+@overload
+def begin(
+    case: Case,
+    device: torch.device,
+    rules: Rules,
+    *,
+    trials: int | None = None,
+    worker: Worker | None = None,
+    references: RunReferences | None = None,
+    ahead: bool,
+) -> Begun | MeasuredCase | None: ...
 
 
 def begin(
@@ -322,7 +382,7 @@ def measure(
     atomic = case.spec.category == "atomic_add"
     outputs: list[_Output] = []
     peers = Peers(case.dtype)
-    spread = 0.0 if atomic else None
+    spread = 0.0  # atomic_add only
     extras = faithful.Extras(case)
     memo = memo_for(case, rules, ready.trials.references, n_trials, device)
 
@@ -361,11 +421,43 @@ def measure(
     if extras.error():
         timing.total = time.perf_counter() - started
         return MeasuredCase(**identity, error=extras.error(), timing=timing, **extras.fields())
+    records = _dual_delta(outputs, rules, dd) if dd is not None and dd_metrics else []
+    diagnoses = [acc.diagnosis for acc in outputs]
+    worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
+    bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
+    buckets: dict[str, int] = {}
+    for d in diagnoses:
+        for k, v in d.buckets.items():
+            buckets[k] = buckets.get(k, 0) + v
+    timing.total = time.perf_counter() - started
+    result = MeasuredCase(
+        **identity,
+        outputs=[acc.record(rules) for acc in outputs],
+        worst=worst.worst if worst else None,
+        compared=_compared(outputs),
+        vacuous=_vacuous(outputs),
+        advisory=peers.advisories(n_trials),
+        bad_fraction=bad.bad_fraction if bad else None,
+        bad_location=bad.bad_where if bad else None,
+        rel_error_buckets=buckets,
+        atomic_spread=spread if atomic else None,
+        dual_delta=records,
+        timing=timing,
+        **extras.fields(),
+        warnings=executor.notes[noted:],
+    )
+    if memo is not None:
+        memo.record(result)
+    return result
+
+
+def _dual_delta(outputs: list[_Output], rules: Rules, dd: DualDeltaSettings) -> list[DualDeltaRecord]:
+    """The dual-delta analysis of each output and metric of ``dd`` (:func:`acceptance.numerics.stats.analyze`)."""
+    from acceptance.numerics import stats  # scipy.stats: imported while the worker starts (see run)
+
     records = []
-    if dd_metrics:
-        from acceptance.numerics import stats  # scipy.stats: imported while the worker starts (see run)
     for out, acc in enumerate(outputs):
-        for name in dd_metrics:
+        for name in dd.metrics:
             floor = _floor_of(name, rules)
             impl_ulp = acc.impl_ulp["max" if registry.get(name).worst_case else "mean"] if floor is not None else []
             records.append(
@@ -381,33 +473,7 @@ def measure(
                     impl_ulp=impl_ulp,
                 )
             )
-    diagnoses = [acc.diagnosis for acc in outputs]
-    worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
-    bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
-    buckets: dict[str, int] = {}
-    for d in diagnoses:
-        for k, v in d.buckets.items():
-            buckets[k] = buckets.get(k, 0) + v
-    timing.total = time.perf_counter() - started
-    result = MeasuredCase(
-        **identity,
-        outputs=[acc.record(rules) for acc in outputs],
-        worst=worst.worst if worst else None,
-        compared=sum(int(acc.worst.get("n", 0)) for acc in outputs),
-        vacuous=_vacuous(outputs),
-        advisory=peers.advisories(n_trials),
-        bad_fraction=bad.bad_fraction if bad else None,
-        bad_location=bad.bad_where if bad else None,
-        rel_error_buckets=buckets,
-        atomic_spread=spread,
-        dual_delta=records,
-        timing=timing,
-        **extras.fields(),
-        warnings=executor.notes[noted:],
-    )
-    if memo is not None:
-        memo.record(result)
-    return result
+    return records
 
 
 def worker_limit(case: Case) -> int:

@@ -42,16 +42,18 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 import xxhash
 
-from acceptance.cache import key
+from acceptance.cache import ReferenceCache, key
 from acceptance.formats import dtypes
 from acceptance.measure import engine
+from acceptance.measure.references import CaseReferences
 from acceptance.records import MeasuredCase
+from acceptance.spec import Case, Rules
 
 #: Bytes of trial tensors a case may hold while its digests match the memo's.
 HOLD_BYTES = 64 << 20
@@ -79,7 +81,9 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def trial_digest(impl: tuple, repeats: tuple, references: tuple = ()) -> bytes | None:
+def trial_digest(
+    impl: engine.Tensors, repeats: tuple[engine.Tensors, ...], references: tuple[engine.Tensors | None, ...] = ()
+) -> bytes | None:
     """XXH3-128 of a trial's impl outputs and repeats, then of ``references`` (output tuples: the baseline's,
     its repeats, the oracle's; ``None`` for a role that did not run): dtype, shape and bytes of each tensor, in
     order; ``None`` when one is not a CPU tensor, or its bytes cannot be read as they are
@@ -101,7 +105,7 @@ def trial_digest(impl: tuple, repeats: tuple, references: tuple = ()) -> bytes |
     return h.digest()
 
 
-def _nbytes(trial: Any) -> int:
+def _nbytes(trial: engine.Trial) -> int:
     """Bytes a held trial keeps: its inputs and outputs (:func:`acceptance.measure.engine._nbytes`) and its repeats."""
     repeats = [x for r in (*trial.repeats, *trial.baseline_repeats) for x in r]
     return engine._nbytes(trial) + sum(x.numel() * x.element_size() for x in repeats)
@@ -114,10 +118,10 @@ class Memo:
     :meth:`release` gives back; :meth:`result` is the recorded measurement when every trial matched, and
     :meth:`record` stores a fresh one."""
 
-    def __init__(self, cache: Any, entry: str, trials: int):
+    def __init__(self, cache: ReferenceCache, entry: str, trials: int):
         self.cache, self.entry, self.trials = cache, entry, trials
         self.digests: list[bytes | None] = []
-        self.held: list[Any] = []
+        self.held: list[engine.Trial] = []
         self._bytes = 0
         self.expected: list[bytes] | None = None
         self.stored: str | None = None
@@ -134,7 +138,7 @@ class Memo:
             self.stored = bytes(found[1].numpy()).decode("utf-8", "replace")
         self.matching = self.expected is not None
 
-    def hold(self, trial: Any) -> bool:
+    def hold(self, trial: engine.Trial) -> bool:
         """Note ``trial``'s digest; ``True`` when it matches the memo so far (its measuring then waits)."""
         digest = trial_digest(trial.impl, trial.repeats, (trial.baseline, *trial.baseline_repeats, trial.oracle))
         self.digests.append(digest)
@@ -154,12 +158,12 @@ class Memo:
             self.matching = False
         return False
 
-    def release(self) -> list[Any]:
+    def release(self) -> list[engine.Trial]:
         """The trials held so far, in order (to be measured now); none are held after."""
         held, self.held, self._bytes = self.held, [], 0
         return held
 
-    def result(self, update: dict[str, Any]) -> MeasuredCase | None:
+    def result(self, update: Mapping[str, object]) -> MeasuredCase | None:
         """The recorded measurement with ``update`` applied, when every trial matched; else ``None``."""
         if not (self.matching and len(self.held) == self.trials and self.stored is not None):
             return None
@@ -179,7 +183,7 @@ class Memo:
         self.cache.put_later(self.entry, [rows, text])
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """``repr`` of ``value`` with every set in sorted order (a set's own order changes from process to process
     with the hash seed), recursing into dataclasses, mappings and sequences."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -194,7 +198,9 @@ def _text(value: Any) -> str:
     return repr(value)
 
 
-def memo_for(case: Any, rules: Any, references: Any, trials: int, device: torch.device) -> Memo | None:
+def memo_for(
+    case: Case, rules: Rules, references: CaseReferences | None, trials: int, device: torch.device
+) -> Memo | None:
     """The memo of ``case`` (``references``: its :class:`acceptance.measure.references.CaseReferences`), or ``None``
     when it has none: no cache, references not cached, a spec or rules without a stable text form. ``device``
     (the impl's) is part of the key: the outputs of one device are never taken for another's."""

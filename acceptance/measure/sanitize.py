@@ -111,7 +111,7 @@ def _main(argv: list[str]) -> int:  # pragma: no cover - runs under compute-sani
     from acceptance.measure import roles as faithful
     from acceptance.spec import expand, load_spec
     from acceptance.spec.axes import with_seeds
-    from acceptance.spec.inputs import generate
+    from acceptance.spec.inputs import RoleInputs, generate
 
     spec_path, case_id, device = argv
     spec, problems = load_spec(Path(spec_path))
@@ -124,7 +124,8 @@ def _main(argv: list[str]) -> int:  # pragma: no cover - runs under compute-sani
         case = with_seeds([case], int(k) + 1)[-1]
     impl, baseline, oracle = faithful.resolved(faithful.wrap_roles(*faithful.role_refs(spec), case))
     dev = torch.device(device)
-    impl(*(t.to(dev) for t in generate(case, 0)), **case.params)
+    made = generate(case, 0)
+    impl(*(t.to(dev) for t in (made.impl if isinstance(made, RoleInputs) else made)), **case.params)
     torch.cuda.synchronize(dev)
     return 0
 

@@ -392,6 +392,7 @@ class MeasuredCase(_Model):
     """Path of the spec file."""
     dtype: str
     """Test dtype."""
+    # a seam: the spec's symbols and params, JSON values of any shape (the spec stage validates them)
     params: dict[str, Any]
     """The case symbols, and the case's own params under 'params'."""
     trials: int
@@ -460,6 +461,7 @@ class CaseResult(_Model):
     """Path of the spec file."""
     dtype: str
     """Test dtype."""
+    # a seam: the spec's symbols and params, JSON values of any shape (the spec stage validates them)
     params: dict[str, Any]
     """The case symbols, e.g. {'M': 128, 'K': 4097}, and the case's own params under 'params'."""
     trials: int

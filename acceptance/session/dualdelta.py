@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import torch
@@ -160,7 +160,7 @@ def _factors(factor: None | float | Mapping[str, float], names: list[str]) -> di
     return {n: float(factor) for n in names}
 
 
-def _check_arguments(num_tests: Any, alpha: Any, free: Any, factors: dict[str, float]) -> None:
+def _check_arguments(num_tests: object, alpha: object, free: object, factors: dict[str, float]) -> None:
     if isinstance(num_tests, bool) or not isinstance(num_tests, int) or num_tests < 1:
         raise DualDeltaError(f"num_tests: expected an integer >= 1, got {num_tests!r}")
     if not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
@@ -183,16 +183,23 @@ def trial_seed(seed: int, trial: int) -> int:
     return int(np.random.SeedSequence([seed, trial]).generate_state(1, dtype=np.uint64)[0])
 
 
-def _inputs(generate_input: Callable, seed: int, trial: int, dtype: torch.dtype | None) -> tuple:
+def _all_tensors(value: object) -> TypeGuard[tuple[torch.Tensor, ...] | list[torch.Tensor]]:
+    """Whether ``value`` is a tuple or list of tensors."""
+    return isinstance(value, (tuple, list)) and all(isinstance(a, torch.Tensor) for a in value)
+
+
+def _inputs(
+    generate_input: Callable[[torch.Generator], object], seed: int, trial: int, dtype: torch.dtype | None
+) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(trial_seed(seed, trial))
     try:
         raw = generate_input(gen)
     except Exception as exc:
         raise DualDeltaError(f"generate_input raised in trial {trial}: {type(exc).__name__}: {exc}") from exc
-    args = (raw,) if isinstance(raw, torch.Tensor) else raw
-    if not isinstance(args, (tuple, list)) or not all(isinstance(a, torch.Tensor) for a in args):
+    given = (raw,) if isinstance(raw, torch.Tensor) else raw
+    if not _all_tensors(given):
         raise DualDeltaError(f"generate_input must return a tensor or a tuple of tensors, got {type(raw).__name__}")
-    args = tuple(a.detach().cpu() for a in args)
+    args = tuple(a.detach().cpu() for a in given)
     if dtype is not None:
         args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
     return args
@@ -207,7 +214,7 @@ def dual_delta(
     impl: Callable,
     baseline: Callable,
     oracle: Callable | None,
-    generate_input: Callable[[torch.Generator], Any],
+    generate_input: Callable[[torch.Generator], object],
     get_error: ErrorSpec = "max_hyb",
     num_tests: int = 100,
     *,
@@ -217,7 +224,7 @@ def dual_delta(
     seed: int = 0,
     free: str | float = "auto",
     impl_device: None | str | torch.device = None,
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> DualDeltaResult:
     """Measure delta_1 = err(impl, oracle) and delta_2 = err(baseline, oracle) over
     ``num_tests`` trials and gate impl on non-inferiority to the baseline.
@@ -319,6 +326,7 @@ def dual_delta(
 
 
 def _number(name: str, value: Any) -> float:
+    """``value`` as a float: the seam where a user's ``get_error`` return, of any type, is checked."""
     try:
         return float(value)
     except (TypeError, ValueError):

@@ -340,7 +340,8 @@ class _JobPool:
     def close(self, *, graceful: bool) -> None:
         """End the jobs: done (each finishes its worker, which writes what it made for the cache), or interrupted
         (killed at once, and nothing written to the folder the workers watch until they are gone)."""
-        workers = [] if graceful else [pid for job in self.jobs for pid in forkserver.children(job.process.pid)]
+        pids = [job.process.pid for job in self.jobs if job.process.pid is not None]  # every job is started
+        workers = [] if graceful else [child for pid in pids for child in forkserver.children(pid)]
         for job in self.jobs:
             if graceful:
                 job.conn.close()

@@ -159,7 +159,9 @@ _V1_PAIR = re.compile(r"^threshold \((.*)\)$")
 def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
     """A version 1 document as version 2: each criterion gets its ``kind`` (v1 told dual-delta gates by a
     ``"dual_delta "`` metric prefix and wrote diff3's pair threshold into the note), and records their
-    decision fields as they were."""
+    decision fields as they were.
+
+    ``data`` is the JSON document as read, its shape not yet known (the seam before validation checks it)."""
     for case in data.get("cases") or []:
         for c in case.get("criteria") or []:
             metric = c.get("metric", "")
