@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from acceptance.cache import ReferenceCache
 from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
 from acceptance.isolation.worker import WORKER_THREADS
@@ -57,11 +58,9 @@ def jobs_for(jobs: int | None, cases: int, *, isolate: bool, device: torch.devic
     return 1 if not isolate or cases < 2 else min(jobs, cases)
 
 
-def reference_cache(enabled: bool):  # noqa: ANN201 - the cache class loads with torch
+def reference_cache(enabled: bool) -> ReferenceCache:
     """The user's reference cache (:class:`acceptance.cache.ReferenceCache`); a usage error when its folder
     setting is bad."""
-    from acceptance.cache import ReferenceCache
-
     try:
         return ReferenceCache(enabled=enabled)
     except ValueError as exc:
@@ -126,9 +125,12 @@ class Session:
 
             self.folder = OutputFolder(o.out, resume=o.resume, stale=tuple(r.filename for r in REPORTERS))
         try:
-            loaded = [s for s in specs if not isinstance(s, Path)] or load(
-                [p for p in specs if isinstance(p, Path)], meanwhile
-            )
+            loaded = [s for s in specs if not isinstance(s, Path)]
+            if loaded:  # specs loaded by the caller: the work meant for the import check's wait starts now
+                for work in meanwhile:
+                    startup.meanwhile(work)
+            else:
+                loaded = load([p for p in specs if isinstance(p, Path)], meanwhile)
             self.specs = select_tiers(loaded, o.tiers)
             self.cases = select_cases(self.specs, o)
         except BaseException:
