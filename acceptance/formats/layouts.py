@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from acceptance.formats.roleref import Resolver, RoleRef
 
@@ -191,7 +191,7 @@ def with_layouts(fn: Callable, layouts: Sequence) -> Callable:
     the device the inputs arrive on (a device copy of a strided view would be made contiguous)."""
     import torch
 
-    def laid_out(*args: Any, **params: Any) -> Any:
+    def laid_out(*args: object, **params: object) -> object:
         args = tuple(
             apply_layout(a, layout) if layout is not None and isinstance(a, torch.Tensor) else a
             for a, layout in zip(args, list(layouts) + [None] * (len(args) - len(layouts)), strict=False)

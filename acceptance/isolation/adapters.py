@@ -43,13 +43,24 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import torch
 
 from acceptance.errors import SpecError
 from acceptance.formats.roleref import Resolver
 from acceptance.spec.callables import resolve_callable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnxruntime
+
+    from acceptance.spec.kinds import JSONValue
+
+#: A spec's value for one role: ``module:attr``, a declaration (a mapping), or ``None`` (not given).
+RoleValue: TypeAlias = "str | dict[str, JSONValue] | None"
+#: A ``torch.compile`` backend: a graph and its example inputs to the callable that runs the compiled graph.
+Backend: TypeAlias = "Callable[[torch.fx.GraphModule, list[torch.Tensor]], Callable[..., object]]"
 
 #: Seconds a role's setup may take unless its declaration says ``setup_timeout``.
 DEFAULT_SETUP_TIMEOUT = 600.0
@@ -91,7 +102,7 @@ class SetupRef:
         return adapter.setup
 
 
-def default_roles(impl: Any, baseline: Any, oracle: Any) -> tuple[Any, Any, Any]:
+def default_roles(impl: RoleValue, baseline: RoleValue, oracle: RoleValue) -> tuple[RoleValue, RoleValue, RoleValue]:
     """(impl, baseline, oracle) declarations with the defaults of the module docstring filled in: a missing
     baseline is the impl's declaration run eagerly (ONNX: on the CPU provider); a missing oracle, the
     baseline's declaration (it gets float64 inputs). Strings are returned as they are."""
@@ -118,7 +129,7 @@ def setup_of(fn_or_ref: object) -> tuple[Callable | SetupRef, float] | None:
     return None
 
 
-def take_notes(fn: Any) -> list[str]:
+def take_notes(fn: object) -> list[str]:
     """Warnings an adapter (or the adapter behind a bound ``setup``) collected since last asked; [] otherwise."""
     owner = getattr(fn, "__self__", fn)
     return owner.take_notes() if isinstance(owner, Adapter) else []
@@ -166,6 +177,7 @@ class _Compiled:
         mode, inductor_options = options.pop("mode", None), options.pop("options", None)
         self.fullgraph = bool(options.pop("fullgraph", False))
         dynamic = options.pop("dynamic", None)
+        real: Backend
         if backend == "inductor":
             real = torch._TorchCompileInductorWrapper(mode, inductor_options, dynamic)
         else:
@@ -173,26 +185,27 @@ class _Compiled:
         self.graphs = 0
         self.executions = 0
 
-        def counting(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-            compiled = real(gm, example_inputs)
+        def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., object]:
+            compiled: Callable[..., object] = real(gm, example_inputs)
             self.graphs += 1
 
-            def run(*args: Any) -> Any:
+            def run(*args: object) -> object:
                 self.executions += 1
                 return compiled(*args)
 
             if getattr(compiled, "_boxed_call", False):
-                run._boxed_call = True  # inductor's calling convention (a list of arguments)
+                # inductor's calling convention (a list of arguments), the function attribute it reads
+                run.__dict__["_boxed_call"] = True
             return run
 
         _watch_dynamo_log()
         self.fn = torch.compile(fn, backend=counting, fullgraph=self.fullgraph, dynamic=dynamic)
 
 
-def _onnx_numpy_dtype(type_name: str) -> Any:
+def _onnx_numpy_dtype(type_name: str) -> type[np.generic]:
     import numpy as np
 
-    table = {
+    table: dict[str, type[np.generic]] = {
         "tensor(float)": np.float32,
         "tensor(float16)": np.float16,
         "tensor(double)": np.float64,
@@ -214,7 +227,7 @@ class Adapter:
         self.decl, self.spec_path, self.role = dict(decl), Path(spec_path), role
         self.setup_timeout = float(decl.get("setup_timeout", DEFAULT_SETUP_TIMEOUT))
         self._master: torch.nn.Module | None = None
-        self._session: Any = None
+        self._session: onnxruntime.InferenceSession | None = None
         self._fn: Callable | None = None
         self._compiled: _Compiled | None = None
         self._notes: list[str] = []
@@ -275,7 +288,7 @@ class Adapter:
         session = self._session
         feeds = [(i.name, _onnx_numpy_dtype(i.type)) for i in session.get_inputs()]
 
-        def run(*tensors: torch.Tensor, **params: Any) -> Any:
+        def run(*tensors: torch.Tensor, **params: object) -> torch.Tensor | tuple[torch.Tensor, ...]:
             if len(tensors) != len(feeds):
                 raise ValueError(
                     f"the ONNX model takes {len(feeds)} inputs ({', '.join(n for n, _ in feeds)}), "
@@ -304,7 +317,7 @@ class Adapter:
             return self._onnx()
         return resolve_callable(self.decl["fn"], self.spec_path)
 
-    def setup(self, *tensors: torch.Tensor, **params: Any) -> tuple[torch.Tensor, ...]:
+    def setup(self, *tensors: torch.Tensor, **params: object) -> tuple[torch.Tensor, ...]:
         """Prepare the role for a case: build, the user's setup, compile, warm-up. Returns an empty tensor
         (the worker protocol answers with tensors)."""
         fn = self._base(tensors)
@@ -322,17 +335,21 @@ class Adapter:
         return (torch.zeros(0),)
 
     # -- calling ------------------------------------------------------------------------------------
-    def __call__(self, *tensors: torch.Tensor, **params: Any) -> Any:
+    def __call__(self, *tensors: torch.Tensor, **params: object) -> object:
+        """The role's callable on ``tensors`` (its outputs as it returns them: the caller checks them)."""
         if self._fn is None:  # called without a setup (the library API): set up on the first call's inputs
             self.setup(*tensors, **params)
+        fn = self._fn
+        assert fn is not None  # setup sets it
         if self._compiled is None:
-            return self._fn(*tensors, **params)
-        return self._watched(tensors, params)
+            return fn(*tensors, **params)
+        return self._watched(fn, self._compiled, tensors, params)
 
-    def _watched(self, tensors: tuple, params: dict) -> Any:
-        c = self._compiled
+    def _watched(
+        self, fn: Callable, c: _Compiled, tensors: tuple[torch.Tensor, ...], params: dict[str, object]
+    ) -> object:
         graphs, executions, hits, breaks = c.graphs, c.executions, len(_LIMIT_HITS), _graph_breaks()
-        out = self._fn(*tensors, **params)
+        out = fn(*tensors, **params)
         self._calls += 1
         new_breaks = {k: v - breaks.get(k, 0) for k, v in _graph_breaks().items() if v > breaks.get(k, 0)}
         if new_breaks:

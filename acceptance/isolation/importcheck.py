@@ -24,10 +24,13 @@ import signal
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from acceptance.errors import SpecError
 from acceptance.isolation import forkserver
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext
 
 #: Seconds one reference's import may take in the checking process before it is stopped and reported.
 IMPORT_SECONDS = 300.0
@@ -87,7 +90,7 @@ class ImportCheck:
 
     def __init__(self, timeout: float = IMPORT_SECONDS):
         self.timeout = timeout
-        self._proc: Any = None
+        self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: multiprocessing.connection.Connection | None = None  # set once the child runs
         self._answers: dict[tuple, str | None] = {}
         self._sent: deque[tuple] = deque()  # (key, ref, spec_path) asked of the child, in order, unanswered
@@ -115,13 +118,14 @@ class ImportCheck:
             return
         with self._lock:
             self._sent.append((key, ref, str(spec_path)))
-            running = self._conn is not None
-            if running:
-                self._post(self._sent[-1])
+            conn = self._conn
+            running = conn is not None
+            if conn is not None:
+                self._post(conn, self._sent[-1])
         if not running and self._starting is None:
             self._starting = threading.Thread(target=self._start, name="acceptance-import-check", daemon=True)
             self._starting.start()
-        while running and self._sent and self._conn.poll(0):
+        while running and self._sent and self._running()[1].poll(0):
             self._read(0)
 
     def settle(self) -> bool:
@@ -140,9 +144,16 @@ class ImportCheck:
             failed, self._failed = self._failed, None
             raise failed
 
-    def _post(self, item: tuple) -> None:
+    def _running(self) -> tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]:
+        """The child process and this end of its connection: set while questions are unanswered (the child is
+        started for the first question, and again by :meth:`_read` when questions remain after it ended)."""
+        assert self._proc is not None and self._conn is not None, "the import-checking process is not started"
+        return self._proc, self._conn
+
+    @staticmethod
+    def _post(conn: multiprocessing.connection.Connection, item: tuple) -> None:
         try:
-            self._conn.send(item[1:])
+            conn.send(item[1:])
         except OSError:  # the child ended: found when its answers are read
             pass
 
@@ -151,16 +162,17 @@ class ImportCheck:
         and the questions after it go to a fresh child."""
         key, ref, _ = self._sent[0]
         module = ref.rpartition(":")[0]
+        proc, conn = self._running()
         try:
-            if self._conn.poll(timeout):
-                self._answers[key] = self._conn.recv()
+            if conn.poll(timeout):
+                self._answers[key] = conn.recv()
                 self._sent.popleft()
                 return
             problem = f"{ref!r}: importing {module!r} did not finish within {self.timeout:g} s; it was stopped"
         except (EOFError, OSError):  # the child ended while importing
-            self._proc.join(5)
+            proc.join(5)
             problem = (
-                f"{ref!r}: importing {module!r} ended the process importing it ({_ended(self._proc.exitcode)}):"
+                f"{ref!r}: importing {module!r} ended the process importing it ({_ended(proc.exitcode)}):"
                 " the module exits or crashes at import"
             )
         self._answers[key] = problem
@@ -173,7 +185,8 @@ class ImportCheck:
     def _start(self) -> None:
         """Start the child and send it every question asked so far (in the caller, or in a thread)."""
         try:
-            ctx = forkserver.context()
+            # the fork server's context, or the fork context in a job process: both start processes
+            ctx = cast("ForkServerContext | ForkContext", forkserver.context())
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_check, args=(child, os.getpid()), daemon=True, name="acceptance-import-check")
             proc.start()
@@ -184,24 +197,27 @@ class ImportCheck:
         with self._lock:
             self._proc, self._conn = proc, parent
             for item in self._sent:
-                self._post(item)
+                self._post(parent, item)
 
     def close(self) -> None:
         """End the child (a no-op when none runs); questions not answered stay asked."""
         if self._starting is not None:
             self._starting.join()
             self._starting = None
-        if self._proc is not None:
+        proc, conn = self._proc, self._conn  # set together, by _start
+        if proc is not None:
             try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
+                if proc.pid is not None:  # always, once started
+                    os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):  # not yet its own group leader
-                self._proc.kill()
-            self._proc.join(5)
-            self._conn.close()
+                proc.kill()
+            proc.join(5)
+        if conn is not None:
+            conn.close()
         self._proc = self._conn = None
 
     def __enter__(self) -> ImportCheck:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -23,7 +23,7 @@ import time
 import traceback
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import xxhash
@@ -47,7 +47,7 @@ from acceptance.isolation.protocol import (
 from acceptance.isolation.transport import dumps, recv, send
 
 if TYPE_CHECKING:
-    from acceptance.spec.inputs import Recipe
+    from acceptance.spec.inputs import Recipe, RoleInputs
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -406,7 +406,7 @@ def same_outputs(a: Tensors, b: Tensors) -> bool:
     return True
 
 
-def _input_sets(made: Any) -> tuple[Tensors, ...]:
+def _input_sets(made: list[torch.Tensor] | RoleInputs) -> tuple[Tensors, ...]:
     """:func:`acceptance.spec.inputs.input_sets` (imported when a worker first makes inputs)."""
     from acceptance.spec.inputs import input_sets
 

@@ -14,12 +14,23 @@ import io
 import multiprocessing.connection
 import pickle
 import struct
-from typing import Any
+from collections.abc import Callable
+from types import NotImplementedType
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
-def _tensor_from(dtype: torch.dtype, shape: tuple[int, ...], raw: Any) -> torch.Tensor:
+#: What :class:`_Pickler` reduces a tensor to: :func:`_tensor_from` and its arguments.
+_TensorReduce = tuple[
+    Callable[[torch.dtype, tuple[int, ...], "bytes | bytearray"], torch.Tensor],
+    tuple[torch.dtype, tuple[int, ...], "pickle.PickleBuffer | bytes"],
+]
+
+
+def _tensor_from(dtype: torch.dtype, shape: tuple[int, ...], raw: bytes | bytearray) -> torch.Tensor:
     """A fresh, writable, contiguous tensor from its row-major bytes (the other half of :class:`_Pickler`); a
     received ``bytearray`` becomes the tensor's memory as it is."""
     if not len(raw):
@@ -35,7 +46,7 @@ class _Pickler(pickle.Pickler):
     a tensor is copied once on its way, never held twice more by the pickle. The receiver gets contiguous
     tensors."""
 
-    def reducer_override(self, obj: Any) -> Any:
+    def reducer_override(self, obj: object) -> _TensorReduce | NotImplementedType:
         if (
             type(obj) is torch.Tensor
             and obj.layout == torch.strided
@@ -46,7 +57,8 @@ class _Pickler(pickle.Pickler):
             and not obj.is_neg()
         ):
             flat = obj.detach().contiguous().reshape(-1)
-            raw = pickle.PickleBuffer(flat.view(torch.uint8).numpy()) if flat.numel() else b""
+            # an ndarray exports the buffer protocol (its stubs say so from Python 3.12 on only)
+            raw = pickle.PickleBuffer(cast("Buffer", flat.view(torch.uint8).numpy())) if flat.numel() else b""
             return _tensor_from, (obj.dtype, tuple(obj.shape), raw)
         return NotImplemented
 
@@ -54,7 +66,7 @@ class _Pickler(pickle.Pickler):
 _COUNT = struct.Struct("<Q")
 
 
-def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """(the pickle of ``obj`` with the sizes of its out-of-band buffers in front, the buffers)."""
     buffers: list[pickle.PickleBuffer] = []
     buf = io.BytesIO()
@@ -77,7 +89,7 @@ def send(conn: multiprocessing.connection.Connection, message: tuple[bytes, list
         conn.send_bytes(b.raw())
 
 
-def recv(conn: multiprocessing.connection.Connection) -> Any:
+def recv(conn: multiprocessing.connection.Connection) -> Any:  # a pickled payload: its reader checks its type
     """Receive one message of :func:`send`: each buffer read into a fresh ``bytearray``, then unpickled."""
     head = conn.recv_bytes()
     (count,) = _COUNT.unpack_from(head)

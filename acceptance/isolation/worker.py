@@ -56,7 +56,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import torch
 
@@ -79,7 +79,12 @@ from acceptance.isolation.protocol import (
 from acceptance.isolation.serve import RUN_FILES, _changed, _input_sets, call_inputs, remove_written, serve, snapshot
 from acceptance.isolation.transport import dumps, recv, send, size
 
+if TYPE_CHECKING:
+    from acceptance.spec.inputs import Recipe
+
 Tensors = tuple[torch.Tensor, ...]
+#: A batch's inputs: the input sets ((impl's,) or (impl's, reference)), or the recipe the worker makes them from.
+InputSets: TypeAlias = "tuple[Tensors, ...] | Recipe"
 
 #: The inputs a :class:`Call` takes (:class:`acceptance.isolation.protocol.Which`), by name.
 IMPL, REFERENCE, FLOAT64 = Which.IMPL, Which.REFERENCE, Which.FLOAT64
@@ -132,7 +137,7 @@ class Worker:
         # to the current process are a prefix of it
         self._generation = 0  # bumped when a process starts or is killed: a batch sent to an earlier one is lost
         self._free_at = 0.0  # CLOCK_MONOTONIC: the worker may have started its next call from then on
-        self._recipe: Any = None  # the input recipe the worker holds
+        self._recipe: Recipe | None = None  # the input recipe the worker holds
         #: work for this process while an answer is not ready (one piece per call; whether there was one)
         self.idle: Callable[[], bool] | None = None
         self._conn: multiprocessing.connection.Connection | None = None
@@ -186,7 +191,7 @@ class Worker:
     def __enter__(self) -> Worker:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def call(
@@ -214,7 +219,7 @@ class Worker:
         batch = self.submit(trial, (args,), [Call(role, ref, IMPL, params, device)])
         return batch.next(timeout=timeout, limit=limit, names=names)
 
-    def submit(self, trial: int, sets: Any, calls: list[Call[RoleRef]]) -> Batch:
+    def submit(self, trial: int, sets: InputSets, calls: list[Call[RoleRef]]) -> Batch:
         """Send one trial's calls at once; their answers are read in order with :meth:`Batch.next`.
 
         ``sets``: the input tensors, (impl's,) or (impl's, reference), which the calls index by
@@ -272,7 +277,7 @@ SMALL_MESSAGE = 8 * 1024
 class Batch:
     """The answers of one :meth:`Worker.submit`, read in call order."""
 
-    def __init__(self, worker: Worker, trial: int, sets: Any, calls: list[Call[RoleRef]]):
+    def __init__(self, worker: Worker, trial: int, sets: InputSets, calls: list[Call[RoleRef]]):
         self.worker, self.trial, self.sets, self.calls = worker, trial, sets, calls
         self._generation = -1  # the worker process it was sent to (-1: not sent)
         self._sent = 0.0
@@ -292,9 +297,11 @@ class Batch:
         if not w._alive():
             w.close()
             w._start()
-        sets: Any = self.sets
-        if not isinstance(sets, tuple):  # a recipe, sent once per case to each worker
-            sets = Generate(sets if w._recipe is not sets else None, self.trial)
+        sets: tuple[Tensors, ...] | Generate
+        if isinstance(self.sets, tuple):
+            sets = self.sets
+        else:  # a recipe, sent once per case to each worker
+            sets = Generate(self.sets if w._recipe is not self.sets else None, self.trial)
         # plain pickle, never torch's shared-memory reductions: the worker gets a copy it cannot write back through
         message = dumps(Request(sets, tuple(self.calls)))
         if small_only and size(message) > SMALL_MESSAGE:

@@ -28,16 +28,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Final, Literal, TypeVar
 
 import torch
 
 from acceptance.device import synchronize
 from acceptance.formats.roleref import Resolver, RoleRef
 
-#: The timer names a record carries.
-CUDA_EVENTS = "cuda_events"
-PERF_COUNTER = "perf_counter"
+#: The timer names a record carries (:attr:`acceptance.records.PerfRecord.timer`).
+Timer = Literal["cuda_events", "perf_counter"]
+CUDA_EVENTS: Final = "cuda_events"
+PERF_COUNTER: Final = "perf_counter"
+
+#: What the timed callable returns.
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class TimerOptions:
         return tuple(sorted(asdict(self).items()))
 
 
-def timer_of(device: torch.device) -> str:
+def timer_of(device: torch.device) -> Timer:
     """``cuda_events`` on a CUDA device, else ``perf_counter``."""
     return CUDA_EVENTS if device.type == "cuda" else PERF_COUNTER
 
@@ -70,7 +74,7 @@ def _device_of(args: tuple) -> torch.device:
     return next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
 
-def timed_call(fn: Callable, args: tuple, params: dict, device: torch.device) -> tuple[Any, float]:
+def timed_call(fn: Callable[..., T], args: tuple, params: dict, device: torch.device) -> tuple[T, float]:
     """(value, seconds) of one call, timed with CUDA events on a CUDA device, else perf_counter with
     synchronisation (see the module docstring)."""
     if device.type == "cuda":
@@ -88,11 +92,12 @@ def timed_call(fn: Callable, args: tuple, params: dict, device: torch.device) ->
 
 
 def time_calls(
-    fn: Callable, args: tuple, params: dict, device: torch.device, options: TimerOptions
-) -> tuple[Any, list[float], list[float]]:
-    """(last value, warm-up call seconds, timed call seconds): the loop of the module docstring."""
+    fn: Callable[..., T], args: tuple, params: dict, device: torch.device, options: TimerOptions
+) -> tuple[T | None, list[float], list[float]]:
+    """(last value, warm-up call seconds, timed call seconds): the loop of the module docstring (``None`` for the
+    value only if no call ran, which valid options never allow: ``min_runs >= 1``)."""
     warm: list[float] = []
-    value = None
+    value: T | None = None
     while len(warm) < options.warmup or sum(warm) < options.warmup_time:
         value, seconds = timed_call(fn, args, params, device)
         warm.append(seconds)
@@ -111,9 +116,11 @@ class Timed:
         self.fn = fn
         self.options = options
 
-    def __call__(self, *args: Any, **params: Any) -> tuple[torch.Tensor, ...]:
+    def __call__(self, *args: object, **params: object) -> tuple[object, ...]:
+        """The last call's outputs (checked by the worker as any callable's), then the warm-up and timed call
+        seconds."""
         value, warm, runs = time_calls(self.fn, args, params, _device_of(args), self.options)
-        outs = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+        outs: tuple[object, ...] = tuple(value) if isinstance(value, (tuple, list)) else (value,)
         return (*outs, torch.tensor(warm, dtype=torch.float64), torch.tensor(runs, dtype=torch.float64))
 
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import mpmath
 
@@ -28,7 +28,10 @@ if TYPE_CHECKING:
 # torch is imported where a tensor is handled, not here: validating and listing a spec that names an mpmath oracle
 # checks the function's name against this module without loading torch (~1.7 s)
 
-Fn = Callable[..., Any]
+#: A callable of any arguments (a role's, whose outputs the runner checks).
+Fn = Callable[..., object]
+#: An mpmath formula: ``(ctx, *values, **params)`` to an mpmath real (or complex, off the function's domain).
+Formula: TypeAlias = "Callable[..., mpmath.mpf | mpmath.mpc]"
 
 #: Decimal digits of the mpmath oracle when a spec gives none, and the fewest it accepts.
 DEFAULT_DPS = 50
@@ -52,7 +55,7 @@ def float64_inputs(args: tuple) -> tuple:
     return tuple(out)
 
 
-def _float64_outputs(result: Any) -> Any:
+def _float64_outputs(result: object) -> object:
     """Floating tensor outputs as CPU float64; a tuple keeps its shape."""
     import torch
 
@@ -69,7 +72,7 @@ def float64_oracle(fn: Fn) -> Fn:
     This is the default oracle: the baseline callable in float64.
     """
 
-    def oracle(*args: Any, **params: Any) -> Any:
+    def oracle(*args: object, **params: object) -> object:
         return _float64_outputs(fn(*float64_inputs(args), **params))
 
     oracle.__name__ = f"float64({getattr(fn, '__name__', repr(fn))})"
@@ -93,7 +96,7 @@ class Float64Ref:
 # ----------------------------------------------------------------------------
 
 
-def to_float64(x: Any) -> float:
+def to_float64(x: mpmath.mpf | mpmath.mpc) -> float:
     """Round an mpmath real to the nearest float64 (ties to even), subnormals included.
 
     The mpf value is man * 2**exp exactly; ``Fraction`` division of Python
@@ -118,7 +121,7 @@ def to_float64(x: Any) -> float:
     return -out if sign else out
 
 
-def _gelu(ctx: Any, x: Any, approximate: str = "none") -> Any:
+def _gelu(ctx: mpmath.MPContext, x: mpmath.mpf, approximate: str = "none") -> mpmath.mpf:
     """x * Phi(x) = x/2 * erfc(-x/sqrt(2)); 'tanh': x/2 * (1 + tanh w) = x / (1 + exp(-2w)),
     w = sqrt(2/pi) * (x + 0.044715 x^3). Both forms avoid the cancellation of 1 + erf / 1 + tanh
     for x << 0, which a fixed working precision does not cure."""
@@ -130,7 +133,7 @@ def _gelu(ctx: Any, x: Any, approximate: str = "none") -> Any:
 
 #: name -> (high-precision formula (ctx, *args, **params), the float64 torch function for IEEE special points,
 #: by its name under ``torch``). Names not listed map to ``mpmath.<name>`` directly.
-_FUNCTIONS: dict[str, tuple[Fn, str | None]] = {
+_FUNCTIONS: dict[str, tuple[Formula, str | None]] = {
     "exp": (lambda c, x: c.exp(x), "exp"),
     "exp2": (lambda c, x: c.power(2, x), "exp2"),
     "expm1": (lambda c, x: c.expm1(x), "expm1"),
@@ -166,13 +169,14 @@ _FUNCTIONS: dict[str, tuple[Fn, str | None]] = {
 }
 
 
-def _torch_function(path: str) -> Fn:
+def _torch_function(path: str) -> Callable[..., torch.Tensor]:
     """The torch function at ``path`` under ``torch`` (``"exp"``, ``"nn.functional.silu"``)."""
     import torch
 
-    fn: Any = torch
+    fn: object = torch
     for part in path.split("."):
         fn = getattr(fn, part)
+    assert callable(fn)  # every path in _FUNCTIONS names a torch function
     return fn
 
 
@@ -224,7 +228,7 @@ def mpmath_oracle(name: str, dps: int = DEFAULT_DPS) -> Callable[..., torch.Tens
     ctx = mpmath.MPContext()
     ctx.dps = dps
 
-    def oracle(*tensors: torch.Tensor, **params: Any) -> torch.Tensor:
+    def oracle(*tensors: torch.Tensor, **params: object) -> torch.Tensor:
         import torch
 
         _check_params(name, len(tensors), params)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from acceptance.errors import SpecError
 from acceptance.formats.roleref import Resolver
@@ -28,6 +27,8 @@ def _load_file_module(path: Path) -> ModuleType:
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
     name = f"acceptance_specmod_{digest}_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
     module_spec = importlib.util.spec_from_file_location(name, path)
+    # a path ending in .py always gets a spec with a loader (the source file loader)
+    assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[name] = module
     try:
@@ -58,7 +59,7 @@ def resolve_callable(ref: str, spec_path: Path) -> Callable:
         path = (Path(spec_path).parent / module_part).resolve()
         if not path.is_file():
             raise SpecError(f"{ref!r}: no such file {module_part!r} next to the spec ({path})")
-        obj: Any = _load_file_module(path)
+        obj: object = _load_file_module(path)
     else:
         try:
             obj = importlib.import_module(module_part)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -127,26 +126,34 @@ def _tf32(tensors: tuple, rounding: str | None) -> tuple:
     )
 
 
+def _contraction(name: str | None, acc: Accumulate) -> Callable[..., object]:
+    """The emulated contraction ``name`` accumulating as ``acc`` says, called with the baseline's tensors and
+    keyword parameters."""
+    assert name is not None  # the spec sets the contraction with the accumulation (a spec error otherwise)
+    contraction = CONTRACTIONS[name]
+
+    def contracted(*args: object, **params: object) -> object:
+        return contraction(
+            *args,
+            **params,
+            acc_dtype=acc.dtype,
+            chunk=acc.chunk,
+            rounding=acc.rounding,
+            split_k=acc.split_k,
+            fused=acc.fused,
+        )
+
+    return contracted
+
+
 def emulated_baseline(fn: Callable, em: Emulation) -> Callable:
     """``fn`` with ``em`` around it: flushed/TF32 inputs, the emulated contraction in place of ``fn`` when
     ``em.accumulate`` is set, flushed outputs."""
-    acc = em.accumulate
-    contraction = CONTRACTIONS[em.contraction] if acc is not None else None
+    compute = fn if em.accumulate is None else _contraction(em.contraction, em.accumulate)
 
-    def baseline(*args: Any, **params: Any) -> Any:
+    def baseline(*args: object, **params: object) -> object:
         args = _tf32(_flush(args, em.ftz_inputs, em.ftz_keep_sign), em.tf32)
-        if contraction is not None:
-            out = contraction(
-                *args,
-                **params,
-                acc_dtype=acc.dtype,
-                chunk=acc.chunk,
-                rounding=acc.rounding,
-                split_k=acc.split_k,
-                fused=acc.fused,
-            )
-        else:
-            out = fn(*args, **params)
+        out = compute(*args, **params)
         if em.ftz_outputs is None:
             return out
         flushed = _flush(tuple(out) if isinstance(out, (tuple, list)) else (out,), em.ftz_outputs, em.ftz_keep_sign)
@@ -159,7 +166,7 @@ def emulated_baseline(fn: Callable, em: Emulation) -> Callable:
 def emulated_oracle(fn: Callable, em: Emulation) -> Callable:
     """``fn`` on inputs flushed as ``em`` flushes them (the only part of an emulation the oracle shares)."""
 
-    def oracle(*args: Any, **params: Any) -> Any:
+    def oracle(*args: object, **params: object) -> object:
         return fn(*_flush(args, em.ftz_inputs, em.ftz_keep_sign), **params)
 
     oracle.__name__ = f"flushed({getattr(fn, '__name__', 'oracle')})"
