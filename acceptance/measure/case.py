@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, cast, overload
+from typing import Literal, TypedDict, cast, overload
 
 import numpy as np
 import torch
@@ -306,7 +306,7 @@ def begin(
     executor = worker if worker is not None else engine.InProcess()
     refs = references.for_case(case, roles, worker) if references is not None else None
     # read from the cache or made where they are used (in the worker: overlapped with measuring the previous trial)
-    make: Callable[[int], Any] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
+    make: Callable[[int], engine.Made] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
     run = engine.run_trials(
         roles,
         make,
