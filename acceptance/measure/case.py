@@ -53,6 +53,7 @@ from acceptance.records import (
     Timing,
     UlpStats,
 )
+from acceptance.records.base import JSON
 from acceptance.spec import Case, Rules
 from acceptance.spec.defaults import DualDeltaSettings
 from acceptance.spec.inputs import Recipe
@@ -185,7 +186,7 @@ class _Identity(TypedDict):
     category: str
     spec_file: str
     dtype: str
-    params: dict[str, object]
+    params: dict[str, JSON]
     trials: int
     seed: int
     waiver: str | None
