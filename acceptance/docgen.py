@@ -152,7 +152,7 @@ def type_name(annotation: object) -> str:
         return f"list[{type_name(args[0])}]" if args else "list"
     if origin is dict:
         return f"dict[{type_name(args[0])}, {type_name(args[1])}]" if args else "dict"
-    return "any" if annotation is Any else getattr(annotation, "__name__", str(annotation))
+    return "any" if annotation is Any else getattr(annotation, "__name__", str(annotation))  # a field typed Any
 
 
 def attribute_docs(model: type) -> dict[str, str]:

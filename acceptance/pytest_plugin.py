@@ -169,7 +169,7 @@ def _imports(config: pytest.Config) -> ImportCheck | None:
 class CaseItem(pytest.Item):
     """One case of a spec: measured, decided, and reported as a pytest outcome."""
 
-    def __init__(self, *, case: Case, **kwargs: Any):
+    def __init__(self, *, case: Case, **kwargs: Any):  # a seam: pytest's node arguments, passed through
         """``kwargs``: pytest's own node arguments from ``from_parent``, passed through as they come (a seam)."""
         super().__init__(**kwargs)
         self.case = case

@@ -21,8 +21,9 @@ and oracle values at full precision.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+import numpy.typing as npt
 import torch
 
 from acceptance.decide.verdict import bits_criteria, threshold_criteria
@@ -34,12 +35,20 @@ from acceptance.spec.defaults import BIT_EXACT_CATEGORIES, Rules, thresholds_for
 from acceptance.spec.model import CATEGORIES
 from acceptance.wording import criterion_text, fmt, worst_element_text
 
+if TYPE_CHECKING:
+    from acceptance.formats.dtypes import DTypeSpec
+    from acceptance.numerics.metrics.registry import Value
+    from acceptance.spec.overrides import ThresholdOverride
+
+#: What the assertion compares: a tensor, or anything ``torch.as_tensor`` reads (a NumPy array, nested lists).
+TensorLike = torch.Tensor | npt.ArrayLike
+
 
 class AccuracyError(AssertionError):
     """``actual`` is not accurate enough; the message lists the failed criteria and the worst element."""
 
 
-def _tensor(x: Any, name: str) -> torch.Tensor:
+def _tensor(x: TensorLike, name: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x.detach()
     try:
@@ -48,19 +57,19 @@ def _tensor(x: Any, name: str) -> torch.Tensor:
         raise TypeError(f"{name}: expected a tensor or an array, got {type(x).__name__} ({exc})") from None
 
 
-def _listed(measured: dict[str, Any]) -> dict[str, MetricValue]:
+def _listed(measured: dict[str, Value]) -> dict[str, MetricValue]:
     """Metric values as a record holds them: tuples (diff3, diff4) as lists."""
     return {m: (list(v) if isinstance(v, tuple) else v) for m, v in measured.items()}
 
 
 def assert_accurate(
-    actual: Any,
-    expected: Any,
+    actual: TensorLike,
+    expected: TensorLike,
     *,
-    oracle: Any = None,
+    oracle: TensorLike | None = None,
     category: str = "composite",
-    dtype: Any = None,
-    thresholds: dict[str, Any] | None = None,
+    dtype: DTypeSpec | None = None,
+    thresholds: dict[str, ThresholdOverride] | None = None,
 ) -> None:
     """Raise :class:`AccuracyError` unless ``actual`` passes the fixed criteria of ``category`` against
     ``expected`` (the same-dtype reference), oracle-aware when ``oracle`` (a float64 result) is given.
@@ -81,13 +90,13 @@ def assert_accurate(
 
 
 def accuracy_failure(
-    actual: Any,
-    expected: Any,
+    actual: TensorLike,
+    expected: TensorLike,
     *,
-    oracle: Any = None,
+    oracle: TensorLike | None = None,
     category: str = "composite",
-    dtype: Any = None,
-    thresholds: dict[str, Any] | None = None,
+    dtype: DTypeSpec | None = None,
+    thresholds: dict[str, ThresholdOverride] | None = None,
 ) -> str | None:
     """The failure message of :func:`assert_accurate` for these arguments, or ``None`` when ``actual`` passes."""
     e, b = _tensor(actual, "actual"), _tensor(expected, "expected")

@@ -113,9 +113,6 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-Change = Literal["same", "regressed", "fixed", "changed", "new", "removed"]
-
-
 def _change(base: str | None, new: str | None) -> Change:
     if base is None:
         return "new"

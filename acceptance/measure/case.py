@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, cast, overload
+from typing import Literal, TypedDict, cast, overload
 
 import numpy as np
 import torch
@@ -53,6 +53,7 @@ from acceptance.records import (
     Timing,
     UlpStats,
 )
+from acceptance.records.base import JSON
 from acceptance.spec import Case, Rules
 from acceptance.spec.defaults import DualDeltaSettings
 from acceptance.spec.inputs import Recipe
@@ -185,7 +186,7 @@ class _Identity(TypedDict):
     category: str
     spec_file: str
     dtype: str
-    params: dict[str, object]
+    params: dict[str, JSON]
     trials: int
     seed: int
     waiver: str | None
@@ -306,7 +307,7 @@ def begin(
     executor = worker if worker is not None else engine.InProcess()
     refs = references.for_case(case, roles, worker) if references is not None else None
     # read from the cache or made where they are used (in the worker: overlapped with measuring the previous trial)
-    make: Callable[[int], Any] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
+    make: Callable[[int], engine.Made] = refs.recipe(case, n_trials) if refs is not None else Recipe(case)
     run = engine.run_trials(
         roles,
         make,

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import torch
 
@@ -45,13 +45,58 @@ from acceptance.isolation.worker import FLOAT64, IMPL, REFERENCE, Call, call_inp
 from acceptance.numerics import metrics
 from acceptance.numerics.oracle import float64_inputs
 from acceptance.records import Timing
-from acceptance.spec.inputs import Recipe, input_sets
+from acceptance.spec.inputs import Recipe, RoleInputs, input_sets
+
+if TYPE_CHECKING:
+    from acceptance.protocols import ReferenceSource
 
 Tensors = tuple[torch.Tensor, ...]
+
+#: One trial's inputs as made (:func:`acceptance.spec.inputs.generate`): the tensors, or a :class:`RoleInputs` pair.
+Made = list[torch.Tensor] | RoleInputs
+
+#: What an executor's batch runs on: the trial's input sets ((impl's,) or (impl's, reference)), or the case's
+#: :class:`acceptance.spec.inputs.Recipe` for a worker to make them.
+InputSets = tuple[Tensors, ...] | Recipe
+
+#: A role as an executor takes it: the callable itself (:class:`InProcess`) or a reference a worker resolves
+#: (:class:`acceptance.formats.roleref.RoleRef`). The case's :class:`Roles` and its executor are chosen together.
+RoleArg = Any  # a seam: a callable for InProcess, a RoleRef for a Worker
+
+
+class Answers(Protocol):
+    """A batch of calls sent together, answered in order (:class:`acceptance.isolation.worker.Batch`)."""
+
+    def next(
+        self, *, timeout: float = ..., limit: float | None = ..., names: list[str] | None = ...
+    ) -> tuple[Tensors, float]: ...
+
+
+class Executes(Protocol):
+    """Runs a case's roles: :class:`InProcess`, or a :class:`acceptance.isolation.worker.Worker`."""
+
+    def call(
+        self,
+        role: str,
+        fn: RoleArg,
+        trial: int,
+        args: Tensors,
+        params: dict,
+        *,
+        device: torch.device,
+        timeout: float = ...,
+        limit: float | None = ...,
+        names: list[str] | None = ...,
+    ) -> tuple[Tensors, float]: ...
+
+    def submit(self, trial: int, sets: InputSets, calls: list[Call[RoleArg]]) -> Answers: ...
 
 
 #: How :class:`Roles` names each callable: a role reference for a worker, the callable itself in this process.
 R = TypeVar("R")
+
+#: Where a case's baseline and oracle outputs are kept (:class:`acceptance.protocols.ReferenceSource`).
+S = TypeVar("S", bound="ReferenceSource")
 
 
 @dataclass(frozen=True)
@@ -107,7 +152,7 @@ def _deadline(seconds: float, role: str, trial: int):
         signal.signal(signal.SIGALRM, previous)
 
 
-def _outputs(value: Any, role: str, trial: int) -> Tensors:
+def _outputs(value: object, role: str, trial: int) -> Tensors:
     outs = value if isinstance(value, (tuple, list)) else (value,)
     if not outs:
         raise CaseError(f"{role} returned no output in trial {trial}")
@@ -162,9 +207,10 @@ class InProcess:
         self.notes += adapters.take_notes(fn)
         return out, time.perf_counter() - started
 
-    def submit(self, trial: int, sets: tuple[Tensors, ...], calls: list[Call]) -> _Deferred:
+    def submit(self, trial: int, sets: InputSets, calls: list[Call[Callable]]) -> _Deferred:
         """The calls of one trial, made one by one as their answers are read (see
         :class:`acceptance.isolation.worker.Batch`)."""
+        assert not isinstance(sets, Recipe)  # never a recipe: this executor is not concurrent, the engine makes inputs
         return _Deferred(self, trial, sets, calls)
 
     def close(self) -> None:
@@ -175,7 +221,7 @@ class _Deferred:
     """:class:`acceptance.isolation.worker.Batch` for an executor that calls in this process: each call is made when its
     answer is read."""
 
-    def __init__(self, executor: InProcess, trial: int, sets: tuple[Tensors, ...], calls: list[Call]):
+    def __init__(self, executor: InProcess, trial: int, sets: tuple[Tensors, ...], calls: list[Call[Callable]]):
         self.executor, self.trial, self.sets, self.calls, self._read = executor, trial, sets, calls, 0
 
     def next(
@@ -242,12 +288,12 @@ class _Planned:
 
     index: int
     reference: Tensors
-    batch: Any
+    batch: Answers
     cached_base: Tensors | None
     cached_oracle: Tensors | None
 
 
-class TrialRun:
+class TrialRun(Generic[S]):
     """The trials of one case, iterated in order (see :func:`run_trials`).
 
     :meth:`start` sends the first trial's calls before iteration begins (e.g. while the caller is still
@@ -259,7 +305,7 @@ class TrialRun:
     def __init__(
         self,
         roles: Roles,
-        make_inputs: Callable[[int], Any],
+        make_inputs: Callable[[int], Made],
         trials: int,
         *,
         device: torch.device,
@@ -270,11 +316,11 @@ class TrialRun:
         baseline_timeout: float,
         oracle_timeout: float,
         timing: Timing,
-        executor: Any,
+        executor: Executes,
         names: list[str] | None,
         baseline_repeats: int,
         role_params: dict[str, dict],
-        references: Any,
+        references: S | None,
     ):
         self.roles, self.make_inputs, self.trials, self.device, self.oracle = roles, make_inputs, trials, device, oracle
         self.repeats, self.baseline_repeats, self.names, self.references = repeats, baseline_repeats, names, references
@@ -294,8 +340,8 @@ class TrialRun:
         t = self._sent
         roles, references, cpu = self.roles, self.references, torch.device("cpu")
         reference: Tensors = ()
-        if self.remote and not (t == 0 and needs_setup(roles, self.oracle)):
-            sets: Any = self.make_inputs  # the worker makes the inputs
+        if self.remote and isinstance(self.make_inputs, Recipe) and not (t == 0 and needs_setup(roles, self.oracle)):
+            sets: InputSets = self.make_inputs  # the worker makes the inputs (remote: a recipe)
         else:
             sets = input_sets(self.make_inputs(t))
             reference = sets[-1]
@@ -342,7 +388,8 @@ class TrialRun:
         the worker makes the inputs and they are small (:data:`START_BYTES`), else one."""
         if self._sent:
             return
-        small = self.remote and 8 * sum(math.prod(s) for s in self.make_inputs.case.shapes) <= START_BYTES
+        recipe = self.make_inputs if self.remote and isinstance(self.make_inputs, Recipe) else None
+        small = recipe is not None and 8 * sum(math.prod(s) for s in recipe.case.shapes) <= START_BYTES
         for _ in range(min(self.trials, WINDOW if small else 1)):
             self._submit()
 
@@ -396,7 +443,7 @@ class TrialRun:
 
 def run_trials(
     roles: Roles,
-    make_inputs: Callable[[int], Tensors],
+    make_inputs: Callable[[int], Made],
     trials: int,
     *,
     device: torch.device,
@@ -407,12 +454,12 @@ def run_trials(
     baseline_timeout: float = math.inf,
     oracle_timeout: float = math.inf,
     timing: Timing | None = None,
-    executor: Any = None,
+    executor: Executes | None = None,
     names: list[str] | None = None,
     baseline_repeats: int = 0,
     role_params: dict[str, dict] | None = None,
-    references: Any = None,
-) -> TrialRun:
+    references: S | None = None,
+) -> TrialRun[S]:
     """The ``trials`` trials of a case, each one's tensors in turn when iterated (see the module docstring).
 
     ``executor`` calls the roles (:class:`InProcess`, the default, or a
@@ -472,7 +519,7 @@ def _setup(
     roles: Roles,
     inputs: Tensors,
     reference: Tensors,
-    executor: Any,
+    executor: Executes,
     kwargs: dict[str, dict],
     device: torch.device,
     timing: Timing,
@@ -503,7 +550,7 @@ def against_oracle(
     *,
     batch: metrics.Batch | None = None,
     free: bool = True,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], torch.Tensor]:
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], torch.Tensor]:  # values as metrics.Batch gives them
     """One output of one trial against the float64 oracle ``o``: (err(e, o), err(b, o), err(round(o), o), round(o)).
 
     Errors are the metrics ``names`` (all when ``None``) with ULP counted in

@@ -43,8 +43,8 @@ import dataclasses
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -52,9 +52,13 @@ from acceptance.cache import FingerprintError, FingerprintRef, ReferenceCache, c
 from acceptance.cache.store import QUEUED_BYTES, shared
 from acceptance.errors import CaseError
 from acceptance.formats import dtypes
-from acceptance.isolation.worker import IMPL, Call
+from acceptance.formats.roleref import RoleRef
+from acceptance.isolation.worker import IMPL, Call, Worker
 from acceptance.spec import CallableRef, Case
-from acceptance.spec.inputs import Recipe
+from acceptance.spec.inputs import Recipe, RoleInputs
+
+if TYPE_CHECKING:
+    from acceptance.measure.engine import Roles
 
 Tensors = tuple[torch.Tensor, ...]
 
@@ -97,12 +101,12 @@ PACK_TRIAL_BYTES = 1 << 20
 PACK_BYTES = 32 << 20
 
 
-def _answered_hex(outs: Any) -> str:
+def _answered_hex(outs: Tensors) -> str:
     """The hex digest a worker's fingerprint call answers (its ASCII bytes as a uint8 tensor)."""
     return bytes(outs[0].numpy()).decode("ascii")
 
 
-def _fingerprint_hex(fn: Callable) -> str:
+def _fingerprint_hex(fn: Callable[..., object]) -> str:
     return hashlib.sha256(canonical_json(callable_fingerprint(fn)).encode()).hexdigest()
 
 
@@ -135,7 +139,7 @@ def spec_part(case: Case) -> str | None:
     return None if " at 0x" in text else text
 
 
-def _sorted(value: Any) -> Any:
+def _sorted(value: object) -> object:
     """``value`` with every mapping turned into its items sorted by key (a repr independent of insertion order)."""
     if isinstance(value, dict):
         return sorted(((repr(k), _sorted(v)) for k, v in value.items()), key=lambda kv: kv[0])
@@ -147,7 +151,7 @@ class CaseReferences:
     input generation (:meth:`inputs`). ``fns`` maps "baseline"/"oracle" to the callable's fingerprint (``None``:
     not cached); ``base`` is ``None`` when the case is not cached at all."""
 
-    def __init__(self, cache: ReferenceCache, base: dict[str, Any] | None, fns: dict[str, str | None]):
+    def __init__(self, cache: ReferenceCache, base: dict[str, str | int] | None, fns: dict[str, str | None]):
         self.cache = cache
         self.base = base
         self.fns = fns
@@ -163,7 +167,7 @@ class CaseReferences:
         return self.base is not None and self.cache.enabled and (role == "inputs" or self.fns.get(role) is not None)
 
     def _key(self, role: str, trial: int | str) -> str | None:
-        if not self._stored(role):
+        if self.base is None or not self._stored(role):
             return None
         return key(role=role, trial=trial, fn=self.fns.get(role), **self.base)
 
@@ -202,7 +206,9 @@ class CaseReferences:
             self._fresh_bytes[role] = held + nbytes - (_nbytes(fresh[trial]) if trial in fresh else 0)
             fresh[trial] = tensors  # the key is computed for the pack only, when it is written
         else:
-            self.cache.put(self._key(role, trial), tensors)
+            k = self._key(role, trial)
+            assert k is not None  # the role is stored (checked above), so its trials have keys
+            self.cache.put(k, tensors)
         return tensors
 
     def close(self) -> None:
@@ -231,7 +237,8 @@ class CaseReferences:
         if per_trial <= PACK_TRIAL_BYTES and trials * per_trial <= PACK_BYTES:
             keys: dict[int | str, str] = {"all": pack}
         else:
-            keys = {k: self._key("inputs", k) for k in range(trials)}
+            # every trial's key is a str: the inputs are stored (their pack has a key)
+            keys = {k: cast(str, self._key("inputs", k)) for k in range(trials)}
         self._recipe = CachedRecipe(case, self.cache, keys, trials)
         return self._recipe
 
@@ -278,7 +285,7 @@ class CachedRecipe(Recipe):
         self._seen: set[int] = set()  # trials read or made
         self._due = False  # every trial read or made, some made: the pack is to be written
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         return {
             "case": self.case,
             "root": self.root,
@@ -287,7 +294,7 @@ class CachedRecipe(Recipe):
             "trials": self.trials,
         }
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._store = None
         self._forget()
@@ -297,7 +304,7 @@ class CachedRecipe(Recipe):
             self._store = shared(self.root, self.max_bytes)
         return self._store
 
-    def __call__(self, trial: int) -> Any:
+    def __call__(self, trial: int) -> list[torch.Tensor] | RoleInputs:
         if "all" not in self.keys:
             k = self.keys.get(trial)
             found = self._cache().get(k) if k is not None else None
@@ -340,7 +347,7 @@ class CachedRecipe(Recipe):
         self._cache().put_later(self.keys["all"], _packed(trials))  # its own copies: nothing changes them
 
 
-def _nbytes(tensors: Tensors) -> int:
+def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -370,9 +377,9 @@ class RunReferences:
 
     def __init__(self, cache: ReferenceCache | None = None):
         self.cache = cache if cache is not None else ReferenceCache(enabled=False)
-        self._fps: dict[Any, str | None] = {}
+        self._fps: dict[Hashable, str | None] = {}  # RoleRef (worker), id of a callable (in process) -> fingerprint
 
-    def _fingerprint(self, role: str, ref: Any, worker: Any) -> str | None:
+    def _fingerprint(self, role: str, ref: RoleRef | Callable[..., object], worker: Worker | None) -> str | None:
         """Fingerprint of a role's callable: resolved in the worker (``ref`` a
         :class:`acceptance.formats.roleref.RoleRef`) or, without one, ``ref`` is the callable itself. ``None``
         when it cannot be identified."""
@@ -382,11 +389,11 @@ class RunReferences:
         found: str | None = None
         try:
             if worker is None:
-                found = _fingerprint_hex(ref)
+                found = _fingerprint_hex(cast(Callable[..., object], ref))  # no worker: the callable itself
             else:
                 outs, _ = worker.call(
                     f"{role} fingerprint",
-                    FingerprintRef(ref),
+                    FingerprintRef(cast(RoleRef, ref)),  # a worker's roles are references
                     0,
                     (),
                     {},
@@ -399,7 +406,7 @@ class RunReferences:
         self._fps[memo] = found
         return found
 
-    def prefetch(self, roles: Iterable[Any], worker: Any) -> None:
+    def prefetch(self, roles: Iterable[Roles], worker: Worker | None) -> None:
         """Fingerprint the baseline and oracle callables of every :class:`acceptance.measure.engine.Roles` in ``roles``
         (worker references) not known yet, in one batch to the idle ``worker``: one round trip at the start of
         a run instead of one whenever a case names a callable first, and every case can then get ready while
@@ -407,7 +414,7 @@ class RunReferences:
         a fingerprint, as :meth:`_fingerprint` does; the callables after it are fingerprinted when needed."""
         if not self.cache.enabled or worker is None or worker.in_flight:
             return
-        todo: dict[Any, str] = {} if GENERATOR_REF in self._fps else {GENERATOR_REF: "generator"}
+        todo: dict[RoleRef, str] = {} if GENERATOR_REF in self._fps else {GENERATOR_REF: "generator"}
         for r in roles:
             for role, ref in (("baseline", r.baseline), ("oracle", r.oracle)):
                 try:
@@ -429,14 +436,14 @@ class RunReferences:
                 batch.discard()
                 return
 
-    def known(self, roles: Any, worker: Any = None) -> bool:
+    def known(self, roles: Roles, worker: Worker | None = None) -> bool:
         """Whether :meth:`for_case` for ``roles`` needs no call (the cache is off, or both fingerprints are
         known), so that it may run while the worker is busy with another case."""
         if not self.cache.enabled:
             return True
         return all((ref if worker is not None else id(ref)) in self._fps for ref in (roles.baseline, roles.oracle))
 
-    def for_case(self, case: Case, roles: Any, worker: Any = None) -> CaseReferences:
+    def for_case(self, case: Case, roles: Roles, worker: Worker | None = None) -> CaseReferences:
         """The references of ``case`` whose callables are ``roles`` (an :class:`acceptance.measure.engine.Roles` of
         references when ``worker`` runs them, of callables otherwise)."""
         if not self.cache.enabled:

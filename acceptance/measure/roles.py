@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from acceptance.formats import presets
 from acceptance.formats.layouts import LayoutRef
@@ -29,7 +29,11 @@ from acceptance.measure import determinism
 from acceptance.measure.engine import Trial
 from acceptance.numerics.emulate import roles as emulation
 from acceptance.numerics.oracle import DEFAULT_DPS, Float64Ref, MpmathRef
+from acceptance.records import Determinism
 from acceptance.spec import CallableRef, Case, OperatorSpec
+
+if TYPE_CHECKING:
+    from acceptance.spec.kinds import JSONValue
 
 #: Impl runs per trial where an impl is not atomic_add (atomic_add uses the spec's ``atomic_runs``).
 IMPL_RUNS = 2
@@ -60,12 +64,13 @@ def _declared(spec: OperatorSpec) -> bool:
     return any(isinstance(r, dict) and "mpmath" not in r for r in (spec.impl, spec.baseline, spec.oracle))
 
 
-def _ref_of(decl: Any, spec: OperatorSpec, role: str) -> RoleRef | None:
+def _ref_of(decl: str | dict[str, JSONValue] | None, spec: OperatorSpec, role: str) -> RoleRef | None:
     """The reference of one role's value in a spec: a declaration, an mpmath oracle section or ``module:attr``."""
     if isinstance(decl, dict):
         if "mpmath" not in decl:
             return AdapterRef.of(decl, spec.path, role)
-        return MpmathRef(decl["mpmath"], decl.get("dps", DEFAULT_DPS))
+        # the spec's schema checked the section: a function name and an int of digits
+        return MpmathRef(cast(str, decl["mpmath"]), cast(int, decl.get("dps", DEFAULT_DPS)))
     return CallableRef(decl, str(spec.path)) if decl else None
 
 
@@ -98,6 +103,15 @@ def resolve_roles(spec: OperatorSpec) -> tuple[Callable, ...]:
     return resolved(role_refs(spec))
 
 
+class ExtraFields(TypedDict):
+    """The fields of a measured case that :class:`Extras` fills in."""
+
+    determinism: Determinism
+    emulation: str | None
+    oracle_range: str | None
+    layouts: dict[str, str]
+
+
 class Extras:
     """Determinism of impl and baseline and the oracle's range over the trials of one case."""
 
@@ -126,11 +140,11 @@ class Extras:
     def error(self) -> str | None:
         return determinism.baseline_error(self.baseline)
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> ExtraFields:
         spec = self.case.spec
         em = spec.emulate.get(self.case.dtype)
         must = determinism.required(spec.category, spec.deterministic)
-        return dict(
+        return ExtraFields(
             determinism=determinism.record(self.impl, self.baseline, must=must),
             emulation=em.describe() if em is not None else None,
             oracle_range=self.oracle_range(),

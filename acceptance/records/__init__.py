@@ -19,11 +19,11 @@ records; run comparison) and are all importable from here.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import ConfigDict
 
-from acceptance.records.base import SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Verdict, json_float
+from acceptance.records.base import JSON, SCHEMA_VERSION, VERDICT_ORDER, JFloat, MetricValue, Verdict, json_float
 from acceptance.records.base import Model as _Model
 from acceptance.records.comparison import CaseComparison, Comparison, MetricRatio, PerfRatio
 from acceptance.records.perf import PerfRecord
@@ -392,8 +392,7 @@ class MeasuredCase(_Model):
     """Path of the spec file."""
     dtype: str
     """Test dtype."""
-    # a seam: the spec's symbols and params, JSON values of any shape (the spec stage validates them)
-    params: dict[str, Any]
+    params: dict[str, JSON]
     """The case symbols, and the case's own params under 'params'."""
     trials: int
     """Trials run."""
@@ -461,8 +460,7 @@ class CaseResult(_Model):
     """Path of the spec file."""
     dtype: str
     """Test dtype."""
-    # a seam: the spec's symbols and params, JSON values of any shape (the spec stage validates them)
-    params: dict[str, Any]
+    params: dict[str, JSON]
     """The case symbols, e.g. {'M': 128, 'K': 4097}, and the case's own params under 'params'."""
     trials: int
     """Trials run."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 
 from pydantic import BaseModel, ConfigDict, PlainSerializer
+from typing_extensions import TypeAliasType
 
 SCHEMA_VERSION = 2
 
@@ -28,6 +29,13 @@ JFloat = Annotated[float, PlainSerializer(json_float)]
 #: One metric value: a float, or a tuple of floats for ``diff3`` (m1, m2) and
 #: ``diff4`` (p1, p2, n).
 MetricValue = JFloat | list[JFloat] | None
+
+#: Plain data as JSON holds it: null, booleans, numbers, strings, lists and string-keyed mappings (a case's
+#: symbols and params).
+if TYPE_CHECKING:
+    JSON: TypeAlias = "None | bool | int | float | str | list[JSON] | dict[str, JSON]"
+else:  # the same alias as pydantic validates it (recursive)
+    JSON = TypeAliasType("JSON", Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]])  # noqa: UP007
 
 
 class Model(BaseModel):

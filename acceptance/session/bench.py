@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -133,7 +133,7 @@ class Bencher:
 
     def __post_init__(self) -> None:
         self.worker: Worker | None = Worker(memory_limit=self.memory_limit) if self.isolate else None
-        self.executor: Any = self.worker if self.isolate else engine.InProcess()
+        self.executor: engine.Executes = self.worker if self.worker is not None else engine.InProcess()
 
     def close(self) -> None:
         if self.worker is not None:
@@ -144,7 +144,7 @@ class Bencher:
     ) -> tuple[list[float], list[float]]:
         """(warm-up seconds, timed seconds) of ``ref``'s callable in the timing loop, where it runs."""
         timed = TimedRef(ref, self.options.key())
-        fn: Any = timed if self.isolate else fresh(timed)
+        fn: TimedRef | Callable = timed if self.isolate else fresh(timed)
         outs, _ = self.executor.call(role, fn, 0, args, params, device=self.device, timeout=timeout, limit=timeout)
         if len(outs) < 2:
             raise CaseError(f"{role} returned no timings")

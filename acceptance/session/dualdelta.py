@@ -24,18 +24,21 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import torch
 
 from acceptance.decide import verdict
 from acceptance.errors import CaseError
-from acceptance.measure.engine import Roles, against_oracle, run_trials
+from acceptance.measure.engine import Roles, TrialRun, against_oracle, run_trials
 from acceptance.numerics import metrics, stats
 from acceptance.numerics.factors import DEFAULT_ALPHA, default_factor
 from acceptance.numerics.oracle import float64_oracle
 from acceptance.records import DualDeltaRecord, Timing
+
+if TYPE_CHECKING:
+    from acceptance.protocols import ReferenceSource
 
 ErrorFn = Callable[[torch.Tensor, torch.Tensor], float]
 ErrorSpec = str | ErrorFn | Sequence[str | ErrorFn]
@@ -190,7 +193,7 @@ def _all_tensors(value: object) -> TypeGuard[tuple[torch.Tensor, ...] | list[tor
 
 def _inputs(
     generate_input: Callable[[torch.Generator], object], seed: int, trial: int, dtype: torch.dtype | None
-) -> tuple[torch.Tensor, ...]:
+) -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(trial_seed(seed, trial))
     try:
         raw = generate_input(gen)
@@ -202,7 +205,7 @@ def _inputs(
     args = tuple(a.detach().cpu() for a in given)
     if dtype is not None:
         args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
-    return args
+    return list(args)
 
 
 # ----------------------------------------------------------------------------
@@ -269,7 +272,7 @@ def dual_delta(
     d1: list[list[list[float]]] = []  # [trial][output][error]
     d2: list[list[list[float]]] = []
     fr: list[list[list[float]]] = []
-    trials = run_trials(
+    trials: TrialRun[ReferenceSource] = run_trials(
         roles,
         lambda t: _inputs(generate_input, seed, t, dtype),
         num_tests,
@@ -325,7 +328,7 @@ def dual_delta(
     )
 
 
-def _number(name: str, value: Any) -> float:
+def _number(name: str, value: Any) -> float:  # a seam: a user's get_error return, checked here
     """``value`` as a float: the seam where a user's ``get_error`` return, of any type, is checked."""
     try:
         return float(value)

@@ -156,7 +156,7 @@ def _merged_waivers(parts: list[Results]) -> list[WaiverRecord]:
 _V1_PAIR = re.compile(r"^threshold \((.*)\)$")
 
 
-def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:  # a seam: JSON as read, before validation
     """A version 1 document as version 2: each criterion gets its ``kind`` (v1 told dual-delta gates by a
     ``"dual_delta "`` metric prefix and wrote diff3's pair threshold into the note), and records their
     decision fields as they were.

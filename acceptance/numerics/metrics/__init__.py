@@ -119,7 +119,7 @@ def load_array(path: str | Path) -> ArrayLike:
     return operand(value, str(path))
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # a seam: a lazily loaded attribute, looked up by name
     """``Batch`` and ``compute_many`` (:mod:`acceptance.numerics.metrics.many`), loaded with the engines on first
     use (typed ``Any``: a lazily loaded attribute, looked up by name)."""
     if name in ("Batch", "compute_many"):
