@@ -184,3 +184,12 @@ def worst_element_text(w: WorstElement) -> str:
     else:
         text += f", |e-b| = {fmt(w.abs_error)}"
     return text
+
+
+def seconds(s: float) -> str:
+    """Seconds in the unit that reads best: s, ms or us, three significant digits."""
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} us"

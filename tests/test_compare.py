@@ -16,6 +16,7 @@ from acceptance.decide import regression as compare_mod
 from acceptance.decide import verdict
 from acceptance.device import resolve_device
 from acceptance.records import Results
+from acceptance.report import comparison as comparison_report
 from acceptance.session import provenance
 from acceptance.session.run import run_cases
 
@@ -141,7 +142,7 @@ def test_verdict_changes_and_waivers_that_can_go(seeds):
     assert change["exp_perturbed[float32-N=5]"] == "new"
     assert cmp.regressions[0] == f"{first.id}: pass -> fail"
     assert cmp.waivers_passing == [second.id]
-    md = compare_mod.markdown(cmp)
+    md = comparison_report.markdown(cmp)
     assert "REGRESSION" in md and f"| {first.id.replace('[', '[')} | pass | fail | regressed |" in md
     assert "Waivers that can go" in md
 

@@ -141,6 +141,7 @@ def compare_cmd(
     """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, timings NEW/BASE,
     waivers that can go. Exit 1 on a regression."""
     from acceptance.decide import regression as compare_mod
+    from acceptance.report.comparison import markdown
     from acceptance.session import results as results_mod
 
     if not max_ratio > 1:
@@ -153,7 +154,7 @@ def compare_cmd(
         base_label=str(base),
         max_slowdown=max_slowdown,
     )
-    text = compare_mod.markdown(cmp)
+    text = markdown(cmp)
     if markdown_path is not None and str(markdown_path) != "-":
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(text, encoding="utf-8")

@@ -51,7 +51,6 @@ from typing import Literal
 from acceptance.decide.limits import MAX_RATIO, MAX_SLOWDOWN
 from acceptance.decide.proposal import rounding_floor
 from acceptance.records import (
-    VERDICT_ORDER,
     CaseComparison,
     CaseResult,
     Comparison,
@@ -60,7 +59,7 @@ from acceptance.records import (
     PerfRecord,
     Results,
 )
-from acceptance.wording import counted, fmt
+from acceptance.wording import fmt, seconds
 
 #: Metrics compared: two global ones and the hybrid error's worst element and mean (bounded near zero).
 METRICS: tuple[str, ...] = ("diff1", "diff2", "max_hyb", "mean_hyb")
@@ -212,9 +211,9 @@ def compare_results(
             )
         if timed and timed.slower:
             regressions.append(
-                f"{cid}: {fmt(timed.ratio)}x slower (median {_seconds(timed.base_median_s)} -> "
-                f"{_seconds(timed.new_median_s)} per call, p10 {_seconds(timed.new_p10_s)} > base p90 "
-                f"{_seconds(timed.base_p90_s)}; allowed {fmt(max_slowdown)}x)"
+                f"{cid}: {fmt(timed.ratio)}x slower (median {seconds(timed.base_median_s)} -> "
+                f"{seconds(timed.new_median_s)} per call, p10 {seconds(timed.new_p10_s)} > base p90 "
+                f"{seconds(timed.base_p90_s)}; allowed {fmt(max_slowdown)}x)"
             )
     waivers = [c.id for c in new.cases if c.waiver and c.verdict == "pass"]
     return Comparison(
@@ -229,15 +228,6 @@ def compare_results(
     )
 
 
-def _seconds(s: float) -> str:
-    """Seconds in the unit that reads best: s, ms or us, three significant digits."""
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} us"
-
-
 def regressions_by_case(cmp: Comparison) -> list[tuple[CaseComparison, list[str]]]:
     """The cases that regressed, in case order, each with its sentences of ``cmp.regressions``."""
     out = []
@@ -246,78 +236,3 @@ def regressions_by_case(cmp: Comparison) -> list[tuple[CaseComparison, list[str]
         if lines:
             out.append((c, lines))
     return out
-
-
-def _md(text: str) -> str:
-    """Text safe in a Markdown table cell: pipes, backticks, angle brackets and newlines escaped."""
-    return (
-        str(text)
-        .replace("\\", "\\\\")
-        .replace("|", "\\|")
-        .replace("`", "\\`")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace("\n", " ")
-    )
-
-
-def markdown(cmp: Comparison, *, limit: int = 50) -> str:
-    """The comparison as GitHub Markdown (a PR comment or job summary): outcome, regressions, verdict changes,
-    the largest error ratios, waivers that can go; at most ``limit`` rows per table."""
-    moved = [c for c in cmp.cases if c.change != "same"]
-    lines = [
-        f"### Accuracy compared with {_md(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}",
-        "",
-        f"{counted(len(cmp.cases), 'case')}; {counted(len(moved), 'verdict change')}; "
-        f"an error may grow {fmt(cmp.max_ratio)}x "
-        f"({', '.join(cmp.metrics)}; impl against the rounded oracle, also relative to the baseline).",
-        "",
-    ]
-    if cmp.regressions:
-        lines += ["**Regressions**", ""] + [f"- {_md(r)}" for r in cmp.regressions[:limit]] + [""]
-    if moved:
-        lines += ["| case | base | new | change |", "|---|---|---|---|"]
-        lines += [
-            f"| {_md(c.id)} | {c.base_verdict or '-'} | {c.new_verdict or '-'} | {c.change} |" for c in moved[:limit]
-        ] + [""]
-    ranked = sorted((c for c in cmp.cases if c.worst_ratio is not None), key=lambda c: -(c.worst_ratio or 0.0))
-    if ranked:
-        lines += ["| case | worst NEW/BASE | metric | base | new | flagged |", "|---|---|---|---|---|---|"]
-        for c in ranked[: min(limit, 10)]:
-            r = max(c.ratios, key=lambda r: r.ratio)
-            lines.append(
-                f"| {_md(c.id)} | {fmt(r.ratio)}x | {r.metric} | {fmt(r.base)} | {fmt(r.new)} | "
-                f"{'yes' if c.grew else ''} |"
-            )
-        lines.append("")
-    timed = [(c, c.perf) for c in cmp.cases if c.perf is not None]
-    if timed:
-        allowed = fmt(cmp.max_slowdown or MAX_SLOWDOWN)
-        lines += [
-            f"| case | median NEW/BASE | base | new | new p10 > base p90 | slower (> {allowed}x) |",
-            "|---|---|---|---|---|---|",
-        ]
-        for c, p in sorted(timed, key=lambda cp: (not cp[0].slower, -cp[1].ratio))[:limit]:
-            lines.append(
-                f"| {_md(c.id)} | {fmt(p.ratio)}x | {_seconds(p.base_median_s)} | {_seconds(p.new_median_s)} "
-                f"| {'yes' if p.separated else 'no'} | {'yes' if c.slower else _md(p.note or '')} |"
-            )
-        lines.append("")
-    if cmp.waivers_passing:
-        lines += ["**Waivers that can go** (the waived case passes)", ""]
-        lines += [f"- {_md(i)}" for i in cmp.waivers_passing[:limit]] + [""]
-    return "\n".join(lines)
-
-
-def worse_first(cmp: Comparison) -> list[CaseComparison]:
-    """Cases with a regression first, then by largest ratio."""
-    order = {"regressed": 0, "new": 1, "removed": 2, "changed": 3, "fixed": 4, "same": 5}
-    return sorted(
-        cmp.cases,
-        key=lambda c: (
-            not c.grew and not c.slower and c.change != "regressed",
-            order[c.change],
-            -(c.worst_ratio or 0.0),
-            VERDICT_ORDER.get(c.new_verdict or "pass", 3),
-        ),
-    )

@@ -5,3 +5,9 @@ server they start from, how tensors cross, the import check of a spec's referenc
 #: reduction's order can follow the thread count) is the same on every machine and for any ``--jobs``, and N
 #: jobs on N cores do not oversubscribe them.
 WORKER_THREADS = 1
+
+#: The run's own files in its output folder: the journal of finished cases and the lock. A worker watching the
+#: folder for the code under test's writes leaves these alone.
+JOURNAL = "journal.jsonl"
+LOCK = ".acceptance.lock"
+RUN_FILES = frozenset({JOURNAL, LOCK})

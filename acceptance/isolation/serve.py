@@ -29,6 +29,7 @@ import torch
 import xxhash
 
 from acceptance.formats import dtypes
+from acceptance.isolation import RUN_FILES
 from acceptance.isolation.protocol import (
     SAME,
     Answer,
@@ -135,10 +136,6 @@ def _children() -> list[int]:
             except OSError:
                 pass
     return found
-
-
-#: Files of the output folder that the run itself writes while the callables run.
-RUN_FILES = frozenset({"journal.jsonl", ".acceptance.lock"})
 
 
 def snapshot(folder: Path | None) -> dict[str, tuple[int, int]]:

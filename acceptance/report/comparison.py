@@ -1,5 +1,6 @@
-"""The comparison of two runs as terminal lines: the outcome, the regressions in words, then one table of the
-cases that changed verdict or whose error grew the most. From :class:`acceptance.records.Comparison` alone.
+"""The comparison of two runs rendered from :class:`acceptance.records.Comparison` alone: as terminal lines (the
+outcome, the regressions in words, then one table of the cases that changed verdict or whose error grew the most),
+as GitHub Markdown (:func:`markdown`: a PR comment or job summary), and its cases worst first (:func:`worse_first`).
 
 Every cell is made safe for a terminal or a CI log (:func:`acceptance.wording.safe`); counts agree with their
 nouns (:func:`acceptance.wording.counted`).
@@ -7,8 +8,9 @@ nouns (:func:`acceptance.wording.counted`).
 
 from __future__ import annotations
 
-from acceptance.records import CaseComparison, Comparison
-from acceptance.wording import counted, fmt, safe
+from acceptance.decide.limits import MAX_SLOWDOWN
+from acceptance.records import VERDICT_ORDER, CaseComparison, Comparison
+from acceptance.wording import counted, fmt, safe, seconds
 
 #: Rows of the table at most; the rest are counted.
 LIMIT = 20
@@ -61,3 +63,81 @@ def terminal_table(cmp: Comparison, *, limit: int = LIMIT) -> list[str]:
         lines += ["", f"{counted(len(cmp.waivers_passing), 'waiver')} that can go (the waived case passes):"]
         lines += [f"  {safe(w)}" for w in cmp.waivers_passing[:limit]]
     return lines
+
+
+# ----------------------------------------------------------------------------- Markdown
+
+
+def _md(text: str) -> str:
+    """Text safe in a Markdown table cell: pipes, backticks, angle brackets and newlines escaped."""
+    return (
+        str(text)
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("`", "\\`")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("\n", " ")
+    )
+
+
+def markdown(cmp: Comparison, *, limit: int = 50) -> str:
+    """The comparison as GitHub Markdown (a PR comment or job summary): outcome, regressions, verdict changes,
+    the largest error ratios, waivers that can go; at most ``limit`` rows per table."""
+    moved = [c for c in cmp.cases if c.change != "same"]
+    lines = [
+        f"### Accuracy compared with {_md(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}",
+        "",
+        f"{counted(len(cmp.cases), 'case')}; {counted(len(moved), 'verdict change')}; "
+        f"an error may grow {fmt(cmp.max_ratio)}x "
+        f"({', '.join(cmp.metrics)}; impl against the rounded oracle, also relative to the baseline).",
+        "",
+    ]
+    if cmp.regressions:
+        lines += ["**Regressions**", ""] + [f"- {_md(r)}" for r in cmp.regressions[:limit]] + [""]
+    if moved:
+        lines += ["| case | base | new | change |", "|---|---|---|---|"]
+        lines += [
+            f"| {_md(c.id)} | {c.base_verdict or '-'} | {c.new_verdict or '-'} | {c.change} |" for c in moved[:limit]
+        ] + [""]
+    ranked = sorted((c for c in cmp.cases if c.worst_ratio is not None), key=lambda c: -(c.worst_ratio or 0.0))
+    if ranked:
+        lines += ["| case | worst NEW/BASE | metric | base | new | flagged |", "|---|---|---|---|---|---|"]
+        for c in ranked[: min(limit, 10)]:
+            r = max(c.ratios, key=lambda r: r.ratio)
+            lines.append(
+                f"| {_md(c.id)} | {fmt(r.ratio)}x | {r.metric} | {fmt(r.base)} | {fmt(r.new)} | "
+                f"{'yes' if c.grew else ''} |"
+            )
+        lines.append("")
+    timed = [(c, c.perf) for c in cmp.cases if c.perf is not None]
+    if timed:
+        allowed = fmt(cmp.max_slowdown or MAX_SLOWDOWN)
+        lines += [
+            f"| case | median NEW/BASE | base | new | new p10 > base p90 | slower (> {allowed}x) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c, p in sorted(timed, key=lambda cp: (not cp[0].slower, -cp[1].ratio))[:limit]:
+            lines.append(
+                f"| {_md(c.id)} | {fmt(p.ratio)}x | {seconds(p.base_median_s)} | {seconds(p.new_median_s)} "
+                f"| {'yes' if p.separated else 'no'} | {'yes' if c.slower else _md(p.note or '')} |"
+            )
+        lines.append("")
+    if cmp.waivers_passing:
+        lines += ["**Waivers that can go** (the waived case passes)", ""]
+        lines += [f"- {_md(i)}" for i in cmp.waivers_passing[:limit]] + [""]
+    return "\n".join(lines)
+
+
+def worse_first(cmp: Comparison) -> list[CaseComparison]:
+    """Cases with a regression first, then by largest ratio."""
+    order = {"regressed": 0, "new": 1, "removed": 2, "changed": 3, "fixed": 4, "same": 5}
+    return sorted(
+        cmp.cases,
+        key=lambda c: (
+            not c.grew and not c.slower and c.change != "regressed",
+            order[c.change],
+            -(c.worst_ratio or 0.0),
+            VERDICT_ORDER.get(c.new_verdict or "pass", 3),
+        ),
+    )

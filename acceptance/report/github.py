@@ -77,7 +77,7 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
     if artifact_url:
         head += ["", f"Full reports (HTML, JUnit XML, results.json): [artifact](<{artifact_url.replace('>', '%3E')}>)"]
     if results.comparison is not None:
-        from acceptance.decide.regression import markdown
+        from acceptance.report.comparison import markdown
 
         head += ["", markdown(results.comparison, limit=20).rstrip()]
     vacuous = [c for c in results.cases if c.verdict == "pass" and c.vacuous]

@@ -348,7 +348,7 @@ def _comparison_view(results: Results) -> TemplateContext | None:
     cmp = results.comparison
     if cmp is None:
         return None
-    from acceptance.decide.regression import worse_first
+    from acceptance.report.comparison import worse_first
 
     rows = []
     for c in worse_first(cmp):

@@ -72,7 +72,8 @@ def _conform(suite: ET.Element, times: list[float]) -> None:
 
 def _comparison_suite(cmp: Comparison, hostname: str, timestamp: str) -> ET.Element:
     """The ``comparison`` testsuite (see the module docstring)."""
-    from acceptance.decide.regression import markdown, regressions_by_case
+    from acceptance.decide.regression import regressions_by_case
+    from acceptance.report.comparison import markdown
     from acceptance.wording import fmt
 
     testcases = []

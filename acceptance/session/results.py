@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from acceptance.errors import OutputError, ResultsError
+from acceptance.isolation import JOURNAL, LOCK
 from acceptance.records import SCHEMA_VERSION, CaseResult, MeasuredCase, Results, WaiverRecord
 
 
@@ -180,10 +181,6 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:  # a seam: JSON as read
 
 
 # ----------------------------------------------------------------------------- the output folder and the journal
-
-#: The journal of a run: one measured case per line, appended and flushed to disk as each case finishes.
-JOURNAL = "journal.jsonl"
-LOCK = ".acceptance.lock"
 
 
 class OutputFolder:
