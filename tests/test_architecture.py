@@ -31,9 +31,6 @@ STAGES: list[tuple[str, ...]] = [
 ]
 STAGE_OF = {name: k for k, names in enumerate(STAGES) for name in names}
 
-#: Imports still to be moved to their stage (emptied as the run core is assembled).
-PENDING: set[tuple[str, str]] = set()
-
 #: Most modules directly in ``acceptance/`` (packages aside).
 TOP_LEVEL_MODULES = 12
 
@@ -73,7 +70,7 @@ def imported(path: Path) -> list[str]:
     return sorted(set(out))
 
 
-GRAPH = {name: [m for m in imported(path) if m != name and (name, m) not in PENDING] for name, path in NAMES.items()}
+GRAPH = {name: [m for m in imported(path) if m != name] for name, path in NAMES.items()}
 
 
 def cycles(graph: dict[str, list[str]]) -> list[list[str]]:
