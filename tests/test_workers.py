@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -334,3 +336,49 @@ def test_the_runner_works_on_its_idle_tasks_while_an_answer_is_not_ready(kernels
         w.idle = idle
         (out,), _ = w.submit(0, ((x,),), [Call("impl", ref(kernels, "sleepy"), IMPL, {"seconds": 0.3}, CPU)]).next()
     assert done == [0, 1, 2] and torch.equal(out, x)
+
+
+_FORKED_WORKER = """
+import multiprocessing, os, sys
+import torch
+from acceptance.isolation import forkserver, worker
+from acceptance.isolation.protocol import ObjectRef
+
+
+def sockets():
+    found = []
+    for n in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{n}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.append(int(target[8:-1]))
+    return torch.tensor(sorted(found), dtype=torch.int64)
+
+
+if __name__ == "__main__":
+    forkserver.fork_here()  # as a job process does: its workers are forked from it
+    runner_side, job_side = multiprocessing.Pipe()
+    worker.INHERITED.append(job_side)
+    w = worker.Worker()
+    held, _ = w.call("probe", ObjectRef(sockets), 0, (), {}, device=torch.device("cpu"))
+    held = set(held[0].tolist())
+    proc, conn = w._running()
+    print(int(os.fstat(job_side.fileno()).st_ino in held), int(os.fstat(conn.fileno()).st_ino in held))
+    w.finish(timeout=30)
+    print(proc.exitcode)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="job processes fork their workers on Linux")
+def test_a_worker_forked_from_a_job_holds_none_of_the_jobs_connections(tmp_path):
+    """A job forks its workers from itself, so a worker starts with a copy of each of the job's descriptors. It
+    closes the job's connection to the runner (the code under test must not be able to answer the runner) and the
+    job's end of its own pipe (else it never sees the job close the pipe, and the job waits out ``finish``'s
+    timeout, then kills it): the worker holds neither socket, and it exits on its own, with status 0."""
+    script = tmp_path / "forked.py"
+    script.write_text(_FORKED_WORKER)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0", "0"]

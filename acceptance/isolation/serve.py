@@ -290,8 +290,12 @@ def serve(
     threads: int | None = None,
     guard: str | None = None,
     owner: int | None = None,
+    foreign: tuple[multiprocessing.connection.Connection, ...] = (),
 ) -> None:  # pragma: no cover
-    """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call."""
+    """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call.
+    ``foreign``: connections of the process this one was forked from, closed first."""
+    for held in foreign:
+        held.close()
     os.setsid()
     if owner is not None:
         die_with(owner)

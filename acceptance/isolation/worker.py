@@ -118,6 +118,10 @@ def _context() -> multiprocessing.context.ForkServerContext:
     return _CONTEXT
 
 
+#: Connections of this process that a worker forked from it must close at once (a job's connection to the runner).
+INHERITED: list[multiprocessing.connection.Connection] = []
+
+
 class Worker:
     """One worker process, started on first use and replaced after a crash, a kill or a timeout.
 
@@ -145,8 +149,13 @@ class Worker:
         self.notes: list[str] = []
 
     def _start(self) -> None:
-        parent, child = _context().Pipe()
-        proc = _context().Process(
+        ctx = _context()
+        parent, child = ctx.Pipe()
+        # a worker forked from this process (a job's, :func:`acceptance.isolation.forkserver.fork_here`) holds a copy
+        # of every descriptor of it: it closes the ends that are not its own first (its pipe's other end, which
+        # would keep it from seeing this process close the pipe, and the job's connection to the runner)
+        foreign = (parent, *INHERITED) if ctx.get_start_method() == "fork" else ()
+        proc = ctx.Process(
             target=serve,
             daemon=True,
             args=(
@@ -155,6 +164,7 @@ class Worker:
                 self.threads,
                 str(self.guard) if self.guard is not None else None,
                 os.getpid(),
+                foreign,
             ),
         )
         proc.start()

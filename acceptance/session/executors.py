@@ -31,7 +31,7 @@ import torch
 from acceptance.cache import ReferenceCache
 from acceptance.isolation import forkserver
 from acceptance.isolation.serve import die_with
-from acceptance.isolation.worker import WORKER_THREADS, Worker
+from acceptance.isolation.worker import INHERITED, WORKER_THREADS, Worker
 from acceptance.measure import case as measuring
 from acceptance.measure.references import RunReferences
 from acceptance.records import MeasuredCase
@@ -378,6 +378,7 @@ def _job_main(  # pragma: no cover - runs in a job process
 ) -> None:
     """A job: receive cases, answer each one's measurement, until the runner closes the connection."""
     job_setup(runner)
+    INHERITED.append(conn)  # not for its workers: only the job answers the runner
     settings = Settings(device, trials, threads, guard, cache)
     references = RunReferences(settings.reference_cache())
     worker: Worker | None = None
