@@ -365,7 +365,7 @@ def measure(
     runner never imports the code under test); without, in this process. ``references``: the run's cache of
     inputs, baseline and oracle outputs (:mod:`acceptance.measure.references`). ``begun``: the case as
     :func:`begin` got it ready; ``then`` is called once every trial of the case is sent to the worker (the
-    caller may then send the next case's, see :func:`run`)."""
+    caller may then send the next case's, see :class:`acceptance.session.executors.OneWorker`)."""
     ready = (
         begun if begun is not None else begin(case, device, rules, trials=trials, worker=worker, references=references)
     )
@@ -378,78 +378,91 @@ def measure(
     if then is not None:
         ready.trials.after_sent(then)
     noted = len(executor.notes)  # the answers of a case are read after those of the case before it
-    dd = rules.dual_delta
-    dd_metrics = dd.metrics if dd else ()
-    atomic = case.spec.category == "atomic_add"
-    outputs: list[_Output] = []
-    peers = Peers(case.dtype)
-    spread = 0.0  # atomic_add only
-    extras = faithful.Extras(case)
+    fold = _Fold(case, rules)
     memo = memo_for(case, rules, ready.trials.references, n_trials, device)
-
-    def fold(t: engine.Trial) -> None:
-        nonlocal outputs, spread
-        if not outputs:
-            outputs = [_Output(case.dtype) for _ in t.impl]
-        extras.add(t)
-        for again in t.repeats if atomic else ():
-            for a, e in zip(again, t.impl, strict=False):
-                spread = max(spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
-        for out, acc in enumerate(outputs):
-            acc.add(t, out, rules, dd_metrics, peers)
-
     try:
         for t in ready.trials:
             if memo is not None and memo.hold(t):
                 continue  # measured as the memo recorded, unless a later trial differs
             for held in memo.release() if memo is not None else ():
-                fold(held)
-            fold(t)
+                fold.add(held)
+            fold.add(t)
         if memo is not None:
             timing.total = time.perf_counter() - started
             reused = memo.result({**identity, "timing": timing, "warnings": executor.notes[noted:]})
             if reused is not None:
                 return reused
             for held in memo.release():  # an entry that does not read back: measured after all
-                fold(held)
+                fold.add(held)
     except CaseError as exc:
         timing.total = time.perf_counter() - started
         return MeasuredCase(**identity, error=str(exc), timing=timing)
     except Exception as exc:  # input generation or metrics on a malformed output
         timing.total = time.perf_counter() - started
         return MeasuredCase(**identity, error=f"{type(exc).__name__}: {exc}", timing=timing)
-
-    if extras.error():
+    if fold.extras.error():
         timing.total = time.perf_counter() - started
-        return MeasuredCase(**identity, error=extras.error(), timing=timing, **extras.fields())
-    records = _dual_delta(outputs, rules, dd) if dd is not None and dd_metrics else []
-    diagnoses = [acc.diagnosis for acc in outputs]
-    worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
-    bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
-    buckets: dict[str, int] = {}
-    for d in diagnoses:
-        for k, v in d.buckets.items():
-            buckets[k] = buckets.get(k, 0) + v
-    timing.total = time.perf_counter() - started
-    result = MeasuredCase(
-        **identity,
-        outputs=[acc.record(rules) for acc in outputs],
-        worst=worst.worst if worst else None,
-        compared=_compared(outputs),
-        vacuous=_vacuous(outputs),
-        advisory=peers.advisories(n_trials),
-        bad_fraction=bad.bad_fraction if bad else None,
-        bad_location=bad.bad_where if bad else None,
-        rel_error_buckets=buckets,
-        atomic_spread=spread if atomic else None,
-        dual_delta=records,
-        timing=timing,
-        **extras.fields(),
-        warnings=executor.notes[noted:],
-    )
+        return MeasuredCase(**identity, error=fold.extras.error(), timing=timing, **fold.extras.fields())
+    result = fold.measured(identity, n_trials, executor.notes[noted:], timing, started)
     if memo is not None:
         memo.record(result)
     return result
+
+
+class _Fold:
+    """What a case accumulates over its trials: one :class:`_Output` per output, the atomic spread, the run-to-run
+    and oracle-range record (:class:`acceptance.measure.roles.Extras`) and the peers' gates."""
+
+    def __init__(self, case: Case, rules: Rules):
+        self.case, self.rules = case, rules
+        self.dd_metrics = rules.dual_delta.metrics if rules.dual_delta else ()
+        self.atomic = case.spec.category == "atomic_add"
+        self.outputs: list[_Output] = []
+        self.peers = Peers(case.dtype)
+        self.spread = 0.0  # atomic_add only
+        self.extras = faithful.Extras(case)
+
+    def add(self, t: engine.Trial) -> None:
+        """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras."""
+        if not self.outputs:
+            self.outputs = [_Output(self.case.dtype) for _ in t.impl]
+        self.extras.add(t)
+        for again in t.repeats if self.atomic else ():
+            for a, e in zip(again, t.impl, strict=False):
+                self.spread = max(self.spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
+        for out, acc in enumerate(self.outputs):
+            acc.add(t, out, self.rules, self.dd_metrics, self.peers)
+
+    def measured(
+        self, identity: _Identity, n_trials: int, warnings: list[str], timing: Timing, started: float
+    ) -> MeasuredCase:
+        """The case's measurement from every trial folded (its timing closed now)."""
+        outputs, dd = self.outputs, self.rules.dual_delta
+        records = _dual_delta(outputs, self.rules, dd) if dd is not None and self.dd_metrics else []
+        diagnoses = [acc.diagnosis for acc in outputs]
+        worst = max((d for d in diagnoses if d.worst), key=lambda d: d.score, default=None)
+        bad = max(diagnoses, key=lambda d: d.bad_fraction) if diagnoses else None
+        buckets: dict[str, int] = {}
+        for d in diagnoses:
+            for k, v in d.buckets.items():
+                buckets[k] = buckets.get(k, 0) + v
+        timing.total = time.perf_counter() - started
+        return MeasuredCase(
+            **identity,
+            outputs=[acc.record(self.rules) for acc in outputs],
+            worst=worst.worst if worst else None,
+            compared=_compared(outputs),
+            vacuous=_vacuous(outputs),
+            advisory=self.peers.advisories(n_trials),
+            bad_fraction=bad.bad_fraction if bad else None,
+            bad_location=bad.bad_where if bad else None,
+            rel_error_buckets=buckets,
+            atomic_spread=self.spread if self.atomic else None,
+            dual_delta=records,
+            timing=timing,
+            **self.extras.fields(),
+            warnings=warnings,
+        )
 
 
 def _dual_delta(outputs: list[_Output], rules: Rules, dd: DualDeltaSettings) -> list[DualDeltaRecord]:
