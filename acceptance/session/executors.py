@@ -62,6 +62,17 @@ class Settings:
         return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled)
 
 
+def worker_for(current: Worker | None, case: Case, settings: Settings) -> Worker:
+    """The worker to measure ``case`` with: ``current`` when its memory limit is the case's, else a fresh one (the
+    current one finished first, so that it writes what it made for the cache)."""
+    limit = measuring.worker_limit(case)
+    if current is not None and current.memory_limit == limit:
+        return current
+    if current is not None:
+        current.finish()
+    return Worker(memory_limit=limit, threads=settings.threads, guard=settings.guard)
+
+
 def cache_settings(cache: ReferenceCache | None) -> tuple[Path, int, bool] | None:
     """A reference cache as :attr:`Settings.cache`."""
     return None if cache is None else (cache.root, cache.max_bytes, cache.enabled)
@@ -107,9 +118,6 @@ class OneWorker:
         # the callables compute in the worker; here only small element-wise passes, which extra intra-op
         # threads slow down on a busy machine (7x on 2 loaded cores)
         torch.set_num_threads(1)
-        # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
-        # measured in full (and to decide): imported while the worker starts and while this process waits on it
-        startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
         references.cache.defer()  # the cache's writes wait for moments spent waiting on the worker
         done = False
         try:
@@ -140,17 +148,17 @@ class _WorkerRun:
         self.todo: list[Case] = []
         self.worker: Worker | None = None
         self.ahead: measuring.Begun | None = None  # the next case, its first trial sent while this one is measured
+        # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
+        # measured in full (and to decide): imported while the worker starts and while this process waits on it
+        startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
 
     def _ready_for(self, i: int) -> Worker:
-        limit = measuring.worker_limit(self.todo[i])
-        if self.worker is None or self.worker.memory_limit != limit:
-            if self.worker is not None:
-                self.worker.finish()
-            s = self.settings
-            self.worker = Worker(memory_limit=limit, threads=s.threads, guard=s.guard)
-            self.worker.idle = self.references.cache.write_next
-            self.references.prefetch(measuring.known_roles(self.todo[i:]), self.worker)
-        return self.worker
+        worker = worker_for(self.worker, self.todo[i], self.settings)
+        if worker is not self.worker:  # a fresh one: it writes queued cache entries while idle
+            worker.idle = self.references.cache.write_next
+            self.references.prefetch(measuring.known_roles(self.todo[i:]), worker)
+            self.worker = worker
+        return worker
 
     def measure(self, i: int) -> MeasuredCase:
         case, s = self.todo[i], self.settings
@@ -387,11 +395,7 @@ def _job_main(  # pragma: no cover - runs in a job process
             case = conn.recv()
         except (EOFError, OSError):
             break
-        limit = measuring.worker_limit(case)
-        if worker is None or worker.memory_limit != limit:
-            if worker is not None:
-                worker.finish()
-            worker = Worker(memory_limit=limit, threads=threads, guard=guard)
+        worker = worker_for(worker, case, settings)
         conn.send(measuring.measure(case, device, rules_for(case), trials=trials, worker=worker, references=references))
     if worker is not None:
         worker.finish()  # it writes the inputs it made for the cache, then exits
