@@ -74,7 +74,9 @@ from __future__ import annotations
 from acceptance.numerics.emulate import contract  # noqa: F401
 from acceptance.numerics.emulate.contract import TILE_ELEMENTS, bmm, conv2d, linear, matmul
 from acceptance.numerics.emulate.formats import FORMATS, Format, flush_to_zero, round_tf32
-from acceptance.numerics.emulate.rounding import _round_exact, _Rounder, round_float64, round_sum  # noqa: F401 (tests reach the private ones)
+
+# the private ones are re-exported for the tests
+from acceptance.numerics.emulate.rounding import _round_exact, _Rounder, round_float64, round_sum  # noqa: F401
 
 __all__ = [
     "Format",
