@@ -25,11 +25,16 @@ def waiver_records(
 ) -> list[WaiverRecord]:
     """One record per waiver of ``specs``: ``applied`` with the cases it turned into skip, ``expired`` with the
     failed or errored cases it matches, or ``unmatched``. A case is waived by the first active waiver that
-    matches it (as :func:`acceptance.spec.expand` picks it)."""
+    matches it (as :func:`acceptance.spec.expand` picks it). The cases are grouped by spec file once (not at all
+    when no spec has a waiver), so the work grows with the cases plus, per waiver, its own spec's cases."""
     today = today or date.today()
+    by_file: dict[str, list[CaseResult]] = {}
+    if any(spec.waivers for spec in specs):
+        for c in cases:
+            by_file.setdefault(c.spec_file, []).append(c)
     out = []
     for spec in specs:
-        mine = [c for c in cases if c.spec_file == str(spec.path)]
+        mine = by_file.get(str(spec.path), [])
         for w in spec.waivers:
             matching = [c for c in mine if glob_match(c.id, w.match)]
             if w.expired(today):
