@@ -42,7 +42,7 @@ class _YamlLoader(yaml.SafeLoader):
         if self._depth > MAX_DEPTH:
             raise _TooBig(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
         try:
-            node = super().compose_node(parent, index)  # type: ignore[misc]
+            node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
         size = 1
