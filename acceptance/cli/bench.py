@@ -143,7 +143,9 @@ class _Timings:
         pass
 
     def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
+        from acceptance.wording import safe
+
         p = result.perf
-        took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {result.error}"
-        click.echo(f"  {case.id}: {took}", err=True)
+        took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {safe(result.error or '', 300)}"
+        click.echo(f"  {safe(case.id)}: {took}", err=True)
         return result

@@ -34,8 +34,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except AcceptanceError as exc:
-            for line in exc.lines:
-                click.echo(line, err=True)
+            from acceptance.wording import visible_controls  # a message can quote a spec's or a result's strings
+
+            for line in exc.lines:  # each one line: a quoted newline cannot start a forged one
+                click.echo(visible_controls(line).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             ctx.exit(exc.exit_code)
 
 

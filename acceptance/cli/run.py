@@ -216,7 +216,7 @@ def report_run(session: object, res: object, *, note_underpowered: bool = True) 
         for line in res.comparison.regressions[:10]:
             click.secho(f"regression against {session.options.compare_to}: {safe(line)}", fg="red", err=True)
     for message in session.messages:
-        click.secho(message, fg="red", err=True)
+        click.secho(safe(message), fg="red", err=True)
     print_console(res)
     weak, m, needed = underpowered(res.cases) if note_underpowered else ([], 0, 0)
     if weak:
