@@ -129,7 +129,9 @@ def test_a_full_disk_while_writing_reports_keeps_results_json(tmp_path, monkeypa
 
     monkeypatch.setattr(results_mod, "write_text", no_space)
     r = invoke("report", out / "results.json", "--junit", tmp_path / "j.xml")
-    assert r.exit_code == 2 and r.output.strip().endswith(f"{tmp_path / 'j.xml'}: cannot write: No space left on device")
+    assert r.exit_code == 2 and r.output.strip().endswith(
+        f"{tmp_path / 'j.xml'}: cannot write: No space left on device"
+    )
 
 
 def test_journal_lines_that_are_not_utf8_are_skipped_naming_the_line(tmp_path):

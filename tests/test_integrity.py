@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pydantic_core
 import pytest
 from click.testing import CliRunner
 
@@ -29,10 +30,9 @@ def failing_run(tmp_path_factory):
 
 
 def _digest(data):
-    """The digest as documented: sha256 of the JSON without "digest", keys sorted, no spaces, UTF-8."""
+    """The digest as documented: sha256 of the compact JSON (pydantic-core's) of the document without "digest"."""
     rest = {k: v for k, v in data.items() if k != "digest"}
-    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(pydantic_core.to_json(rest)).hexdigest()
 
 
 def _forge(source, target, edit):
@@ -128,7 +128,8 @@ def test_content_that_does_not_match_its_digest_is_refused(failing_run, tmp_path
 
 
 def test_reformatting_keeps_the_digest_valid(failing_run, tmp_path):
-    """The digest is over canonical JSON: the same content indented otherwise, keys reordered, still reads."""
+    """The digest is over canonical JSON: the same content indented otherwise, keys reordered, non-ASCII
+    characters escaped, still reads."""
     data = json.loads(failing_run.read_text())
     reordered = dict(reversed(list(data.items())))
     (tmp_path / "r.json").write_text(json.dumps(reordered, indent=4, ensure_ascii=True))

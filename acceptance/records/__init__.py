@@ -595,7 +595,7 @@ class Results(_Model):
     schema_version: int = SCHEMA_VERSION
     """Bumped on any incompatible change."""
     digest: str | None = None
-    """'sha256:' and the hex sha256 of the canonical JSON of every other field (keys sorted, no spaces, UTF-8);
+    """'sha256:' and the hex sha256 of the canonical JSON of every other field (the compact JSON pydantic-core writes);
     readers refuse a file whose content does not match it."""
     environment: Environment
     """Where and when."""
