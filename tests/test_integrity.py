@@ -147,3 +147,42 @@ def test_a_file_without_a_digest_is_read_with_a_warning(tmp_path):
     assert r.exit_code == 0 and "warning:" in r.output and "has no digest" in r.output
     rewritten = json.loads((tmp_path / "m.json").read_text())
     assert rewritten["digest"] == _digest(rewritten)
+
+
+def _case(verdict, *, failed=False, error=None, waiver=None):
+    from acceptance.records import CaseResult, Criterion
+
+    criteria = [
+        Criterion(metric="diff1", value=0.5 if failed else 1e-4, threshold=3e-3, passed=not failed),
+        Criterion(kind="vacuity", metric="vacuous", comparison="==", passed=None),  # not evaluated: never fails
+    ]
+    return CaseResult(
+        id="op[float32-N=1]", operator="op", category="arithmetic", spec_file="op.yaml", dtype="float32",
+        params={"N": 1}, trials=1, seed=0, verdict=verdict, criteria=criteria, error=error, waiver=waiver,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("verdict", "kwargs", "consistent"),
+    [
+        ("pass", {}, True),
+        ("fail", {}, False),
+        ("skip", {"waiver": "known"}, False),  # a waiver turns failures into skip, not passes
+        ("fail", {"failed": True}, True),
+        ("pass", {"failed": True}, False),
+        ("skip", {"failed": True, "waiver": "known"}, True),
+        ("skip", {"failed": True}, False),
+        ("error", {"error": "boom"}, True),
+        ("error", {}, False),
+        ("pass", {"error": "boom"}, False),
+        ("fail", {"error": "boom", "failed": True}, False),
+        ("skip", {"error": "boom", "waiver": "known"}, True),
+    ],
+)
+def test_which_verdicts_a_record_allows(verdict, kwargs, consistent):
+    from acceptance.decide.verdict import contradiction
+
+    why = contradiction(_case(verdict, **kwargs))
+    assert (why is None) == consistent, why
+    if not consistent:
+        assert why.startswith(f"verdict {verdict!r} contradicts its record")
