@@ -37,6 +37,13 @@ class _YamlLoader(yaml.SafeLoader):
         self._depth = 0
         self._expanded: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
 
+    def fetch_flow_collection_start(self, TokenClass: type) -> None:  # noqa: N803 - PyYAML's name
+        """A ``[`` or ``{`` deeper than :data:`MAX_DEPTH` is refused as it is scanned: the scanner reads up to
+        1024 characters ahead for a possible key, in time growing with the depth, before the composer sees it."""
+        if self.flow_level >= MAX_DEPTH:
+            raise _TooBig(f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
     def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
         self._depth += 1
         if self._depth > MAX_DEPTH:
