@@ -19,19 +19,23 @@ from acceptance.records import Criterion, MetricValue, WorstElement
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 
 
+#: Bidirectional-text controls (and the line and paragraph separators): shown escaped, so nothing can reorder
+#: what a log line or a report says.
+_BIDI = re.compile("[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def visible_controls(text: str) -> str:
-    r"""Replace control characters with a visible escape (``"\x1b"`` becomes the four characters ``\x1b``).
+    r"""Replace control characters and bidirectional-text controls with a visible escape (``"\x1b"`` becomes
+    the four characters ``\x1b``, U+202E the six characters ``\u202e``).
 
     Tab, newline and carriage return are kept; callers that need one line use
     :func:`one_line`.
     """
+    text = _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return _CONTROL.sub(
         lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
     )
 
-
-#: Bidirectional-text controls: shown escaped, so nothing can reorder what a log line says.
-_BIDI = re.compile("[\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 #: Longest user-supplied text a console or CI log line carries; results.json keeps the whole text.
 LOG_LIMIT = 2000
@@ -41,7 +45,7 @@ def safe(text: str, limit: int = LOG_LIMIT) -> str:
     """Text from the code under test made safe for a terminal or a CI log: one line, control characters, ANSI
     escapes and bidi marks escaped (``\\x1b``, ``\\u202e``), every ``::`` broken (``: :``) so that no GitHub
     workflow command can be forged, and cut at ``limit`` characters with a marker."""
-    flat = " ".join(visible_controls(_BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)).split())
+    flat = " ".join(visible_controls(text).split())
     flat = flat.replace("::", ": :")
     if len(flat) > limit:
         flat = flat[:limit] + f"… [{len(flat) - limit} more characters in results.json]"

@@ -13,6 +13,7 @@ import click
 
 from acceptance.cli.group import (
     DEFAULT_OUT,
+    WorkflowCommands,
     command_line,
     device_option,
     device_source,
@@ -95,6 +96,7 @@ def bench_cmd(
 ) -> None:
     """Check and time operator specs (default: operator_specs/): median, p10/p90, GFLOP/s, GB/s, speed-up;
     with --compare-to, the slowdown against a base run."""
+    click.get_current_context().with_resource(WorkflowCommands())  # on GitHub Actions: off while impls run
     from acceptance.measure.timing import TimerOptions
     from acceptance.report import perf
     from acceptance.session.bench import Bench
@@ -143,7 +145,9 @@ class _Timings:
         pass
 
     def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
+        from acceptance.wording import safe
+
         p = result.perf
-        took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {result.error}"
-        click.echo(f"  {case.id}: {took}", err=True)
+        took = f"median {p.median_s:.4g} s over {p.runs} runs" if p else f"ERROR {safe(result.error or '', 300)}"
+        click.echo(f"  {safe(case.id)}: {took}", err=True)
         return result

@@ -8,9 +8,14 @@ spec, results or output error (the message names the file and the field).
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import TextIO
 
 import click
 from click.decorators import FC
@@ -29,8 +34,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except AcceptanceError as exc:
-            for line in exc.lines:
-                click.echo(line, err=True)
+            from acceptance.wording import visible_controls  # a message can quote a spec's or a result's strings
+
+            for line in exc.lines:  # each one line: a quoted newline cannot start a forged one
+                click.echo(visible_controls(line).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             ctx.exit(exc.exit_code)
 
 
@@ -111,3 +118,49 @@ def print_console(res: object) -> None:
 
     for line, colour in console.render(res):  # type: ignore[arg-type]
         click.secho(line, fg=colour)
+
+
+class WorkflowCommands:
+    """GitHub Actions' workflow commands switched off while the code under test can write to the run's log.
+
+    On GitHub Actions (``GITHUB_ACTIONS=true``), entering prints ``::stop-commands::T`` with a fresh random token
+    T (128 bits from :mod:`secrets`, never printed before): until ``::T::`` the log treats every line as text,
+    whatever the code under test writes to the runner's standard output or error (through
+    ``/proc/<pid>/fd/1`` too). :meth:`emit` prints the runner's own commands with commands switched on around
+    them (``::T::``, the lines, then ``::stop-commands::T2`` with a new token, in one write); leaving switches
+    them on again (``::T::``). Elsewhere it prints the lines as they are and nothing else. Defined here, not
+    with the GitHub reporter, because it is entered before the run's first import of the code under test.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None):
+        self.stream = stream if stream is not None else sys.stdout
+        self.enabled = os.environ.get("GITHUB_ACTIONS") == "true" if enabled is None else enabled
+        self.token: str | None = None
+
+    def _write(self, text: str) -> None:
+        self.stream.flush()  # what was printed before goes first
+        self.stream.write(text)
+        self.stream.flush()
+
+    def __enter__(self) -> WorkflowCommands:
+        if self.enabled:
+            self.token = secrets.token_hex(16)
+            self._write(f"::stop-commands::{self.token}\n")
+        return self
+
+    def emit(self, lines: list[str]) -> None:
+        """Print the runner's own workflow commands (``lines``), switched on just for them."""
+        if not lines:
+            return
+        text = "".join(f"{line}\n" for line in lines)
+        if self.token is None:
+            self._write(text)
+            return
+        new = secrets.token_hex(16)
+        self._write(f"::{self.token}::\n{text}::stop-commands::{new}\n")
+        self.token = new
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.token is not None:
+            self._write(f"::{self.token}::\n")
+            self.token = None

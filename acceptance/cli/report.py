@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from acceptance.cli.group import main, print_console
-from acceptance.errors import OutputError, UsageError
+from acceptance.errors import UsageError
 from acceptance.report import BY_NAME, REPORTERS, Context
 
 
@@ -31,13 +31,22 @@ def _reporter_options(command):
 @click.option("--merged", "merged_path", type=click.Path(path_type=Path), help="Write the merged results.json here.")
 @click.option("--annotations", is_flag=True, help="Print at most 10 GitHub ::error annotations.")
 @click.option("--artifact-url", help="Link to the uploaded reports, for the job summary.")
-def report(results_files, merged_path, annotations, artifact_url, **paths) -> None:
-    """Re-render reports from results.json files or run folders (several = shards, merged)."""
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Merge shards even when some are missing or interrupted; the merged run is then interrupted, never a pass.",
+)
+def report(results_files, merged_path, annotations, artifact_url, allow_partial, **paths) -> None:
+    """Re-render reports from results.json files or run folders (several = shards, merged; every shard of the
+    run must be there once, finished)."""
     from acceptance.session import results as results_mod
 
     files = [f for p in results_files for f in results_mod.files_of(p)]
     parts = [results_mod.load(f) for f in files]
-    res = parts[0] if len(parts) == 1 else results_mod.merge(parts)
+    if len(parts) == 1:
+        res = parts[0]
+    else:
+        res = results_mod.merge(parts, names=[str(f) for f in files], allow_partial=allow_partial)
     if len(parts) == 1:
         digest = hashlib.sha256(files[0].read_bytes()).hexdigest()
     else:
@@ -49,10 +58,9 @@ def report(results_files, merged_path, annotations, artifact_url, **paths) -> No
         if path is None:
             continue
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render(), encoding="utf-8")
+            results_mod.write_text(path, render())
         except OSError as exc:
-            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+            raise results_mod.cannot_write(path, exc) from None
         click.echo(f"wrote {path}", err=True)
     if annotations:
         from acceptance.report import github

@@ -12,6 +12,7 @@ import click
 
 from acceptance.cli.group import (
     DEFAULT_OUT,
+    WorkflowCommands,
     command_line,
     device_option,
     device_source,
@@ -108,6 +109,12 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     "of impl outputs seen before).",
 )
 @click.option(
+    "--annotations",
+    is_flag=True,
+    help="Print at most 10 GitHub ::error annotations at the end (on GitHub Actions, the only workflow commands "
+    "the run's log obeys).",
+)
+@click.option(
     "--threads",
     type=click.IntRange(min=1),
     default=1,
@@ -136,8 +143,11 @@ def run(
     no_cache: bool = False,
     max_slowdown: float = MAX_SLOWDOWN,
     threads: int = 1,
+    annotations: bool = False,
 ) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
+    # on GitHub Actions: workflow commands off while the code under test can write to the log, on at the end
+    commands = click.get_current_context().with_resource(WorkflowCommands())
     from acceptance.session import startup
 
     # the fork server's torch import overlaps with this process's own imports; several jobs (the CPU's cores
@@ -186,6 +196,10 @@ def run(
 
     res = session.run(around=around)
     report_run(session, res)
+    if annotations:
+        from acceptance.report import github
+
+        commands.emit(github.annotations(res))
     sys.exit(res.summary.exit_code)
 
 
@@ -202,14 +216,14 @@ def report_run(session: object, res: object, *, note_underpowered: bool = True) 
         for line in res.comparison.regressions[:10]:
             click.secho(f"regression against {session.options.compare_to}: {safe(line)}", fg="red", err=True)
     for message in session.messages:
-        click.secho(message, fg="red", err=True)
+        click.secho(safe(message), fg="red", err=True)
     print_console(res)
     weak, m, needed = underpowered(res.cases) if note_underpowered else ([], 0, 0)
     if weak:
         click.secho(
             f"note: {len(weak)} case(s) have fewer than {needed} trials: their dual-delta sign test cannot "
             f"reach alpha after Holm over {m} records, only the worst-trial check can fail them "
-            f"(raise trials or dual_delta.trials), e.g. {weak[0]}",
+            f"(raise trials or dual_delta.trials), e.g. {safe(weak[0], 200)}",
             fg="yellow",
             err=True,
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from acceptance.cli.group import device_option, main, max_slowdown_option, resolved_device
+from acceptance.cli.group import WorkflowCommands, device_option, main, max_slowdown_option, resolved_device
 from acceptance.decide.limits import MAX_RATIO, MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_FAIL, UsageError
 
@@ -56,6 +56,7 @@ from acceptance.errors import EXIT_FAIL, UsageError
 @click.option("--no-isolation", is_flag=True, help="Call the code under test in this process.")
 def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_slack, write, check, no_isolation) -> None:
     """Propose thresholds from the errors seen over many seeds (or earlier results)."""
+    click.get_current_context().with_resource(WorkflowCommands())  # on GitHub Actions: off while impls run
     from acceptance.decide.proposal import TuneResult, observations, proposals
     from acceptance.session import results as results_mod
     from acceptance.session import tunewrite

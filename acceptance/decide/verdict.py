@@ -513,6 +513,34 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     )
 
 
+def allowed_verdicts(case: CaseResult) -> frozenset[str]:
+    """The verdicts :func:`decide` can give a case with this record: ``error`` when its run broke (or ``skip``
+    under a waiver), else ``fail`` when a criterion failed (``passed`` false; or ``skip`` under a waiver), else
+    ``pass``. A record whose verdict is not among them was not written by :func:`decide` (an edited file)."""
+    waived = {"skip"} if case.waiver else set()
+    if case.error is not None:
+        return frozenset({"error", *waived})
+    if any(c.passed is False for c in case.criteria):
+        return frozenset({"fail", *waived})
+    return frozenset({"pass"})
+
+
+def contradiction(case: CaseResult) -> str | None:
+    """Why ``case``'s verdict contradicts its own record (:func:`allowed_verdicts`), in words; ``None`` when
+    it does not."""
+    allowed = allowed_verdicts(case)
+    if case.verdict in allowed:
+        return None
+    failed = [c.metric if not c.output else f"{c.metric}[{c.output}]" for c in case.criteria if c.passed is False]
+    if case.error is not None:
+        why = "its run broke (error recorded)"
+    elif failed:
+        why = f"criteria failed: {', '.join(failed[:5])}" + (", ..." if len(failed) > 5 else "")
+    else:
+        why = "no criterion failed and no error is recorded"
+    return f"verdict {case.verdict!r} contradicts its record ({why}; expected {' or '.join(sorted(allowed))})"
+
+
 def summarize(cases: list[CaseResult], *, interrupted: int | None = None) -> Summary:
     """The run's verdict: counts per verdict; the run fails (exit code 1) on any fail or error. A run that did
     not finish is ``interrupted``, never a pass, with the signal's exit code (130 SIGINT, 143 SIGTERM)."""

@@ -59,6 +59,7 @@ __all__ = [
     "MeasuredCase",
     "CaseResult",
     "Summary",
+    "Plan",
     "Results",
     "sorted_failures_first",
     "REL_ERROR_BUCKETS",
@@ -570,11 +571,32 @@ class Summary(_Model):
     """The exit code of the run."""
 
 
+class Plan(_Model):
+    """What a run set out to measure, so that merged shards can be checked complete: the ordered case ids of the
+    whole run (every shard) and of this part, each as a sha256 of the ids joined by newlines."""
+
+    shard: list[int] | None = None
+    """[K, N] for shard K of N (``--shard K/N``: the cases K-1, K-1+N, ... of the whole run); null for a whole
+    run."""
+    cases: int
+    """Cases of the whole run (every shard)."""
+    digest: str
+    """sha256 (hex) of the whole run's case ids in run order, joined by newlines: the same in every shard of one
+    run."""
+    part_digest: str
+    """sha256 (hex) of this part's case ids (run and not run) in run order, joined by newlines."""
+    missing_shards: list[int] = []
+    """A merge of incomplete shards (``--allow-partial``): the shards K that were not there."""
+
+
 class Results(_Model):
     """A run: provenance, counts, and every decided case."""
 
     schema_version: int = SCHEMA_VERSION
     """Bumped on any incompatible change."""
+    digest: str | None = None
+    """'sha256:' and the hex sha256 of the canonical JSON of every other field (the compact JSON pydantic-core writes);
+    readers refuse a file whose content does not match it."""
     environment: Environment
     """Where and when."""
     summary: Summary
@@ -589,6 +611,9 @@ class Results(_Model):
     """The comparison with a base run (``acceptance run --compare-to``), when asked for."""
     waivers: list[WaiverRecord] = []
     """Every waiver of the specs run, with what it did in this run (applied, unmatched, expired)."""
+    plan: Plan | None = None
+    """The cases the run set out to measure (null in files before version 3 and for runs of cases given
+    directly)."""
 
 
 def sorted_failures_first(cases: list[CaseResult]) -> list[CaseResult]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 from pydantic import BaseModel, ConfigDict, PlainSerializer
 from typing_extensions import TypeAliasType
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Verdict = Literal["pass", "fail", "error", "skip"]
 VERDICT_ORDER: dict[str, int] = {"fail": 0, "error": 1, "skip": 2, "pass": 3}

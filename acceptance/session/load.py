@@ -48,23 +48,25 @@ def select_tiers(specs: Sequence[OperatorSpec], tiers: Sequence[str] = ()) -> li
     return [s for s in specs if s.tier in wanted]
 
 
-def select_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> list[Case]:
-    """The cases of ``specs`` a run measures: its seed, dtypes, ``--only`` glob, seeds and shard applied."""
+def plan_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> tuple[list[Case], list[Case]]:
+    """The cases of the whole run (every shard) and those of this run's shard (the same list without
+    ``--shard``): its seed, dtypes, ``--only`` glob and seeds applied."""
     from acceptance import spec
 
     if options.seed is not None:
         specs = [dataclasses.replace(s, seed=options.seed) for s in specs]
-    cases = spec.expand(list(specs), dtypes=list(options.dtypes) or None, only=options.only)
+    everything = spec.expand(list(specs), dtypes=list(options.dtypes) or None, only=options.only)
     if options.seeds > 1:
         from acceptance.spec.axes import with_seeds
 
-        cases = with_seeds(cases, options.seeds)
+        everything = with_seeds(everything, options.seeds)
+    cases = everything
     if options.shard is not None:
         k, n = options.shard
-        cases = cases[k - 1 :: n]
+        cases = everything[k - 1 :: n]
     if not cases:
         shard = f", --shard {options.shard[0]}/{options.shard[1]}" if options.shard else ""
         raise UsageError(
             f"no case matches (--only {options.only!r}, --dtype {', '.join(options.dtypes) or 'any'}{shard})"
         )
-    return cases
+    return everything, cases

@@ -6,45 +6,89 @@ report results.json`` can re-render any of them later and shards can be merged
 by merging results.
 
 ``schema_version`` is bumped on any incompatible change. Version 1 files
-(before criteria carried their ``kind`` and diff3 thresholds were pairs) are
-upgraded on reading; readers refuse versions they do not know.
+(before criteria carried their ``kind`` and diff3 thresholds were pairs) and
+version 2 files (before the digest and the plan) are upgraded on reading, with
+a warning that their content cannot be checked; readers refuse versions they
+do not know.
+
+Readers trust content, not names: a file's ``digest`` (sha256 of the canonical
+JSON of everything else) must match, every case's verdict must be the one its
+criteria give (:func:`acceptance.decide.verdict.allowed_verdicts`) and the
+summary the one its cases give; shards merge only when every shard of one plan
+is there once and finished (:func:`merge_problems`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import gc
+import hashlib
 import json
 import os
 import re
 import socket
+import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from acceptance.errors import OutputError, ResultsError
+from acceptance.errors import EXIT_FAIL, OutputError, ResultsError
 from acceptance.isolation import JOURNAL, LOCK
-from acceptance.records import SCHEMA_VERSION, CaseResult, MeasuredCase, Results, WaiverRecord
+from acceptance.records import SCHEMA_VERSION, CaseResult, MeasuredCase, Plan, Results, WaiverRecord
+from acceptance.wording import safe
+
+#: Where a reader's warnings go (a file without a digest, a journal line skipped): one line each.
+Warn = Callable[[str], None]
+
+
+def warn_stderr(message: str) -> None:
+    """A warning as one line on standard error."""
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def content_digest(results: Results, *, as_read: bool = False) -> str:
+    """``'sha256:'`` and the hex sha256 of the canonical JSON of ``results`` without its ``digest``: the compact
+    JSON pydantic-core writes (fields in schema order, no whitespace, UTF-8 unescaped, floats in their shortest
+    round-trip form, non-finite floats as strings), which is ``pydantic_core.to_json`` of the document as
+    written, ``digest`` removed. ``as_read``: ``results`` was read from a file, and only the fields the file
+    held count (a file of an earlier version keeps its digest when fields are added)."""
+    body = results.model_dump_json(exclude={"digest"}, exclude_unset=as_read)
+    return "sha256:" + hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def ids_digest(ids: Sequence[str]) -> str:
+    """The hex sha256 of case ids joined by newlines (a plan's ``digest`` and ``part_digest``)."""
+    return hashlib.sha256("\n".join(ids).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_NO_DIGEST = f'{{\n "schema_version": {SCHEMA_VERSION},\n "digest": null,'
 
 
 def dumps(results: Results) -> str:
-    """``results`` as the text of a results.json: strict JSON (no NaN or Infinity literals), one space of
-    indent per level, UTF-8, written by pydantic-core (5x faster than the json module on 4 MB)."""
-    return results.model_dump_json(indent=1) + "\n"
+    """``results`` as the text of a results.json, its ``digest`` set (:func:`content_digest`): strict JSON (no
+    NaN or Infinity literals), one space of indent per level, UTF-8, written by pydantic-core (5x faster than
+    the json module on 4 MB)."""
+    text = results.model_copy(update={"digest": None}).model_dump_json(indent=1) + "\n"
+    assert text.startswith(_NO_DIGEST)  # the first two fields of Results
+    return text.replace('"digest": null', f'"digest": "{content_digest(results)}"', 1)
 
 
-def write(results: Results, path: Path) -> Path:
-    """Write ``results.json`` atomically (temp file in the same folder, then rename)."""
+def write_text(path: Path, text: str, *, prefix: str = ".tmp-") -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: a temp file in the same folder, then renamed over
+    ``path``, so a symbolic link there is replaced, never followed, and a full disk leaves the old file whole.
+    The file gets a normal mode (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=path.suffix, dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
     try:
-        os.chmod(tmp, 0o666 & ~umask)  # a normal file's mode, not mkstemp's 0600
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dumps(results))
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -52,36 +96,94 @@ def write(results: Results, path: Path) -> Path:
     return path
 
 
+def write(results: Results, path: Path) -> Path:
+    """Write ``results.json`` atomically (:func:`write_text`), its digest set (:func:`dumps`)."""
+    return write_text(path, dumps(results), prefix=".results-")
+
+
+def cannot_write(path: Path, exc: OSError) -> OutputError:
+    """The one-line error of a write that failed (a full disk: ``No space left on device``)."""
+    return OutputError(f"{path}: cannot write: {exc.strerror or exc}")
+
+
 _CURRENT = re.compile(rb'\s*\{\s*"schema_version"\s*:\s*%d\s*[,}]' % SCHEMA_VERSION)
 
 
-def load(path: Path) -> Results:
-    """Read and validate a ``results.json``; raise :class:`ResultsError` naming the file."""
+def load(path: Path, *, warn: Warn = warn_stderr) -> Results:
+    """Read a ``results.json`` and check that its content can be trusted: its digest (:func:`content_digest`)
+    and its verdicts (:func:`verify`); raise :class:`ResultsError` naming the file (and the case) otherwise. A
+    file written before digests (version 1 or 2) is upgraded and accepted with a warning to ``warn``."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ResultsError(f"{path}: cannot read results: {exc}") from None
-    if _CURRENT.match(raw[:200]):  # the common case, parsed and validated in one pass by pydantic-core (3x faster)
-        try:
-            with _collector_paused():
-                return Results.model_validate_json(raw)
-        except Exception:  # pydantic.ValidationError: fall through for the detailed message
-            pass
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: cannot read results: {exc}") from None
-    version = data.get("schema_version") if isinstance(data, dict) else None
-    if version == 1:
-        data = _upgrade_v1(data)
-    elif version != SCHEMA_VERSION:
-        raise ResultsError(f"{path}: schema_version {version!r} is not supported (expected 1 or {SCHEMA_VERSION})")
+        raise ResultsError(f"{path}: cannot read results: {exc.strerror or exc}") from None
+    res = _current(raw) if _CURRENT.match(raw[:200]) else None
+    upgraded = False
+    if res is None:
+        res, upgraded = _read_slowly(raw, path, warn)
+    if not upgraded and res.digest != content_digest(res, as_read=True):
+        raise ResultsError(
+            f"{path}: its content does not match its digest (changed after it was written, or cut short); refusing it"
+        )
+    verify(res, path)
+    return res
+
+
+def _current(raw: bytes) -> Results | None:
+    """A file of the current version, parsed and validated in one pass by pydantic-core (3x faster than the json
+    module and validation); ``None`` when it is not valid (:func:`_read_slowly` then says why)."""
     try:
         with _collector_paused():
-            return Results.model_validate(data)
-    except Exception as exc:  # pydantic.ValidationError
+            return Results.model_validate_json(raw)
+    except ValueError:  # pydantic.ValidationError, recursion limit included
+        return None
+
+
+def _read_slowly(raw: bytes, path: Path, warn: Warn) -> tuple[Results, bool]:
+    """A file read by the json module, and whether it was upgraded from an earlier version (with a warning that
+    it has no digest); or the reason it cannot be read, naming it."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ResultsError(f"{path}: cannot read results: {why}") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version in (1, 2):
+        warn(f"{path}: schema_version {version} has no digest: its content cannot be checked")
+        data = _upgrade_v1(data) if version == 1 else data
+        data["schema_version"] = SCHEMA_VERSION
+    elif version != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema_version {version!r} is not supported (expected 1 to {SCHEMA_VERSION})")
+    try:
+        with _collector_paused():
+            res = Results.model_validate(data)
+    except (ValueError, RecursionError) as exc:  # pydantic.ValidationError is a ValueError
         raise ResultsError(f"{path}: invalid results: {exc}") from None
+    return res, version != SCHEMA_VERSION
+
+
+def verify(res: Results, path: Path | str) -> None:
+    """Refuse (:class:`ResultsError` naming ``path`` and the case) a record whose content contradicts itself: a
+    case whose verdict is not the one its criteria and error give (:func:`acceptance.decide.verdict.contradiction`),
+    or a summary that is not the one its cases give (:func:`acceptance.decide.verdict.summarize`, with the
+    comparison gate when there is one)."""
+    from acceptance.decide import verdict  # here, so that `acceptance report` starts without torch
+
+    for case in res.cases:
+        why = verdict.contradiction(case)
+        if why:
+            raise ResultsError(f"{path}: case {safe(case.id, 200)}: {why}; refusing it")
+    stopped = (res.summary.exit_code or EXIT_FAIL) if res.interrupted else None
+    expected = verdict.summarize(res.cases, interrupted=stopped)
+    if res.comparison is not None:
+        expected = verdict.gate_comparison(expected, res.comparison)
+    if expected != res.summary:
+        raise ResultsError(
+            f"{path}: the summary ({res.summary.verdict}, {res.summary.failed} failed, {res.summary.errors} "
+            f"errors, exit code {res.summary.exit_code}) is not the one its cases give ({expected.verdict}, "
+            f"{expected.failed} failed, {expected.errors} errors, exit code {expected.exit_code}); refusing it"
+        )
 
 
 def files_of(path: Path) -> list[Path]:
@@ -99,10 +201,14 @@ def files_of(path: Path) -> list[Path]:
     return files
 
 
-def load_run(path: Path) -> Results:
-    """The run a path names (see :func:`files_of`): one file read, or a folder's shards read and merged."""
-    parts = [load(f) for f in files_of(path)]
-    return parts[0] if len(parts) == 1 else merge(parts)
+def load_run(path: Path, *, allow_partial: bool = False, warn: Warn = warn_stderr) -> Results:
+    """The run a path names (see :func:`files_of`): one file read, or a folder's shards read and merged
+    (:func:`merge`)."""
+    files = files_of(path)
+    parts = [load(f, warn=warn) for f in files]
+    if len(parts) == 1:
+        return parts[0]
+    return merge(parts, names=[str(f) for f in files], allow_partial=allow_partial, warn=warn)
 
 
 @contextlib.contextmanager
@@ -119,24 +225,128 @@ def _collector_paused():
             gc.enable()
 
 
-def merge(parts: list[Results]) -> Results:
-    """Merge shards: cases concatenated (by id, later shards win), earliest start, latest end."""
+def merge(
+    parts: list[Results], *, names: Sequence[str] = (), allow_partial: bool = False, warn: Warn = warn_stderr
+) -> Results:
+    """Merge the results of several parts of one run (``names``: their files, for messages).
+
+    Shards (a :class:`~acceptance.records.Plan` with ``shard`` K/N) merge only when every shard 1..N of one plan
+    is there once and finished (:func:`merge_problems`); their cases then come in the whole run's order, checked
+    against the plan's digest. Whole runs (no shard) merge as one run: cases by id (later files win). Any other
+    merge raises :class:`ResultsError` listing the problems, unless ``allow_partial``: the merge is then
+    ``interrupted`` (never a pass), ``not_run`` lists the cases known not to have run and ``plan.missing_shards``
+    the shards that were not there, and each problem goes to ``warn``."""
     if not parts:
         raise ValueError("merge needs at least one results file")
+    names = list(names) or [f"part {k + 1}" for k in range(len(parts))]
+    problems, missing = merge_problems(parts, names)
+    if problems and not allow_partial:
+        raise ResultsError(
+            *problems, "refusing to merge an incomplete run (--allow-partial merges it as interrupted, never a pass)"
+        )
+    for problem in problems:
+        warn(f"{problem} (merged as interrupted)")
     by_id: dict[str, CaseResult] = {}
     for part in parts:
         for case in part.cases:
             by_id[case.id] = case
+    cases = _in_plan_order(parts, by_id) if not problems else list(by_id.values())
     env = parts[0].environment.model_copy(
         update={
             "start_time": min(p.environment.start_time for p in parts),
             "end_time": max(p.environment.end_time for p in parts),
         }
     )
-    cases = list(by_id.values())
     from acceptance.decide.verdict import summarize  # here, so that `acceptance report` starts without torch
 
-    return Results(environment=env, summary=summarize(cases), cases=cases, waivers=_merged_waivers(parts))
+    incomplete = bool(problems) or any(p.interrupted for p in parts)
+    codes = [p.summary.exit_code for p in parts if p.interrupted]
+    not_run = [i for p in parts for i in p.not_run if i not in by_id]
+    return Results(
+        environment=env,
+        summary=summarize(cases, interrupted=(codes[0] if codes else EXIT_FAIL) if incomplete else None),
+        cases=cases,
+        interrupted=incomplete,
+        not_run=list(dict.fromkeys(not_run)),
+        waivers=_merged_waivers(parts),
+        plan=_merged_plan(parts, [c.id for c in cases], missing),
+    )
+
+
+def _shard(part: Results) -> tuple[int, int] | None:
+    """(K, N) of a shard; ``None`` for a whole run or a file without a plan."""
+    if part.plan is None or part.plan.shard is None:
+        return None
+    k, n = part.plan.shard
+    return k, n
+
+
+def merge_problems(parts: list[Results], names: Sequence[str]) -> tuple[list[str], list[int]]:
+    """What keeps ``parts`` from merging into one finished run, one line each naming the file, and the
+    missing shards K: an interrupted part; a part with a shard and one without; a shard of another plan (a
+    different ``plan.digest`` or N: foreign); a shard given twice; a shard missing; a shard whose case list is
+    not the one its plan gives."""
+    problems = [
+        f"{name}: interrupted ({len(p.not_run)} cases not run); finish it with --resume"
+        for name, p in zip(names, parts, strict=True)
+        if p.interrupted
+    ]
+    shards = [(name, p, _shard(p)) for name, p in zip(names, parts, strict=True)]
+    sharded = [(name, p, kn) for name, p, kn in shards if kn is not None]
+    if not sharded:
+        return problems, []
+    whole = [name for name, _, kn in shards if kn is None]
+    if whole:
+        problems.append(f"{whole[0]}: a whole run (no --shard) merged with shards of a run ({sharded[0][0]})")
+    ref_name, ref, (_, n) = sharded[0]
+    assert ref.plan is not None
+    seen: dict[int, str] = {}
+    for name, p, (k, n_k) in sharded:
+        assert p.plan is not None
+        if p.plan.digest != ref.plan.digest or n_k != n:
+            problems.append(
+                f"{name}: shard {k}/{n_k} of another run (plan {p.plan.digest[:12]}, not {ref.plan.digest[:12]} "
+                f"of {ref_name}): a foreign shard"
+            )
+        elif k in seen:
+            problems.append(f"{name}: shard {k}/{n} given twice (also {seen[k]})")
+        else:
+            seen[k] = name
+            if not p.interrupted and ids_digest([c.id for c in p.cases]) != p.plan.part_digest:
+                problems.append(f"{name}: shard {k}/{n} does not hold the cases its plan lists")
+    missing = [k for k in range(1, n + 1) if k not in seen]
+    for k in missing:
+        size = len(range(k - 1, ref.plan.cases, n))
+        problems.append(f"shard {k}/{n} missing: {size} of the run's {ref.plan.cases} cases are in no file given")
+    return problems, missing
+
+
+def _in_plan_order(parts: list[Results], by_id: dict[str, CaseResult]) -> list[CaseResult]:
+    """The cases of complete shards in the whole run's order (shard K holds cases K-1, K-1+N, ...), checked
+    against the plan's digest (:class:`ResultsError` when they are not that run's cases); whole runs: as
+    merged."""
+    order: dict[str, int] = {}
+    for part in parts:
+        kn = _shard(part)
+        if kn is None:
+            return list(by_id.values())
+        k, n = kn
+        order.update({c.id: k - 1 + j * n for j, c in enumerate(part.cases)})
+    cases = sorted(by_id.values(), key=lambda c: order[c.id])
+    plan = parts[0].plan
+    assert plan is not None
+    if len(cases) != plan.cases or ids_digest([c.id for c in cases]) != plan.digest:
+        raise ResultsError(f"the shards' cases are not the ones their plan ({plan.digest[:12]}) lists; refusing them")
+    return cases
+
+
+def _merged_plan(parts: list[Results], ids: list[str], missing: list[int]) -> Plan | None:
+    """The plan of a merge: the shards' whole run (``missing_shards`` when some were not there); none for
+    whole runs merged."""
+    plan = parts[0].plan
+    if plan is None or _shard(parts[0]) is None:
+        return None
+    return Plan(cases=plan.cases, digest=plan.digest, part_digest=ids_digest(ids), missing_shards=missing)
 
 
 def _merged_waivers(parts: list[Results]) -> list[WaiverRecord]:
@@ -158,7 +368,8 @@ _V1_PAIR = re.compile(r"^threshold \((.*)\)$")
 
 
 def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:  # a seam: JSON as read, before validation
-    """A version 1 document as version 2: each criterion gets its ``kind`` (v1 told dual-delta gates by a
+    """A version 1 document as version 2 (which :func:`load` reads as the current version, its ``digest`` and
+    ``plan`` absent): each criterion gets its ``kind`` (v1 told dual-delta gates by a
     ``"dual_delta "`` metric prefix and wrote diff3's pair threshold into the note), and records their
     decision fields as they were.
 
@@ -176,7 +387,6 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:  # a seam: JSON as read
             if c.get("threshold") is None and pair:
                 c["threshold"] = [float(x) for x in pair.group(1).split(", ")]
                 c["note"] = None
-    data["schema_version"] = SCHEMA_VERSION
     return data
 
 
@@ -191,16 +401,17 @@ class OutputFolder:
     that are not stale (the report files of this run are rewritten at the end anyway).
     """
 
-    def __init__(self, path: Path, *, resume: bool = False, stale: tuple[str, ...] = ()):
+    def __init__(self, path: Path, *, resume: bool = False, stale: tuple[str, ...] = (), warn: Warn = warn_stderr):
         self.path = Path(path)
+        self.warn = warn
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / f".write-test-{os.getpid()}"
-            probe.write_text("")
+            os.close(_open_here(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
             probe.unlink()
         except OSError as exc:
             raise OutputError(f"--out {self.path}: cannot write there: {exc.strerror or exc}") from None
-        self._lock = open(self.path / LOCK, "a+", encoding="utf-8")
+        self._lock = self._open_lock()
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -218,28 +429,67 @@ class OutputFolder:
             (self.path / name).unlink(missing_ok=True)
         self._journal: TextIO | None = None
 
+    def _open_lock(self) -> TextIO:
+        """The lock file, opened without following a symbolic link (:func:`_open_here`)."""
+        try:
+            fd = _open_here(self.path / LOCK, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise OutputError(f"--out {self.path}: cannot open {LOCK}: {exc.strerror or exc}") from None
+        return open(fd, "r+", encoding="utf-8")
+
     def journaled(self) -> list[MeasuredCase]:
-        """The measured cases of the journal (a line cut short by a crash is dropped)."""
+        """The measured cases of the journal. A line cut short by a crash is dropped; a line that is not UTF-8
+        or not a measured case is skipped with a warning naming its line number."""
         path = self.path / JOURNAL
         if not path.exists():
             return []
+        try:
+            with open(_open_here(path, os.O_RDONLY), "rb") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot read the journal: {exc.strerror or exc}") from None
+        lines = raw.split(b"\n")
         out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(MeasuredCase.model_validate_json(line))
-            except ValueError:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
                 continue
+            try:
+                out.append(MeasuredCase.model_validate_json(line.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError) as exc:
+                if number < len(lines) or line.endswith(b"}"):  # not the last line a crash cut short
+                    why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not a measured case"
+                    self.warn(f"{path}: line {number} skipped ({why}); its case runs again")
         return out
 
     def append(self, case: MeasuredCase) -> None:
-        """Add a measured case to the journal, on disk before this returns."""
-        if self._journal is None:
-            self._journal = open(self.path / JOURNAL, "a", encoding="utf-8")
-        self._journal.write(case.model_dump_json() + "\n")
-        self._journal.flush()
-        os.fsync(self._journal.fileno())
+        """Add a measured case to the journal, on disk before this returns; a write that fails (a full disk)
+        is an :class:`OutputError` (the lines before it stay in the journal)."""
+        path = self.path / JOURNAL
+        try:
+            if self._journal is None:
+                self._journal = open(_open_here(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a", encoding="utf-8")
+            self._journal.write(case.model_dump_json() + "\n")
+            self._journal.flush()
+            os.fsync(self._journal.fileno())
+        except OSError as exc:
+            raise OutputError(
+                f"{path}: cannot write the journal: {exc.strerror or exc}; the cases before are kept there "
+                "(free space, then finish the run with --resume)"
+            ) from None
 
     def close(self) -> None:
         if self._journal is not None:
-            self._journal.close()
+            with contextlib.suppress(OSError):  # a full disk: what could be written is written
+                self._journal.close()
         self._lock.close()
+
+
+def _open_here(path: Path, flags: int) -> int:
+    """``os.open`` of a run's own file without following a symbolic link (``O_NOFOLLOW``): a link there, which
+    could point out of the output folder, is refused with ``ELOOP`` named in words."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(exc.errno, "a symbolic link; refusing to follow it out of the folder", str(path)) from None
+        raise

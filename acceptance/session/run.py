@@ -25,11 +25,11 @@ from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
 from acceptance.isolation.worker import WORKER_THREADS
 from acceptance.protocols import CaseObserver, Executor
-from acceptance.records import CaseResult, MeasuredCase, Results
+from acceptance.records import CaseResult, MeasuredCase, Plan, Results
 from acceptance.report import REPORTERS, Context
 from acceptance.session import startup
 from acceptance.session.executors import Settings, cache_settings, default_jobs, executor_for
-from acceptance.session.load import load, select_cases, select_tiers
+from acceptance.session.load import load, plan_cases, select_tiers
 from acceptance.session.observers import FolderGuard, Journal, Sanitizer
 from acceptance.session.options import RunOptions
 from acceptance.session.results import OutputFolder
@@ -79,6 +79,7 @@ class Session:
         self.specs: list[OperatorSpec] = []
         self.cases: list[Case] = []
         self.measured: list[tuple[MeasuredCase, Rules]] = []  # journaled ones first, then as the cases finish
+        self.plan: Plan | None = None  # what the whole run (every shard) measures
         self.folder: OutputFolder | None = None
         self.base_run: Results | None = None
         self.written: list[Path] = []
@@ -132,7 +133,8 @@ class Session:
             else:
                 loaded = load([p for p in specs if isinstance(p, Path)], meanwhile)
             self.specs = select_tiers(loaded, o.tiers)
-            self.cases = select_cases(self.specs, o)
+            everything, self.cases = plan_cases(self.specs, o)
+            self.plan = run_plan(everything, self.cases, o.shard)
         except BaseException:
             self.close()
             raise
@@ -216,6 +218,7 @@ class Session:
             interrupted=self.stopped is not None,
             not_run=[c.id for c in self.cases if c.id not in ran] if self.stopped else [],
             waivers=waiver_records(self.specs, cases),
+            plan=self.plan,
         )
         if self.base_run is not None:
             res = with_comparison(res, self.base_run, str(self.options.compare_to), self.options.max_slowdown)
@@ -268,6 +271,19 @@ class Session:
         return res
 
 
+def run_plan(everything: Sequence[Case], cases: Sequence[Case], shard: tuple[int, int] | None) -> Plan:
+    """The plan of a run: its shard, the whole run's case count and the digests of the whole run's and this
+    part's case ids in run order (:func:`acceptance.session.results.ids_digest`)."""
+    from acceptance.session.results import ids_digest
+
+    return Plan(
+        shard=list(shard) if shard else None,
+        cases=len(everything),
+        digest=ids_digest([c.id for c in everything]),
+        part_digest=ids_digest([c.id for c in cases]),
+    )
+
+
 def _prepare_reports() -> None:
     from acceptance.report import prepare
 
@@ -298,7 +314,11 @@ def write_reports(res: Results, out_dir: Path, on_error: Callable[[str], None] |
     reported to ``on_error`` and the others are still written (the results are never lost to a reporter bug)."""
     from acceptance.session import results as results_mod
 
-    results_path = results_mod.write(res, out_dir / "results.json")
+    results_path = out_dir / "results.json"
+    try:
+        results_mod.write(res, results_path)
+    except OSError as exc:
+        raise results_mod.cannot_write(results_path, exc) from None
     context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
     written = [results_path]
     for reporter in REPORTERS:
@@ -306,7 +326,11 @@ def write_reports(res: Results, out_dir: Path, on_error: Callable[[str], None] |
             continue
         path = out_dir / reporter.filename
         try:
-            path.write_text(reporter.render(res, context), encoding="utf-8")
+            results_mod.write_text(path, reporter.render(res, context))
+        except OSError as exc:  # a full disk: the files written so far stay, and the others are still tried
+            if on_error is not None:
+                on_error(f"{path}: cannot write: {exc.strerror or exc}; results.json is intact")
+            continue
         except Exception as exc:  # a reporter bug must not lose the results
             if on_error is not None:
                 on_error(f"{path}: could not render ({type(exc).__name__}: {exc}); results.json is intact")

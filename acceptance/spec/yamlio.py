@@ -1,4 +1,6 @@
-"""Reading a spec file: YAML 1.2 core scalars, duplicate keys rejected, problems with line and column."""
+"""Reading a spec file: YAML 1.2 core scalars, duplicate keys rejected, problems with line and column, and hostile
+input refused before it costs anything: a file over :data:`MAX_BYTES`, nesting deeper than :data:`MAX_DEPTH`, or
+a document whose aliases expand to more than :data:`MAX_NODES` nodes (a "billion laughs" alias bomb)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,55 @@ import yaml
 from acceptance.spec.messages import describe
 from acceptance.spec.model import SpecProblem
 
+#: Largest spec file read, in bytes (the built-in library's largest is under 4 KiB).
+MAX_BYTES = 1 << 20
+#: Deepest nesting of mappings and sequences.
+MAX_DEPTH = 64
+#: Most nodes of the document with every alias expanded (an alias counts as the whole node it names).
+MAX_NODES = 100_000
+
+
+class _TooBig(yaml.YAMLError):
+    """A document over one of the limits; ``mark`` is where."""
+
+    def __init__(self, problem: str, mark: yaml.Mark | None):
+        super().__init__(problem)
+        self.problem, self.problem_mark, self.context = problem, mark, None
+
 
 class _YamlLoader(yaml.SafeLoader):
-    """Safe loader with YAML 1.2 core scalars and duplicate keys rejected."""
+    """Safe loader with YAML 1.2 core scalars, duplicate keys rejected, and the nesting depth and the expanded
+    size of the document (aliases counted as the nodes they name) limited while it is composed."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+        self._expanded: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
+
+    def fetch_flow_collection_start(self, TokenClass: type) -> None:  # noqa: N803 - PyYAML's name
+        """A ``[`` or ``{`` deeper than :data:`MAX_DEPTH` is refused as it is scanned: the scanner reads up to
+        1024 characters ahead for a possible key, in time growing with the depth, before the composer sees it."""
+        if self.flow_level >= MAX_DEPTH:
+            raise _TooBig(f"nested deeper than {MAX_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(TokenClass)
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _TooBig(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        size = 1
+        if isinstance(node, yaml.SequenceNode):
+            size += sum(self._expanded.get(id(child), 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size += sum(self._expanded.get(id(k), 1) + self._expanded.get(id(v), 1) for k, v in node.value)
+        if size > MAX_NODES:
+            raise _TooBig(f"more than {MAX_NODES} nodes with its aliases expanded (an alias bomb?)", node.start_mark)
+        self._expanded[id(node)] = size
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen = set()
@@ -46,6 +94,8 @@ def read_yaml(path: Path) -> tuple[dict[object, object] | None, SpecProblem | No
     """The YAML document of ``path`` (a mapping), or ``None`` and the problem with line and column."""
     file = str(path)
     try:
+        if path.stat().st_size > MAX_BYTES:
+            return None, SpecProblem(file, "", f"the file is larger than {MAX_BYTES} bytes; refusing to read it")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
