@@ -174,6 +174,7 @@ class CaseItem(pytest.Item):
         super().__init__(**kwargs)
         self.case = case
         self.add_marker(pytest.mark.acceptance)
+        self.extra_keyword_matches.add(keyword_id(case.id))
 
     def runtest(self) -> None:
         from acceptance.report.text import case_details
@@ -208,7 +209,19 @@ class CaseItem(pytest.Item):
         return self.path, None, f"acceptance case {self.case.id}"
 
 
+def keyword_id(case_id: str) -> str:
+    """The case id as pytest's ``-k`` can spell it: without its ``=`` signs (``gelu[float16-N1-LO-1-HI1]`` for
+    ``gelu[float16-N=1-LO=-1-HI=1]``), a keyword of the case's item besides its name."""
+    return case_id.replace("=", "")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    keyword = config.getoption("keyword", "") or ""
+    if "=" in keyword:  # pytest's -k grammar has no '=' in a word; its own message names only the character
+        raise pytest.UsageError(
+            f"-k {keyword!r}: pytest's -k cannot hold '='; a spec case also matches its id without '=' "
+            f"(N=1 as N1, e.g. -k {keyword.replace('=', '')!r})"
+        )
     config.addinivalue_line("markers", "acceptance: a case of an operator spec (acceptance plugin)")
     config.stash[_START] = datetime.now(timezone.utc)
     _RESULTS.clear()
@@ -246,6 +259,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 _RESULTS: list[str] = []
+_SELECTED: list[str] = []  # the case ids selected to run (spec items; on the xdist controller, a worker's)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -257,12 +271,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         check.close()
     out = session.config.getoption("acceptance_out")
     if out and _RESULTS and not hasattr(session.config, "workerinput"):  # the xdist controller or a plain run
-        _write(Path(out), session.config)
+        stopped = session.shouldfail or session.shouldstop or exitstatus == pytest.ExitCode.INTERRUPTED
+        _write(Path(out), session.config, stopped=bool(stopped))
 
 
-def _write(out: Path, config: pytest.Config) -> None:
+@pytest.hookimpl(trylast=True)  # after -k and -m deselected theirs
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    _SELECTED[:] = [item.name for item in items if isinstance(item, CaseItem)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """On the xdist controller: the node ids a worker selected (every worker collects the same)."""
+    _SELECTED[:] = [i.split("::", 1)[1] for i in ids if "::" in i]
+
+
+def _write(out: Path, config: pytest.Config, *, stopped: bool = False) -> None:
     """results.json and the default reports of the session's cases (the xdist controller gathers every worker's),
-    through the run's own assembly: waivers applied, the session's real start and end recorded."""
+    through the run's own assembly: waivers applied, the session's real start and end recorded. A session that
+    ``stopped`` early (``-x``, Ctrl-C) is ``interrupted``, never a pass, with the selected cases not run listed."""
     from acceptance.records import CaseResult
     from acceptance.session.run import RunOptions, Session, write_reports
     from acceptance.spec import load_spec
@@ -275,4 +302,13 @@ def _write(out: Path, config: pytest.Config) -> None:
         if spec is not None:
             session.specs.append(spec)
     start = config.stash.get(_START, None) or datetime.now(timezone.utc)
-    write_reports(session.results(cases, start=start, end=datetime.now(timezone.utc)), out)
+    res = session.results(cases, start=start, end=datetime.now(timezone.utc))
+    if stopped:
+        from acceptance.decide.verdict import summarize
+        from acceptance.errors import EXIT_FAIL, EXIT_INTERRUPTED
+
+        ran = {c.id for c in cases}
+        code = EXIT_FAIL if res.summary.failed or res.summary.errors else EXIT_INTERRUPTED
+        update = {"interrupted": True, "not_run": [i for i in _SELECTED if i not in ran]}
+        res = res.model_copy(update={**update, "summary": summarize(res.cases, interrupted=code)})
+    write_reports(res, out)

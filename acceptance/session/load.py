@@ -49,7 +49,8 @@ def select_tiers(specs: Sequence[OperatorSpec], tiers: Sequence[str] = ()) -> li
 
 
 def select_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> list[Case]:
-    """The cases of ``specs`` a run measures: its seed, dtypes, ``--only`` glob, seeds and shard applied."""
+    """The cases of ``specs`` a run measures: its seed, dtypes, ``--only`` glob, seeds, ``-k`` expression
+    (:mod:`acceptance.session.keyword`) and shard applied."""
     from acceptance import spec
 
     if options.seed is not None:
@@ -59,12 +60,27 @@ def select_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> list[Cas
         from acceptance.spec.axes import with_seeds
 
         cases = with_seeds(cases, options.seeds)
+    if options.keyword:
+        cases = select_keyword(cases, options.keyword)
     if options.shard is not None:
         k, n = options.shard
         cases = cases[k - 1 :: n]
     if not cases:
-        shard = f", --shard {options.shard[0]}/{options.shard[1]}" if options.shard else ""
-        raise UsageError(
-            f"no case matches (--only {options.only!r}, --dtype {', '.join(options.dtypes) or 'any'}{shard})"
-        )
+        o = options
+        given = [f"--only {o.only!r}" if o.only else "", f"--dtype {', '.join(o.dtypes)}" if o.dtypes else ""]
+        given += [f"-k {o.keyword!r}" if o.keyword else "", f"--shard {o.shard[0]}/{o.shard[1]}" if o.shard else ""]
+        given = [g for g in given if g]
+        raise UsageError(f"no case matches {', '.join(given)}; nothing run" if given else "the specs hold no case")
     return cases
+
+
+def select_keyword(cases: Sequence[Case], expression: str) -> list[Case]:
+    """The cases whose id ``expression`` selects (:func:`acceptance.session.keyword.parse`); a usage error (exit
+    2) naming the column where a malformed expression goes wrong."""
+    from acceptance.session.keyword import KeywordError, parse
+
+    try:
+        keyword = parse(expression)
+    except KeywordError as exc:
+        raise UsageError(*exc.lines()) from None
+    return [c for c in cases if keyword.matches(c.id)]
