@@ -140,8 +140,10 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
 def compare_cmd(
     base: Path, new: Path, max_ratio: float, summary_path: Path | None, max_slowdown: float = MAX_SLOWDOWN
 ) -> None:
-    """Compare two runs (results.json files or folders): a table of what changed (verdicts, error ratios
-    NEW/BASE, slowdowns), the regressions in words, waivers that can go. Exit 1 on a regression."""
+    """Compare two runs (results.json files or folders): what changed, worst first; exit 1 on a regression.
+
+    Prints a table of the changed cases only (verdicts, error ratios NEW/BASE, slowdowns), the regressions in
+    words and the waivers that can go; one line when nothing changed."""
     from acceptance.decide import regression as compare_mod
     from acceptance.report.comparison import markdown, terminal_table
     from acceptance.session import results as results_mod
