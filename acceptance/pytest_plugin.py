@@ -3,7 +3,9 @@
 ``pytest operator_specs/`` collects every spec file under the paths named on
 the command line and runs each case as an item whose name is the case id
 (``gelu[float16-N=4097]``), so ``-k``, ``-x``, ``--lf`` and pytest-xdist
-(``-n 4``) work as usual. A YAML file is taken as a spec only when
+(``-n 4``) work as usual. pytest's ``-k`` has no ``=`` in a word, so each item
+also carries its id without ``=`` as a keyword (``gelu[float16-N4097]``; a
+``-k`` holding ``=`` is a usage error saying so). A YAML file is taken as a spec only when
 
 - it lies under a path given on the command line (never under ``testpaths``
   or the invocation folder alone), and under one of the ini option
@@ -16,7 +18,9 @@ waiver; what the code under test reported without breaking (torch.compile
 graph breaks, an allowed eager fallback) becomes a pytest warning. Each case
 is decided alone (the dual-delta p-values are Holm-corrected over the case's
 own records, not over the session). ``--acceptance-out DIR`` writes
-results.json and the default reports of the session (xdist included).
+results.json and the default reports of the session once (under xdist, the
+controller, from every worker's cases); a session stopped early (``-x``,
+Ctrl-C) is recorded ``interrupted`` with the selected cases not run.
 
 Options: ``--acceptance-device`` (auto | cpu | cuda[:N]; default ``$ACCEPTANCE_DEVICE``, else auto),
 ``--acceptance-trials N``, ``--acceptance-no-isolation`` (call the code under test in the pytest process).
