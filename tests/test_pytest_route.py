@@ -88,3 +88,33 @@ def test_an_equal_sign_in_k_is_a_usage_error_that_says_how_to_spell_it(repo):
             "ERROR: -k 'float16 and not N=1': pytest's -k cannot hold '='; a spec case also matches its id "
             "without '=' (N=1 as N1, e.g. -k 'float16 and not N1')"
         ) in done.stderr
+
+
+SCALED = """name: {name}
+category: composite
+impl: kernels.py:scaled
+baseline: kernels.py:scaled
+impl_params: {{scale: {scale}}}
+baseline_params: {{scale: 1.0}}
+dtypes: [float32]
+inputs:
+  - {{name: x, shape: [N], dist: {{uniform: [1, 2]}}}}
+cases: [{{N: 4}}, {{N: 9}}]
+trials: 3
+"""
+
+
+def test_a_session_stopped_by_x_is_recorded_as_interrupted_never_a_pass(tmp_path):
+    """bad.yaml's first case fails (impl 1.5x the baseline); -x stops there: results.json holds that case, the
+    run is interrupted (exit code 1 in it), and the three selected cases not run are listed."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(ROOT / "tests" / "ecosystem_specs" / "kernels.py", specs)
+    (specs / "bad.yaml").write_text(SCALED.format(name="bad", scale=1.5))
+    (specs / "good.yaml").write_text(SCALED.format(name="good", scale=1.0))
+    done = _pytest(["specs", "-x", "--acceptance-out", "out"], tmp_path)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout[-3000:] + done.stderr[-2000:]
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [c["id"] for c in res["cases"]] == ["bad[float32-N=4]"]
+    assert res["not_run"] == ["bad[float32-N=9]", "good[float32-N=4]", "good[float32-N=9]"]
+    assert (res["interrupted"], res["summary"]["verdict"], res["summary"]["exit_code"]) == (True, "interrupted", 1)
