@@ -23,7 +23,8 @@ controller, from every worker's cases); a session stopped early (``-x``,
 Ctrl-C) is recorded ``interrupted`` with the selected cases not run.
 
 Options: ``--acceptance-device`` (auto | cpu | cuda[:N]; default ``$ACCEPTANCE_DEVICE``, else auto),
-``--acceptance-trials N``, ``--acceptance-no-isolation`` (call the code under test in the pytest process).
+``--acceptance-trials N``, ``--acceptance-tier default|large`` (repeatable; default: the default tier, as
+``acceptance run``), ``--acceptance-no-isolation`` (call the code under test in the pytest process).
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Device of the impl: auto | cpu | cuda | cuda:N (default: $ACCEPTANCE_DEVICE, else auto).",
     )
     group.addoption("--acceptance-trials", type=int, default=None, help="Trials per case (overrides the specs).")
+    group.addoption(
+        "--acceptance-tier",
+        action="append",
+        choices=("default", "large"),
+        default=None,
+        help="Collect the specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized shapes).",
+    )
     group.addoption(
         "--acceptance-no-isolation",
         action="store_true",
@@ -124,6 +132,8 @@ class SpecFile(pytest.File):
         spec, problems = load_spec(self.path, _imports(self.config))
         if spec is None or problems:
             raise SpecProblems("\n".join(str(p) for p in problems))
+        if spec.tier not in (self.config.getoption("acceptance_tier") or ["default"]):
+            return  # as `acceptance run`: a `tier: large` spec runs only when asked
         for case in expand([spec]):
             yield CaseItem.from_parent(self, name=case.id, case=case)
 

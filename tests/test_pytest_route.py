@@ -118,3 +118,21 @@ def test_a_session_stopped_by_x_is_recorded_as_interrupted_never_a_pass(tmp_path
     assert [c["id"] for c in res["cases"]] == ["bad[float32-N=4]"]
     assert res["not_run"] == ["bad[float32-N=9]", "good[float32-N=4]", "good[float32-N=9]"]
     assert (res["interrupted"], res["summary"]["verdict"], res["summary"]["exit_code"]) == (True, "interrupted", 1)
+
+
+def test_large_tier_specs_are_collected_only_when_asked(tmp_path):
+    """As `acceptance run`: the LLM-sized spec (tier: large, 7 cases) is left out unless --acceptance-tier large."""
+    (tmp_path / "operator_specs").mkdir()
+    for name in ("q4_0_q8_1_matmul_llm.yaml", "gelu.yaml"):
+        shutil.copy(ROOT / "operator_specs" / name, tmp_path / "operator_specs")
+    shutil.copy(ROOT / "operator_specs" / "_ops.py", tmp_path / "operator_specs")
+
+    def items(*extra: str) -> list[str]:
+        done = _pytest(["operator_specs", "--co", "-q", *extra], tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+
+    assert set(items()) == {"operator_specs/gelu.yaml"} and len(items()) == 12
+    large = items("--acceptance-tier", "large")
+    assert set(large) == {"operator_specs/q4_0_q8_1_matmul_llm.yaml"} and len(large) == 7
+    assert len(items("--acceptance-tier", "large", "--acceptance-tier", "default")) == 19
