@@ -3,7 +3,9 @@
 ``pytest operator_specs/`` collects every spec file under the paths named on
 the command line and runs each case as an item whose name is the case id
 (``gelu[float16-N=4097]``), so ``-k``, ``-x``, ``--lf`` and pytest-xdist
-(``-n 4``) work as usual. A YAML file is taken as a spec only when
+(``-n 4``) work as usual. pytest's ``-k`` has no ``=`` in a word, so each item
+also carries its id without ``=`` as a keyword (``gelu[float16-N4097]``; a
+``-k`` holding ``=`` is a usage error saying so). A YAML file is taken as a spec only when
 
 - it lies under a path given on the command line (never under ``testpaths``
   or the invocation folder alone), and under one of the ini option
@@ -16,10 +18,13 @@ waiver; what the code under test reported without breaking (torch.compile
 graph breaks, an allowed eager fallback) becomes a pytest warning. Each case
 is decided alone (the dual-delta p-values are Holm-corrected over the case's
 own records, not over the session). ``--acceptance-out DIR`` writes
-results.json and the default reports of the session (xdist included).
+results.json and the default reports of the session once (under xdist, the
+controller, from every worker's cases); a session stopped early (``-x``,
+Ctrl-C) is recorded ``interrupted`` with the selected cases not run.
 
 Options: ``--acceptance-device`` (auto | cpu | cuda[:N]; default ``$ACCEPTANCE_DEVICE``, else auto),
-``--acceptance-trials N``, ``--acceptance-no-isolation`` (call the code under test in the pytest process).
+``--acceptance-trials N``, ``--acceptance-tier default|large`` (repeatable; default: the default tier, as
+``acceptance run``), ``--acceptance-no-isolation`` (call the code under test in the pytest process).
 """
 
 from __future__ import annotations
@@ -55,6 +60,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Device of the impl: auto | cpu | cuda | cuda:N (default: $ACCEPTANCE_DEVICE, else auto).",
     )
     group.addoption("--acceptance-trials", type=int, default=None, help="Trials per case (overrides the specs).")
+    group.addoption(
+        "--acceptance-tier",
+        action="append",
+        choices=("default", "large"),
+        default=None,
+        help="Collect the specs of this tier (repeatable; default: 'default'; 'large' holds LLM-sized shapes).",
+    )
     group.addoption(
         "--acceptance-no-isolation",
         action="store_true",
@@ -120,6 +132,8 @@ class SpecFile(pytest.File):
         spec, problems = load_spec(self.path, _imports(self.config))
         if spec is None or problems:
             raise SpecProblems("\n".join(str(p) for p in problems))
+        if spec.tier not in (self.config.getoption("acceptance_tier") or ["default"]):
+            return  # as `acceptance run`: a `tier: large` spec runs only when asked
         for case in expand([spec]):
             yield CaseItem.from_parent(self, name=case.id, case=case)
 
@@ -174,6 +188,7 @@ class CaseItem(pytest.Item):
         super().__init__(**kwargs)
         self.case = case
         self.add_marker(pytest.mark.acceptance)
+        self.extra_keyword_matches.add(keyword_id(case.id))
 
     def runtest(self) -> None:
         from acceptance.report.text import case_details
@@ -208,7 +223,19 @@ class CaseItem(pytest.Item):
         return self.path, None, f"acceptance case {self.case.id}"
 
 
+def keyword_id(case_id: str) -> str:
+    """The case id as pytest's ``-k`` can spell it: without its ``=`` signs (``gelu[float16-N1-LO-1-HI1]`` for
+    ``gelu[float16-N=1-LO=-1-HI=1]``), a keyword of the case's item besides its name."""
+    return case_id.replace("=", "")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    keyword = config.getoption("keyword", "") or ""
+    if "=" in keyword:  # pytest's -k grammar has no '=' in a word; its own message names only the character
+        raise pytest.UsageError(
+            f"-k {keyword!r}: pytest's -k cannot hold '='; a spec case also matches its id without '=' "
+            f"(N=1 as N1, e.g. -k {keyword.replace('=', '')!r})"
+        )
     config.addinivalue_line("markers", "acceptance: a case of an operator spec (acceptance plugin)")
     config.stash[_START] = datetime.now(timezone.utc)
     _RESULTS.clear()
@@ -246,6 +273,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 _RESULTS: list[str] = []
+_SELECTED: list[str] = []  # the case ids selected to run (spec items; on the xdist controller, a worker's)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -257,12 +285,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         check.close()
     out = session.config.getoption("acceptance_out")
     if out and _RESULTS and not hasattr(session.config, "workerinput"):  # the xdist controller or a plain run
-        _write(Path(out), session.config)
+        stopped = session.shouldfail or session.shouldstop or exitstatus == pytest.ExitCode.INTERRUPTED
+        _write(Path(out), session.config, stopped=bool(stopped))
 
 
-def _write(out: Path, config: pytest.Config) -> None:
+@pytest.hookimpl(trylast=True)  # after -k and -m deselected theirs
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    _SELECTED[:] = [item.name for item in items if isinstance(item, CaseItem)]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """On the xdist controller: the node ids a worker selected (every worker collects the same)."""
+    _SELECTED[:] = [i.split("::", 1)[1] for i in ids if "::" in i]
+
+
+def _write(out: Path, config: pytest.Config, *, stopped: bool = False) -> None:
     """results.json and the default reports of the session's cases (the xdist controller gathers every worker's),
-    through the run's own assembly: waivers applied, the session's real start and end recorded."""
+    through the run's own assembly: waivers applied, the session's real start and end recorded. A session that
+    ``stopped`` early (``-x``, Ctrl-C) is ``interrupted``, never a pass, with the selected cases not run listed."""
     from acceptance.records import CaseResult
     from acceptance.session.run import RunOptions, Session, write_reports
     from acceptance.spec import load_spec
@@ -275,4 +316,13 @@ def _write(out: Path, config: pytest.Config) -> None:
         if spec is not None:
             session.specs.append(spec)
     start = config.stash.get(_START, None) or datetime.now(timezone.utc)
-    write_reports(session.results(cases, start=start, end=datetime.now(timezone.utc)), out)
+    res = session.results(cases, start=start, end=datetime.now(timezone.utc))
+    if stopped:
+        from acceptance.decide.verdict import summarize
+        from acceptance.errors import EXIT_FAIL, EXIT_INTERRUPTED
+
+        ran = {c.id for c in cases}
+        code = EXIT_FAIL if res.summary.failed or res.summary.errors else EXIT_INTERRUPTED
+        update = {"interrupted": True, "not_run": [i for i in _SELECTED if i not in ran]}
+        res = res.model_copy(update={**update, "summary": summarize(res.cases, interrupted=code)})
+    write_reports(res, out)

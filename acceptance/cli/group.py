@@ -112,11 +112,12 @@ def stop_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def print_console(res: object) -> None:
-    """The console summary of a run (:mod:`acceptance.report.console`)."""
+def print_console(res: object, *, verbose: bool = False) -> None:
+    """The console summary of a run (:mod:`acceptance.report.console`); ``verbose`` (``-v``) lists the passing
+    cases too."""
     from acceptance.report import console
 
-    for line, colour in console.render(res):  # type: ignore[arg-type]
+    for line, colour in console.render(res, verbose=verbose):  # type: ignore[arg-type]
         click.secho(line, fg=colour)
 
 

@@ -1,8 +1,10 @@
-"""The progress of a run on standard error, an observer of the case loop: a bar on a terminal, lines in a log
-(one every ~5 % of the cases, and at once for every case that errored)."""
+"""The progress of a run, an observer of the case loop: a bar on standard error on an interactive terminal; in a
+log (standard output not a terminal, or ``$CI`` set) one status line per finished case on standard output,
+``[k/N] VERDICT <case id> — <first reason>``, flushed as the case finishes."""
 
 from __future__ import annotations
 
+import os
 import sys
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -12,21 +14,28 @@ import click
 if TYPE_CHECKING:
     from click._termui_impl import ProgressBar
 
-    from acceptance.records import MeasuredCase
+    from acceptance.records import CaseResult, MeasuredCase
     from acceptance.spec import Case
+
+
+def interactive() -> bool:
+    """Whether a person watches: standard output and standard error are terminals and ``$CI`` is not set (CI
+    services set ``CI=true``; empty, ``0`` and ``false`` count as unset)."""
+    ci = os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+    return not ci and sys.stdout.isatty() and sys.stderr.isatty()
 
 
 class Progress:
     """``with Progress(total, label, done) as observer:`` watch a run of ``total`` cases, ``done`` of them finished
-    before it started (a resumed run)."""
+    before it started (a resumed run). ``strict``: as the run decides vacuous cases (``--strict``), for the status
+    lines."""
 
-    def __init__(self, total: int, label: str, done: int = 0):
-        self.total, self.label, self.count = total, label, done
-        self.step = max(1, total // 20)
+    def __init__(self, total: int, label: str, done: int = 0, *, strict: bool = False):
+        self.total, self.label, self.count, self.strict = total, label, done, strict
         self.bar: ProgressBar[Case | None] | None = None
 
     def __enter__(self) -> Progress:
-        if sys.stderr.isatty():
+        if interactive():
             self.bar = click.progressbar(
                 length=self.total,
                 label=self.label,
@@ -49,17 +58,35 @@ class Progress:
         self.count += 1
         if self.bar is not None:
             self.bar.update(1, case)
-            return result
-        from acceptance.wording import safe
-
-        width = len(str(self.total))
-        if result.error is not None:
-            click.echo(
-                f"[{self.count:>{width}}/{self.total}] ERROR {safe(case.id)}: {safe(result.error, 300)}", err=True
-            )
-        elif self.count % self.step == 0 or self.count == self.total:
-            click.echo(f"[{self.count:>{width}}/{self.total}] {safe(case.id)}", err=True)
+        else:
+            click.echo(status_line(self.count, self.total, decided_alone(case, result, strict=self.strict)))
         return result
+
+
+def decided_alone(case: Case, result: MeasuredCase, *, strict: bool = False) -> CaseResult:
+    """``result`` decided alone: Holm over its own dual-delta records (the run decides over all of them at the end,
+    which can turn a dual-delta fail into a pass, never the reverse)."""
+    from acceptance.decide.run import decide_all
+    from acceptance.spec import rules_for
+
+    (decided,) = decide_all([(result, rules_for(case))], strict=strict)
+    return decided
+
+
+def status_line(k: int, n: int, case: CaseResult) -> str:
+    """``[k/N] VERDICT <id>``, and `` — <first reason>`` unless it passed; the verdict upper-case (PASS, FAIL,
+    ERROR, SKIP); a fail decided on dual-delta records alone ends in ``(dual-delta: final after Holm over the
+    run)``. Every user string made safe for a log (:func:`acceptance.wording.safe`)."""
+    from acceptance.wording import safe
+
+    verdict = (case.verdict or "pass").upper()
+    line = f"[{k:>{len(str(n))}}/{n}] {verdict} {safe(case.id)}"
+    if case.verdict != "pass" and case.reasons:
+        line += f" — {safe(case.reasons[0], 300)}"
+    failed = [c for c in case.criteria if c.passed is False]
+    if case.verdict == "fail" and failed and all(c.kind == "dual_delta" for c in failed):
+        line += " (dual-delta: final after Holm over the run)"
+    return line
 
 
 def _shown(case: Case | None) -> str:

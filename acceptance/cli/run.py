@@ -24,6 +24,7 @@ from acceptance.cli.group import (
 )
 from acceptance.cli.progress import Progress
 from acceptance.decide.limits import MAX_SLOWDOWN
+from acceptance.errors import EXIT_FAIL, UsageError
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:
@@ -53,6 +54,22 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
 @click.option("--seed", type=int, help="Seed (overrides the specs).")
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
+@click.option(
+    "-k",
+    "keyword",
+    metavar="EXPR",
+    callback=lambda ctx, param, value: checked_keyword(value),
+    help="Run only the cases whose id the expression selects, as pytest's -k: words (substrings of the id, "
+    "any case; '=' optional) joined by and, or, not and parentheses, e.g. -k \"float16 and not N=1-\".",
+)
+@click.option(
+    "-x",
+    "--exitfirst",
+    is_flag=True,
+    help="Stop after the first case that fails or errors; the cases not run are listed, the run is not a pass "
+    "(exit 1).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="List the passing cases in the final summary too.")
 @click.option("--dtype", "dtypes_", multiple=True, metavar="D", help="Run only this dtype (repeatable).")
 @click.option(
     "--shard",
@@ -130,6 +147,9 @@ def run(
     trials: int | None,
     seed: int | None,
     only: str | None,
+    keyword: str | None,
+    exitfirst: bool,
+    verbose: bool,
     dtypes_: tuple[str, ...],
     shard: tuple[int, int] | None,
     strict: bool,
@@ -166,6 +186,8 @@ def run(
         seed=seed,
         seeds=seeds,
         only=only,
+        keyword=keyword,
+        exitfirst=exitfirst,
         dtypes=dtypes_,
         shard=shard,
         tiers=tiers,
@@ -185,7 +207,7 @@ def run(
     cases, done = session.cases, len(session.measured)
     if done:
         click.echo(f"resuming: {done} of {len(cases)} cases already in {out_dir / JOURNAL}", err=True)
-    progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done)
+    progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done, strict=strict)
     session.observers.append(progress)
 
     @contextlib.contextmanager
@@ -195,7 +217,7 @@ def run(
             yield
 
     res = session.run(around=around)
-    report_run(session, res)
+    report_run(session, res, verbose=verbose)
     if annotations:
         from acceptance.report import github
 
@@ -203,13 +225,28 @@ def run(
     sys.exit(res.summary.exit_code)
 
 
-def report_run(session: object, res: object, *, note_underpowered: bool = True) -> None:
-    """What a finished run prints: regressions against the base run, reporters that broke, the console summary,
-    the note on underpowered cases, the files written, and whether it was interrupted."""
+def checked_keyword(value: str | None) -> str | None:
+    """``-k EXPR`` parsed once here, so that a malformed expression is a usage error (exit 2, its column shown)
+    before any spec loads; the run parses it again to select (:func:`acceptance.session.load.select_keyword`)."""
+    if not value:
+        return None
+    from acceptance.session.keyword import KeywordError, parse
+
+    try:
+        parse(value)
+    except KeywordError as exc:
+        raise UsageError(*exc.lines()) from None
+    return value
+
+
+def report_run(session: object, res: object, *, note_underpowered: bool = True, verbose: bool = False) -> None:
+    """What a finished run prints: regressions against the base run, reporters that broke, the console summary
+    (passing cases too when ``verbose``), the note on underpowered cases, the files written, and whether it was
+    interrupted or stopped at its first failure (``-x``)."""
     from acceptance.decide.run import underpowered
     from acceptance.records import Results
     from acceptance.session.run import Session
-    from acceptance.wording import safe
+    from acceptance.wording import counted, safe
 
     assert isinstance(session, Session) and isinstance(res, Results)
     if res.comparison is not None:
@@ -217,7 +254,7 @@ def report_run(session: object, res: object, *, note_underpowered: bool = True) 
             click.secho(f"regression against {session.options.compare_to}: {safe(line)}", fg="red", err=True)
     for message in session.messages:
         click.secho(safe(message), fg="red", err=True)
-    print_console(res)
+    print_console(res, verbose=verbose)
     weak, m, needed = underpowered(res.cases) if note_underpowered else ([], 0, 0)
     if weak:
         click.secho(
@@ -228,7 +265,14 @@ def report_run(session: object, res: object, *, note_underpowered: bool = True) 
             err=True,
         )
     click.echo("wrote " + ", ".join(str(p) for p in session.written))
-    if session.stopped:
+    if session.stopped == EXIT_FAIL:
+        click.secho(
+            f"stopped at the first failure (-x) after {len(res.cases)} of {len(session.cases)} cases: "
+            f"{counted(len(res.not_run), 'case')} not run; the run is not a pass",
+            fg="red",
+            err=True,
+        )
+    elif session.stopped:
         click.secho(
             f"interrupted after {len(res.cases)} of {len(session.cases)} cases: the results hold those, the run "
             f"is not a pass; finish it with --resume",

@@ -13,7 +13,7 @@ import click
 
 from acceptance.cli.group import WorkflowCommands, device_option, main, max_slowdown_option, resolved_device
 from acceptance.decide.limits import MAX_RATIO, MAX_SLOWDOWN, check_max_slowdown
-from acceptance.errors import EXIT_FAIL, UsageError
+from acceptance.errors import EXIT_FAIL, OutputError, UsageError
 
 
 @main.command("tune")
@@ -128,21 +128,25 @@ def tune_cmd(paths, only, dtypes_, seeds, from_, trials, device, margin, max_sla
     help="Flag a case whose error grew by more than this factor, even when it passes.",
 )
 @click.option(
+    "--summary",
     "--markdown",
-    "markdown_path",
-    type=click.Path(path_type=Path),
-    help="Write the comparison as Markdown (PR comment, job summary); '-' for stdout.",
+    "summary_path",
+    type=click.Path(path_type=Path, allow_dash=True),
+    help='Also write the comparison as Markdown here (a PR comment; "$GITHUB_STEP_SUMMARY" for the job '
+    "summary); '-' prints the Markdown instead of the table.",
 )
 @max_slowdown_option(
     "Fail a timed case whose median time grew by more than this factor (and whose p10 is above the base run's p90)."
 )
 def compare_cmd(
-    base: Path, new: Path, max_ratio: float, markdown_path: Path | None, max_slowdown: float = MAX_SLOWDOWN
+    base: Path, new: Path, max_ratio: float, summary_path: Path | None, max_slowdown: float = MAX_SLOWDOWN
 ) -> None:
-    """Compare two runs (results.json files or folders): verdict changes, error ratios NEW/BASE, timings NEW/BASE,
-    waivers that can go. Exit 1 on a regression."""
+    """Compare two runs (results.json files or folders): what changed, worst first; exit 1 on a regression.
+
+    Prints a table of the changed cases only (verdicts, error ratios NEW/BASE, slowdowns), the regressions in
+    words and the waivers that can go; one line when nothing changed."""
     from acceptance.decide import regression as compare_mod
-    from acceptance.report.comparison import markdown
+    from acceptance.report.comparison import markdown, terminal_table
     from acceptance.session import results as results_mod
 
     if not max_ratio > 1:
@@ -155,12 +159,17 @@ def compare_cmd(
         base_label=str(base),
         max_slowdown=max_slowdown,
     )
-    text = markdown(cmp)
-    if markdown_path is not None and str(markdown_path) != "-":
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {markdown_path}", err=True)
+    if summary_path is not None and str(summary_path) == "-":
+        click.echo(markdown(cmp))
     else:
-        click.echo(text)
+        for line in terminal_table(cmp):
+            click.echo(line)
+    if summary_path is not None and str(summary_path) != "-":
+        try:
+            summary_path.parent.mkdir(parents=True, exist_ok=True)
+            summary_path.write_text(markdown(cmp), encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"--summary {summary_path}: cannot write: {exc.strerror or exc}") from None
+        click.echo(f"wrote {summary_path}", err=True)
     if not cmp.passed:
         sys.exit(EXIT_FAIL)

@@ -604,7 +604,7 @@ class Results(_Model):
     cases: list[CaseResult]
     """Every case, in run order."""
     interrupted: bool = False
-    """The run was stopped before every case ran (Ctrl-C, SIGTERM); not_run lists the rest."""
+    """The run was stopped before every case ran (Ctrl-C, SIGTERM, -x at its first failure); not_run lists the rest."""
     not_run: list[str] = []
     """Ids of the cases an interrupted run did not run."""
     comparison: Comparison | None = None

@@ -1,5 +1,5 @@
 """The comparison of two runs rendered from :class:`acceptance.records.Comparison` alone: as terminal lines (the
-outcome, the regressions in words, then one table of the cases that changed verdict or whose error grew the most),
+outcome with the changed cases counted, one table of the cases that changed, the regressions in words),
 as GitHub Markdown (:func:`markdown`: a PR comment or job summary), and its cases worst first (:func:`worse_first`).
 
 Every cell is made safe for a terminal or a CI log (:func:`acceptance.wording.safe`); counts agree with their
@@ -9,6 +9,7 @@ nouns (:func:`acceptance.wording.counted`).
 from __future__ import annotations
 
 from acceptance.decide.limits import MAX_SLOWDOWN
+from acceptance.decide.regression import regressions_by_case
 from acceptance.records import VERDICT_ORDER, CaseComparison, Comparison
 from acceptance.wording import counted, fmt, safe, seconds
 
@@ -31,34 +32,47 @@ def _row(c: CaseComparison) -> tuple[str, ...]:
     )
 
 
-def _rank(c: CaseComparison) -> tuple[bool, bool, float]:
-    """Changed verdicts first, then flagged cases, then the largest worst ratio NEW/BASE."""
-    return (c.change == "same", not (c.grew or c.slower), -(c.worst_ratio or 0.0))
+def changed(cmp: Comparison) -> list[CaseComparison]:
+    """The cases that changed, worst first (:func:`worse_first`): a verdict that moved (regressed, fixed, changed,
+    new, removed), an error grown past ``cmp.max_ratio``, or a slowdown."""
+    return [c for c in worse_first(cmp) if c.change != "same" or c.grew or c.slower]
+
+
+def tally(cmp: Comparison) -> list[str]:
+    """What changed, counted by case, each case once: ``2 regressed cases`` (a worse verdict, a new failing case,
+    an error grown past the allowed factor or a slowdown: every case with a sentence in ``cmp.regressions``),
+    then fixed, changed (another verdict move), new and removed cases."""
+    bad = {c.id for c, _ in regressions_by_case(cmp)}
+    parts = [counted(len(bad), "regressed case")] if bad else []
+    for change in ("fixed", "changed", "new", "removed"):
+        n = sum(c.change == change and c.id not in bad for c in cmp.cases)
+        parts += [counted(n, f"{change} case")] if n else []
+    return parts
 
 
 def terminal_table(cmp: Comparison, *, limit: int = LIMIT) -> list[str]:
-    """Lines for a terminal: ``compared with BASE: no regression|REGRESSION``, the counts, each regression, and a
-    table (columns aligned with spaces) of at most ``limit`` cases: the verdict changes, then the largest worst
-    error ratios NEW/BASE (impl against the rounded oracle), with ``grew`` where a ratio is above
-    ``cmp.max_ratio`` and ``slower`` where the median time grew too much."""
-    moved = sum(c.change != "same" for c in cmp.cases)
-    lines = [
-        f"compared with {safe(cmp.base)}: {'no regression' if cmp.passed else 'REGRESSION'}",
-        f"{counted(len(cmp.cases), 'case')}, {counted(moved, 'verdict change')}, "
-        f"{counted(len(cmp.regressions), 'regression')}; an error may grow {fmt(cmp.max_ratio)}x "
-        f"({safe(', '.join(cmp.metrics))})",
-    ]
-    lines += [f"  {safe(r)}" for r in cmp.regressions[:limit]]
-    if len(cmp.regressions) > limit:
-        lines.append(f"  ... and {counted(len(cmp.regressions) - limit, 'more regression')}")
-    shown = sorted((c for c in cmp.cases if c.change != "same" or c.ratios), key=_rank)
+    """Lines for a terminal, what changed only: ``compared with BASE: REGRESSION|no regression — <tally> (of N
+    cases)``, a table (columns aligned with spaces) of at most ``limit`` changed cases (:func:`changed`) with
+    their worst error ratio NEW/BASE (impl against the rounded oracle), each regression in words, and the waivers
+    that can go; one line ``compared with BASE: no change (N cases ...)`` when nothing changed."""
+    shown = changed(cmp)
+    allowed = f"errors within {fmt(cmp.max_ratio)}x on {safe(', '.join(cmp.metrics))}"
+    if not shown and not cmp.waivers_passing:
+        return [f"compared with {safe(cmp.base)}: no change ({counted(len(cmp.cases), 'case')}; {allowed})"]
+    outcome = "no regression" if cmp.passed else "REGRESSION"
+    what = ", ".join(tally(cmp)) or "no verdict change"
+    lines = [f"compared with {safe(cmp.base)}: {outcome} — {what} (of {counted(len(cmp.cases), 'case')})"]
     if shown:
         rows = [_HEAD, *(_row(c) for c in shown[:limit])]
         widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
         lines.append("")
         lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
         if len(shown) > limit:
-            lines.append(f"... and {counted(len(shown) - limit, 'more case')} (--markdown, results.json)")
+            lines.append(f"... and {counted(len(shown) - limit, 'more changed case')} (--summary, results.json)")
+    if cmp.regressions:
+        lines += ["", "regressions:"] + [f"  {safe(r)}" for r in cmp.regressions[:limit]]
+        if len(cmp.regressions) > limit:
+            lines.append(f"  ... and {counted(len(cmp.regressions) - limit, 'more sentence')}")
     if cmp.waivers_passing:
         lines += ["", f"{counted(len(cmp.waivers_passing), 'waiver')} that can go (the waived case passes):"]
         lines += [f"  {safe(w)}" for w in cmp.waivers_passing[:limit]]

@@ -13,10 +13,11 @@ MAX_REASONS = 8
 _COLOURS = {"pass": "green", "fail": "red", "error": "magenta", "skip": "yellow"}
 
 
-def render(results: Results, *, width: int = 100) -> list[tuple[str, str | None]]:
-    """Lines of the console summary, each with the colour click should give it (or None)."""
+def render(results: Results, *, width: int = 100, verbose: bool = False) -> list[tuple[str, str | None]]:
+    """Lines of the console summary, each with the colour click should give it (or None); ``verbose``: a line for
+    every passing case too (after the others)."""
     lines: list[tuple[str, str | None]] = []
-    shown = [c for c in sorted_failures_first(results.cases) if c.verdict != "pass"]
+    shown = [c for c in sorted_failures_first(results.cases) if verbose or c.verdict != "pass"]
     for case in shown:
         assert case.verdict is not None  # results hold decided cases
         head = f"{case.verdict.upper():5} {safe(case.id)}"

@@ -50,7 +50,8 @@ def select_tiers(specs: Sequence[OperatorSpec], tiers: Sequence[str] = ()) -> li
 
 def plan_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> tuple[list[Case], list[Case]]:
     """The cases of the whole run (every shard) and those of this run's shard (the same list without
-    ``--shard``): its seed, dtypes, ``--only`` glob and seeds applied."""
+    ``--shard``): its seed, dtypes, ``--only`` glob, seeds and ``-k`` expression (:mod:`acceptance.session.keyword`)
+    applied, then the shard."""
     from acceptance import spec
 
     if options.seed is not None:
@@ -60,13 +61,28 @@ def plan_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> tuple[list
         from acceptance.spec.axes import with_seeds
 
         everything = with_seeds(everything, options.seeds)
+    if options.keyword:
+        everything = select_keyword(everything, options.keyword)
     cases = everything
     if options.shard is not None:
         k, n = options.shard
         cases = everything[k - 1 :: n]
     if not cases:
-        shard = f", --shard {options.shard[0]}/{options.shard[1]}" if options.shard else ""
-        raise UsageError(
-            f"no case matches (--only {options.only!r}, --dtype {', '.join(options.dtypes) or 'any'}{shard})"
-        )
+        o = options
+        given = [f"--only {o.only!r}" if o.only else "", f"--dtype {', '.join(o.dtypes)}" if o.dtypes else ""]
+        given += [f"-k {o.keyword!r}" if o.keyword else "", f"--shard {o.shard[0]}/{o.shard[1]}" if o.shard else ""]
+        given = [g for g in given if g]
+        raise UsageError(f"no case matches {', '.join(given)}; nothing run" if given else "the specs hold no case")
     return everything, cases
+
+
+def select_keyword(cases: Sequence[Case], expression: str) -> list[Case]:
+    """The cases whose id ``expression`` selects (:func:`acceptance.session.keyword.parse`); a usage error (exit
+    2) naming the column where a malformed expression goes wrong."""
+    from acceptance.session.keyword import KeywordError, parse
+
+    try:
+        keyword = parse(expression)
+    except KeywordError as exc:
+        raise UsageError(*exc.lines()) from None
+    return [c for c in cases if keyword.matches(c.id)]

@@ -24,6 +24,7 @@ class RunOptions:
     seed: int | None = None
     seeds: int = 1
     only: str | None = None
+    keyword: str | None = None  # ``-k EXPR`` (:mod:`acceptance.session.keyword`)
     dtypes: tuple[str, ...] = ()
     shard: tuple[int, int] | None = None
     tiers: tuple[str, ...] = ()
@@ -37,3 +38,4 @@ class RunOptions:
     compare_to: Path | None = None
     max_slowdown: float = MAX_SLOWDOWN
     command_line: str = ""
+    exitfirst: bool = False  # ``-x``: stop after the first case that fails or errors (decided alone)

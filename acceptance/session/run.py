@@ -22,7 +22,7 @@ import torch
 
 from acceptance.cache import ReferenceCache
 from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
-from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
+from acceptance.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
 from acceptance.isolation.worker import WORKER_THREADS
 from acceptance.protocols import CaseObserver, Executor
 from acceptance.records import CaseResult, MeasuredCase, Plan, Results
@@ -181,7 +181,9 @@ class Session:
         """The case loop: every case still to measure, through ``executor`` (default: :meth:`executor`), each
         result passed through the observers and kept. Ctrl-C or SIGTERM (:class:`acceptance.errors.Terminated`)
         stops it, also while ``around()`` (a context the loop runs in: a progress display, a signal handler) is
-        entered or left; the finished cases are kept and :attr:`stopped` holds the exit code."""
+        entered or left; the finished cases are kept and :attr:`stopped` holds the exit code. With ``exitfirst``
+        (``-x``) the loop ends after the first case that fails or errors decided alone (:func:`failed_alone`); the
+        run is then ``interrupted`` with exit code 1 when cases were left."""
         observers = self._observers()
 
         def started(case: Case) -> None:
@@ -196,8 +198,12 @@ class Session:
                         for observer in observers:
                             result = observer.case_finished(case, result)
                         self.measured.append((result, rules_for(case)))
+                        if self.options.exitfirst and failed_alone(*self.measured[-1], strict=self.options.strict):
+                            break
         except KeyboardInterrupt as exc:
             self.stopped = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        if self.options.exitfirst and self.stopped is None and len(self.measured) < len(self.cases):
+            self.stopped = EXIT_FAIL
 
     # ------------------------------------------------------------------ after the loop
 
@@ -282,6 +288,16 @@ def run_plan(everything: Sequence[Case], cases: Sequence[Case], shard: tuple[int
         digest=ids_digest([c.id for c in everything]),
         part_digest=ids_digest([c.id for c in cases]),
     )
+
+
+def failed_alone(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> bool:
+    """Whether ``case`` fails or errors decided alone (Holm over its own dual-delta records, as the pytest plugin
+    decides): what ``-x`` stops on. Holm over the whole run can only raise the adjusted p-values, so a case that
+    passes alone passes in the run; one that fails alone on a dual-delta test alone may pass in it."""
+    from acceptance.decide.run import decide_all
+
+    (decided,) = decide_all([(case, rules)], strict=strict)
+    return decided.verdict in ("fail", "error")
 
 
 def _prepare_reports() -> None:
