@@ -16,7 +16,7 @@ from fixtures.report_results import environment
 
 from acceptance.cli import main
 from acceptance.decide.verdict import summarize
-from acceptance.records import CaseResult, Results
+from acceptance.records import CaseResult, Criterion, Results
 from acceptance.session.keyword import KeywordError, parse
 from acceptance.session.load import select_keyword
 
@@ -259,6 +259,8 @@ def _case(case_id: str, verdict: str, diff1: float = 1e-4, reasons: list[str] | 
         verdict=verdict,  # type: ignore[arg-type]
         reasons=reasons if reasons is not None else ([] if verdict == "pass" else ["diff1 too large"]),
         metrics=[{"diff1": diff1, "diff2": diff1, "max_hyb": diff1, "mean_hyb": diff1}],
+        criteria=[Criterion(metric="diff1", value=diff1, threshold=3e-4, passed=verdict != "fail")],
+        error="worker died" if verdict == "error" else None,
     )
 
 
@@ -267,8 +269,9 @@ def _results(cases: list[CaseResult]) -> Results:
 
 
 def _write(path: Path, res: Results) -> Path:
-    path.write_text(res.model_dump_json())
-    return path
+    from acceptance.session.results import write
+
+    return write(res, path)
 
 
 def test_compare_counts_regressed_cases_not_sentences(tmp_path):
