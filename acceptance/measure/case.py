@@ -37,7 +37,7 @@ from acceptance.measure.diagnose import (
     bit_mismatches,
     constant,
     flush_changes_nothing,
-    flushed,
+    ulp_flush,
 )
 from acceptance.measure.memo import memo_for
 from acceptance.measure.peers import Peers
@@ -133,23 +133,15 @@ class _Output:
             self.delta_baseline.setdefault(name, []).append(float(bo[name]))
             self.free.setdefault(name, []).append(float(free[name]))
         if rules.ulp_check or rules.floor_max is not None or rules.floor_mean is not None:
-            if dtypes.lookup(b.dtype) is dtypes.lookup(self.dtype) and all(
-                flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)
-            ):
-                ue, ub = eo, bo  # the flushed pairs are (e, o) and (b, o) themselves: the kernel's values alike
-            else:
-                fo = flushed(o, self.dtype)
-                ue = batch.compute(
-                    flushed(e, self.dtype), fo.to(e.device), dtype=self.dtype, names=["max_ulp", "mean_ulp"]
-                )
-                ub = batch.compute(flushed(b, self.dtype), fo, dtype=self.dtype, names=["max_ulp", "mean_ulp"])
-            self.impl_ulp["max"].append(ue["max_ulp"])
-            self.impl_ulp["mean"].append(ue["mean_ulp"])
+            (e_max, e_mean), (b_max, b_mean), at_subnormal = self._ulp(e, b, o, eo, bo, batch)
+            self.impl_ulp["max"].append(e_max)
+            self.impl_ulp["mean"].append(e_mean)
             self.ulp = UlpStats(
-                impl_max=max(self.ulp.impl_max, ue["max_ulp"]),
-                impl_mean=max(self.ulp.impl_mean, ue["mean_ulp"]),
-                baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
-                baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]),
+                impl_max=max(self.ulp.impl_max, e_max),
+                impl_mean=max(self.ulp.impl_mean, e_mean),
+                baseline_max=max(self.ulp.baseline_max, b_max),
+                baseline_mean=max(self.ulp.baseline_mean, b_mean),
+                subnormal_unit=self.ulp.subnormal_unit + at_subnormal,
             )
         if rules.diff4:
             self.bias.add(e, b, o, self.dtype, batch.float64)
@@ -159,6 +151,31 @@ class _Output:
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
         self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
         self.oracle_constant = self.oracle_constant and constant(o)
+
+    def _ulp(
+        self,
+        e: torch.Tensor,
+        b: torch.Tensor,
+        o: torch.Tensor,
+        eo: Mapping[str, object],
+        bo: Mapping[str, object],
+        batch: metrics.Batch,
+    ) -> tuple[tuple[float, float], tuple[float, float], int]:
+        """(max, mean) ULP errors of e and of b against the oracle with a flush forgiven (:func:`ulp_flush`), and
+        the impl's elements measured in the smallest subnormal spacing."""
+        names = ["max_ulp", "mean_ulp"]
+
+        def pair(m: Mapping[str, object]) -> tuple[float, float]:
+            return float(cast(float, m["max_ulp"])), float(cast(float, m["mean_ulp"]))
+
+        if dtypes.lookup(b.dtype) is dtypes.lookup(self.dtype) and all(
+            flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)
+        ):  # no value below the smallest normal but zeros: the pairs are (e, o) and (b, o), the kernel's values
+            return pair(eo), pair(bo), ulp_flush(e, o, self.dtype)[2]
+        fe, foe, at_subnormal = ulp_flush(e, o, self.dtype)
+        fb, fob, _ = ulp_flush(b, o, self.dtype)
+        ue = batch.compute(fe, foe, dtype=self.dtype, names=names)
+        return pair(ue), pair(batch.compute(fb, fob, dtype=self.dtype, names=names)), at_subnormal
 
     def record(self, rules: Rules) -> OutputMeasurement:
         """The output's measurement: the worst metrics (with diff4 from the counts summed over trials) against

@@ -70,27 +70,39 @@ def locate(bad: torch.Tensor) -> str | None:
 
 
 def spacing(o: torch.Tensor, dtype: str) -> torch.Tensor:
-    """The spacing (one ulp) of ``dtype`` at each float64 value: 2^(max(floor(log2|o|), emin) - p + 1); 1 for
-    integer dtypes; the smallest subnormal at 0."""
+    """One ulp of ``dtype`` at each value ``o`` rounded to ``dtype`` (float64): 2^(E - p + 1) with
+    E = min(max(floor(log2|round(o)|), emin), emax), the smallest subnormal where ``o`` rounds to a subnormal or
+    zero (:func:`acceptance.formats.dtypes.spacing_at`); 1 for integer dtypes."""
+    from acceptance.numerics.metrics import device
+
     row = dtypes.lookup(dtype)
     if not row.is_float:
         return torch.ones_like(o, dtype=torch.float64)
-    _, exponent = torch.frexp(o.to(torch.float64).abs())  # |o| = m·2^exponent, 0.5 <= m < 1
-    return torch.ldexp(
-        torch.ones_like(o, dtype=torch.float64),
-        torch.clamp(exponent.to(torch.int64) - 1, min=row.emin) - (row.precision - 1),
-    )
+    shift = device.ulp_shift(o.to(torch.float64).abs(), row)
+    one = torch.ones_like(o, dtype=torch.float64)
+    return torch.ldexp(torch.ldexp(one, -(shift >> 1)), -(shift - (shift >> 1)))
 
 
-def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
-    """``x`` as float64 with every value below ``dtype``'s smallest normal in magnitude set to 0: a flush to
-    zero (what GPUs do to subnormals) then costs nothing in a ULP comparison."""
+def ulp_flush(x: torch.Tensor, o: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(x', o', subnormal_unit)`` for a ULP comparison of ``x`` with the oracle ``o``, both float64 on ``x``'s
+    device: where ``|x|`` is below ``dtype``'s smallest normal and ``o`` rounds to a subnormal or zero (``|o| <
+    normal - s/2``, s the smallest subnormal), both are set to 0, so a flush to zero (what GPUs do to
+    subnormals) costs nothing. ``subnormal_unit`` counts the other positions where ``o`` rounds to a subnormal or
+    zero and ``x`` differs from it: their ulp is the smallest subnormal spacing. Non-float dtypes: unchanged, 0."""
     x64 = x.to(torch.float64)
-    return torch.where(x64.abs() < dtypes.lookup(dtype).smallest_normal, torch.zeros_like(x64), x64)
+    o64 = o.to(device=x64.device, dtype=torch.float64)
+    row = dtypes.lookup(dtype)
+    if not row.is_float:
+        return x64, o64, 0
+    tiny_o = o64.abs() < row.smallest_normal - row.smallest_subnormal / 2
+    both = tiny_o & (x64.abs() < row.smallest_normal)
+    zero = torch.zeros((), dtype=torch.float64, device=x64.device)
+    count = int((tiny_o & ~both & (x64 != o64)).sum())
+    return torch.where(both, zero, x64), torch.where(both, zero, o64), count
 
 
 def flush_changes_nothing(flat: np.ndarray | None, dtype: str) -> bool:
-    """Whether :func:`flushed` would leave every value of the flat float64 host array ``flat`` as it is (but the
+    """Whether :func:`ulp_flush` would leave every value of the flat float64 host array ``flat`` as it is (but the
     sign of a zero): no nonzero magnitude below ``dtype``'s smallest normal. ``False`` for ``None`` (not known)."""
     if flat is None:
         return False
@@ -190,13 +202,13 @@ class BiasSums:
     ) -> None:
         """:meth:`add` of host data: the clipped errors in one fused pass (:func:`elementwise.bias_pass`), summed
         by torch as :meth:`add` sums them (the same values in the same order: the same float64 sums)."""
-        from acceptance.numerics.metrics import elementwise
+        from acceptance.numerics.metrics import elementwise, host
 
         row = dtypes.lookup(dtype)
         fe, fb, fo = (piece64(x, 0, f64) for x in (e, b, o))  # one piece: see add
         rows = np.empty((4, fe.shape[0]))
         kept, flush = elementwise.bias_pass(
-            fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin, BIAS_CLIP, rows
+            fe, fb, fo, row.smallest_normal, row.is_float, host.ulp_args(row)[:4], BIAS_CLIP, rows
         )
         se, se_sign, sb, sb_sign = torch.from_numpy(rows[:, :kept])
         self.n += kept

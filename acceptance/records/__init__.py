@@ -297,8 +297,9 @@ class Timing(_Model):
 
 
 class UlpStats(_Model):
-    """ULP error against the oracle for one output, worst over trials, with flush to zero forgiven: a value below
-    the dtype's smallest normal counts as 0 on both sides."""
+    """ULP error against the oracle for one output, worst over trials, in ulp of the dtype at the oracle rounded
+    to it, with flush to zero forgiven: where the result is below the dtype's smallest normal and the oracle
+    rounds to a subnormal or zero, the error counts as 0."""
 
     impl_max: JFloat = 0.0
     """Largest impl error, ulp."""
@@ -308,6 +309,9 @@ class UlpStats(_Model):
     """Largest baseline error, ulp."""
     baseline_mean: JFloat = 0.0
     """Largest per-trial mean baseline error, ulp."""
+    subnormal_unit: int = 0
+    """Impl elements, over all trials, whose oracle rounds to a subnormal or zero (and the impl differs from it
+    and is not a forgiven flush): their ulp is the smallest subnormal spacing, so their errors read large."""
 
 
 class Bias(_Model):
