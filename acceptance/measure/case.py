@@ -36,6 +36,7 @@ from acceptance.measure.diagnose import (
     abs_error,
     bit_mismatches,
     constant,
+    element_worsts,
     flush_changes_nothing,
     ulp_flush,
 )
@@ -45,6 +46,7 @@ from acceptance.measure.references import RunReferences
 from acceptance.numerics import metrics
 from acceptance.numerics.metrics import registry
 from acceptance.records import (
+    CriterionWorst,
     Diff4Counts,
     DualDeltaRecord,
     MeasuredCase,
@@ -111,6 +113,7 @@ class _Output:
     free: dict[str, list[float]] = field(default_factory=dict)
     constant: bool = True
     oracle_constant: bool = True
+    element_worst: dict[str, CriterionWorst] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.diagnosis = Diagnosis(self.dtype)
@@ -148,6 +151,10 @@ class _Output:
         if rules.bit_exact:
             self.bits += bit_mismatches(e, b, rounded)
         self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance, batch.float64)
+        for measure, w in element_worsts(t.index, out, e, b, o, rounded, self.dtype).items():
+            held = self.element_worst.get(measure)
+            if held is None or w.error > held.error:
+                self.element_worst[measure] = w
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
         self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
         self.oracle_constant = self.oracle_constant and constant(o)
@@ -189,6 +196,7 @@ class _Output:
             bias=self.bias.record(),
             bit_mismatches=self.bits if rules.bit_exact else None,
             diff4=self.diff4,
+            worst=self.element_worst,
         )
 
 

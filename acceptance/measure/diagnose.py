@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from acceptance.formats import dtypes
-from acceptance.records import REL_ERROR_BUCKETS, Bias, WorstElement
+from acceptance.records import REL_ERROR_BUCKETS, Bias, CriterionWorst, WorstElement
 
 
 def abs_error(e: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -323,6 +323,11 @@ class Diagnosis:
             bad[piece] = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
         return worst, flat, bad
 
+    @property
+    def _cap(self) -> float:
+        """The largest ULP error of the dtype (:attr:`~acceptance.formats.dtypes.DType.ulp_cap`)."""
+        return dtypes.lookup(self.dtype).ulp_cap
+
     def _fold(
         self,
         trial: int,
@@ -353,7 +358,7 @@ class Diagnosis:
                 rel_error=float(rel[0]),
                 oracle=oracle,
                 oracle_error=abs(value - oracle) if oracle is not None else None,
-                ulp=abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype))
+                ulp=min(abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype)), self._cap)
                 if oracle is not None and math.isfinite(oracle)
                 else None,
             )
@@ -361,3 +366,58 @@ class Diagnosis:
         if fraction > self.bad_fraction:
             self.bad_fraction = fraction
             self.bad_where = locate(bad.reshape(e.shape).cpu())
+
+
+def _element_error(e: torch.Tensor, r: torch.Tensor, relative: bool) -> torch.Tensor:
+    """|e - r| (or |e - r| / |r|, 0/0 = 0) per element of float64 ``e`` and ``r``: 0 where both are NaN or the
+    same infinity, inf at a NaN/Inf mismatch."""
+    same = (e == r) | (torch.isnan(e) & torch.isnan(r))
+    d = (e - r).abs()
+    if relative:
+        d = d / r.abs()
+    return torch.where(same, torch.zeros_like(d), torch.nan_to_num(d, nan=math.inf))
+
+
+def element_worsts(
+    trial: int,
+    out: int,
+    e: torch.Tensor,
+    b: torch.Tensor,
+    o: torch.Tensor | None,
+    rounded: torch.Tensor | None,
+    dtype: str,
+) -> dict[str, CriterionWorst]:
+    """The worst element of one trial of one output per element measure (see :class:`CriterionWorst`): the
+    first largest |e - b|, |e - b| / |b|, the same against ``rounded`` (the oracle rounded to the dtype), the ULP
+    error against the oracle ``o`` (flush forgiven, :func:`ulp_flush`; capped at the dtype's ``ulp_cap``) and
+    |e - o| / (1 + |o|)."""
+    if e.numel() == 0:
+        return {}
+    e64 = e.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    b64 = b.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    errors = {"abs": _element_error(e64, b64, False), "rel": _element_error(e64, b64, True)}
+    o64 = None
+    if o is not None:
+        o64 = o.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+        r64 = rounded.detach().to(device="cpu", dtype=torch.float64).reshape(-1) if rounded is not None else o64
+        errors["abs_oracle"] = _element_error(e64, r64, False)
+        errors["rel_oracle"] = _element_error(e64, r64, True)
+        fe, fo, _ = ulp_flush(e64, o64, dtype)
+        cap = dtypes.lookup(dtype).ulp_cap
+        errors["ulp"] = (_element_error(fe, fo, False) / spacing(fo, dtype)).nan_to_num(nan=math.inf).clamp(max=cap)
+        errors["hyb"] = _element_error(e64, o64, False) / (1.0 + o64.abs().nan_to_num(nan=0.0, posinf=0.0))
+    shape = tuple(e.shape)
+    found: dict[str, CriterionWorst] = {}
+    for measure, err in errors.items():
+        at = int(torch.argmax(torch.nan_to_num(err, nan=math.inf)))
+        found[measure] = CriterionWorst(
+            output=out,
+            trial=trial,
+            index=[int(i) for i in np.unravel_index(at, shape)] if shape else [],
+            impl=float(e64[at]),
+            baseline=float(b64[at]),
+            oracle=float(o64[at]) if o64 is not None else None,
+            error=float(err[at]),
+            measure=measure,  # type: ignore[arg-type]  # one of the literal names above
+        )
+    return found

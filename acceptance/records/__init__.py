@@ -52,6 +52,7 @@ __all__ = [
     "Determinism",
     "Timing",
     "UlpStats",
+    "CriterionWorst",
     "Bias",
     "Advisory",
     "Diff4Counts",
@@ -115,6 +116,29 @@ CriterionKind = Literal[
 ]
 
 
+class CriterionWorst(_Model):
+    """The element that decided a criterion: the largest of its per-element error over all trials."""
+
+    output: int = 0
+    """Output index."""
+    trial: int
+    """Trial it occurred in."""
+    index: list[int]
+    """Its index in the output."""
+    impl: JFloat
+    """The impl's value."""
+    baseline: JFloat
+    """The baseline's value."""
+    oracle: JFloat | None = None
+    """The oracle's value (float64), when the oracle ran."""
+    error: JFloat
+    """Its error in the criterion's element measure (``measure``)."""
+    measure: Literal["abs", "rel", "abs_oracle", "rel_oracle", "ulp", "hyb"]
+    """'abs': |e - b|; 'rel': |e - b| / |b|; 'abs_oracle', 'rel_oracle': the same against the oracle rounded to
+    the dtype; 'ulp': ULP error against the oracle (flush forgiven); 'hyb': |e - o| / (1 + |o|). NaN/Inf
+    mismatches count as inf."""
+
+
 class Criterion(_Model):
     """One metric compared with one threshold, as the verdict evaluated it."""
 
@@ -146,6 +170,9 @@ class Criterion(_Model):
     """Where the threshold came from: 'float16 convolution default', 'spec override', ..."""
     note: str | None = None
     """More words: why not evaluated, what the other side measured, or a dual-delta conclusion."""
+    worst: CriterionWorst | None = None
+    """The element that decided it (the largest of its per-element error; null where no one element does: bits,
+    diff4, perf, vacuity, determinism, or results written before it was recorded)."""
     against: Literal["baseline", "oracle"] = "baseline"
     """What the value was measured against: the baseline, or the oracle (rounded once to the dtype for fixed
     thresholds) when the impl is at least as close to it as the baseline."""
@@ -377,6 +404,8 @@ class OutputMeasurement(_Model):
     measured)."""
     diff4: Diff4Counts = Diff4Counts()
     """The counts behind the diff4 rule, summed over trials."""
+    worst: dict[str, CriterionWorst] = {}
+    """Per element measure (:attr:`CriterionWorst.measure`): its worst element over the trials."""
 
 
 class MeasuredCase(_Model):
