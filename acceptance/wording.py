@@ -177,6 +177,7 @@ _MEASURE_WORDS = {
     "abs_oracle": ("|e-o|", ""),
     "rel_oracle": ("|e-o|/|o|", ""),
     "ulp": ("|e-o|", " ulp"),
+    "ulp_over": ("|e-o|", " ulp"),
     "hyb": ("|e-o|/(1+|o|)", ""),
 }
 

@@ -61,6 +61,7 @@ from acceptance.records import (
     MetricValue,
     OutputMeasurement,
     Summary,
+    UlpStats,
     Verdict,
 )
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
@@ -212,7 +213,8 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
         mean: impl_mean <= max(f_mean · baseline_mean, floor_mean, 0.25)
 
     with the dual-delta factors of max_ulp and mean_ulp (2 and 1.5); 0.5 and 0.25 ulp are the max and mean
-    error of the correctly rounded result.
+    error of the correctly rounded result. The max rule also holds element by element (criterion
+    ``ulp_elements_over``, :func:`_ulp_elements_criterion`).
     """
     criteria = []
     for out, u in enumerate(o.ulp for o in outputs):
@@ -244,7 +246,30 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
                     note=f"allowed = {why}",
                 )
             )
+        criteria.append(_ulp_elements_criterion(out, u, rules))
     return criteria
+
+
+def _ulp_elements_criterion(out: int, u: UlpStats, rules: Rules) -> Criterion:
+    """The max ULP rule element by element: value = impl elements (over the trials) whose ULP error exceeds
+    max(f_max x the baseline's error at that same element, floor_max, 0.5), threshold 0. A baseline whose own
+    error is large in one region (a cancelling tail) then allows that error there, not everywhere."""
+    factor = default_factor("max_ulp")
+    return Criterion(
+        kind="ulp",
+        metric="ulp_elements_over",
+        output=out,
+        value=float(u.elements_over),
+        threshold=0.0,
+        comparison="<=",
+        passed=u.elements_over == 0,
+        against="oracle",
+        source=f"{rules.category} {rules.dtype} ULP rule, element by element",
+        note=(
+            f"elements whose ULP error exceeds max({fmt(factor)} x the baseline's at that element, "
+            f"floor {fmt(rules.floor_max)}, 0.5)"
+        ),
+    )
 
 
 def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor: float) -> Criterion:
@@ -471,6 +496,7 @@ def _flat(case: MeasuredCase) -> dict[str, object]:
 _MEASURE = {
     "max_ulp": "ulp",
     "mean_ulp": "ulp",
+    "ulp_elements_over": "ulp_over",
     "max_hyb": "hyb",
     "mean_hyb": "hyb",
     "max_rel": "rel",

@@ -38,6 +38,7 @@ from acceptance.measure.diagnose import (
     constant,
     element_worsts,
     flush_changes_nothing,
+    ulp_elements_over,
     ulp_flush,
 )
 from acceptance.measure.memo import memo_for
@@ -137,6 +138,10 @@ class _Output:
             self.free.setdefault(name, []).append(float(free[name]))
         if rules.ulp_check or rules.floor_max is not None or rules.floor_mean is not None:
             (e_max, e_mean), (b_max, b_mean), at_subnormal = self._ulp(e, b, o, eo, bo, batch)
+            over, worst_over = ulp_elements_over(t.index, out, e, b, o, self.dtype, rules.floor_max)
+            held = self.element_worst.get("ulp_over")
+            if worst_over is not None and (held is None or worst_over.error > held.error):
+                self.element_worst["ulp_over"] = worst_over
             self.impl_ulp["max"].append(e_max)
             self.impl_ulp["mean"].append(e_mean)
             self.ulp = UlpStats(
@@ -145,6 +150,7 @@ class _Output:
                 baseline_max=max(self.ulp.baseline_max, b_max),
                 baseline_mean=max(self.ulp.baseline_mean, b_mean),
                 subnormal_unit=self.ulp.subnormal_unit + at_subnormal,
+                elements_over=self.ulp.elements_over + over,
             )
         if rules.diff4:
             self.bias.add(e, b, o, self.dtype, batch.float64)

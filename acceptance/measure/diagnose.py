@@ -378,6 +378,17 @@ def _element_error(e: torch.Tensor, r: torch.Tensor, relative: bool) -> torch.Te
     return torch.where(same, torch.zeros_like(d), torch.nan_to_num(d, nan=math.inf))
 
 
+def ulp_errors(x: torch.Tensor, o: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Per element (flattened, float64, on the CPU): the ULP error of ``x`` against the oracle ``o`` in ulp of the
+    dtype at ``o`` rounded to it, a flush forgiven (:func:`ulp_flush`), at most the dtype's ``ulp_cap``; a NaN/Inf
+    mismatch counts as the cap."""
+    x64 = x.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    o64 = o.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    fx, fo, _ = ulp_flush(x64, o64, dtype)
+    cap = dtypes.lookup(dtype).ulp_cap
+    return (_element_error(fx, fo, False) / spacing(fo, dtype)).nan_to_num(nan=math.inf).clamp(max=cap)
+
+
 def element_worsts(
     trial: int,
     out: int,
@@ -402,9 +413,7 @@ def element_worsts(
         r64 = rounded.detach().to(device="cpu", dtype=torch.float64).reshape(-1) if rounded is not None else o64
         errors["abs_oracle"] = _element_error(e64, r64, False)
         errors["rel_oracle"] = _element_error(e64, r64, True)
-        fe, fo, _ = ulp_flush(e64, o64, dtype)
-        cap = dtypes.lookup(dtype).ulp_cap
-        errors["ulp"] = (_element_error(fe, fo, False) / spacing(fo, dtype)).nan_to_num(nan=math.inf).clamp(max=cap)
+        errors["ulp"] = ulp_errors(e64, o64, dtype)
         errors["hyb"] = _element_error(e64, o64, False) / (1.0 + o64.abs().nan_to_num(nan=0.0, posinf=0.0))
     shape = tuple(e.shape)
     found: dict[str, CriterionWorst] = {}
@@ -421,3 +430,33 @@ def element_worsts(
             measure=measure,  # type: ignore[arg-type]  # one of the literal names above
         )
     return found
+
+
+def ulp_elements_over(
+    trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, floor: float | None
+) -> tuple[int, CriterionWorst | None]:
+    """Elements whose impl ULP error (:func:`ulp_errors`) exceeds max(f x the baseline's at the same element,
+    ``floor``, 0.5), f = the max_ulp dual-delta factor, and the largest of them (measure ``ulp_over``): the ULP
+    max rule element by element, so that a baseline whose own error is large somewhere (a cancelling tail)
+    does not allow that error everywhere."""
+    from acceptance.numerics.factors import default_factor
+
+    if not e.is_floating_point() or e.numel() == 0:
+        return 0, None
+    iu, bu = ulp_errors(e, o, dtype), ulp_errors(b, o, dtype)
+    over = iu > (default_factor("max_ulp") * bu).clamp(min=max(floor or 0.0, 0.5))
+    count = int(over.sum())
+    if not count:
+        return 0, None
+    at = int(torch.argmax(torch.where(over, iu, torch.zeros_like(iu))))
+    shape = tuple(e.shape)
+    return count, CriterionWorst(
+        output=out,
+        trial=trial,
+        index=[int(i) for i in np.unravel_index(at, shape)] if shape else [],
+        impl=float(e.detach().reshape(-1)[at]),
+        baseline=float(b.detach().reshape(-1)[at]),
+        oracle=float(o.detach().reshape(-1)[at]),
+        error=float(iu[at]),
+        measure="ulp_over",
+    )

@@ -133,10 +133,11 @@ class CriterionWorst(_Model):
     """The oracle's value (float64), when the oracle ran."""
     error: JFloat
     """Its error in the criterion's element measure (``measure``)."""
-    measure: Literal["abs", "rel", "abs_oracle", "rel_oracle", "ulp", "hyb"]
+    measure: Literal["abs", "rel", "abs_oracle", "rel_oracle", "ulp", "ulp_over", "hyb"]
     """'abs': |e - b|; 'rel': |e - b| / |b|; 'abs_oracle', 'rel_oracle': the same against the oracle rounded to
-    the dtype; 'ulp': ULP error against the oracle (flush forgiven); 'hyb': |e - o| / (1 + |o|). NaN/Inf
-    mismatches count as inf."""
+    the dtype; 'ulp': ULP error against the oracle (flush forgiven); 'ulp_over': the same, largest among the
+    elements over their element-wise allowance (the ULP rule's ``ulp_elements_over``); 'hyb': |e - o| /
+    (1 + |o|). NaN/Inf mismatches count as inf."""
 
 
 class Criterion(_Model):
@@ -336,6 +337,9 @@ class UlpStats(_Model):
     """Largest baseline error, ulp."""
     baseline_mean: JFloat = 0.0
     """Largest per-trial mean baseline error, ulp."""
+    elements_over: int = 0
+    """Impl elements, over all trials, whose ULP error exceeds max(f x the baseline's ULP error at that same
+    element, the max floor, 0.5) (f: the max_ulp dual-delta factor, 2): the element-wise side of the max rule."""
     subnormal_unit: int = 0
     """Impl elements, over all trials, whose oracle rounds to a subnormal or zero (and the impl differs from it
     and is not a forgiven flush): their ulp is the smallest subnormal spacing, so their errors read large."""
