@@ -121,6 +121,6 @@ def test_the_spec_form_reaches_the_contraction():
         }
     )
     acc_both, acc_split = resolve(both, "float16").accumulate, resolve(split, "float16").accumulate
-    assert acc_both.rounding == ("truncate", "truncate")
-    assert acc_split.rounding == ("truncate", "nearest")
+    assert acc_both.modes == ("truncate", "truncate") and acc_both.rounding == "truncate"
+    assert acc_split.modes == ("truncate", "nearest")
     assert "groups of 4 exact products (truncated), added rounded to nearest" in acc_split.describe()

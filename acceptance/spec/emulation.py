@@ -133,8 +133,8 @@ def resolve(model: EmulateModel | None, dtype: str) -> Emulation | None:
     accumulate = None
     if isinstance(acc, AccumulateModel):
         r = acc.rounding
-        modes = (r, r) if isinstance(r, str) else (r.group, r.accumulate)
-        accumulate = Accumulate(acc.dtype, acc.chunk, modes, acc.split_k, acc.fused)
+        add, group = (r, None) if isinstance(r, str) else (r.accumulate, r.group)
+        accumulate = Accumulate(acc.dtype, acc.chunk, add, acc.split_k, acc.fused, group)
     em = Emulation(
         contraction=model.contraction if accumulate else None,
         ftz_inputs=ftz_in,

@@ -53,13 +53,20 @@ class Accumulate:
 
     dtype: str
     chunk: int = 1
-    rounding: tuple[str, str] = ("nearest", "nearest")
-    """(group, accumulate): the rounding of each group's exact sum and of each add into the accumulator."""
+    rounding: str = "nearest"
+    """The rounding of each add into the accumulator, and of each group's exact sum unless ``group_rounding``."""
     split_k: int = 1
     fused: bool = False
+    group_rounding: str | None = None
+    """The rounding of each group's exact sum where it differs from ``rounding`` (None: ``rounding``)."""
+
+    @property
+    def modes(self) -> tuple[str, str]:
+        """(group, accumulate) rounding modes."""
+        return (self.group_rounding or self.rounding, self.rounding)
 
     def describe(self) -> str:
-        group, add = (_MODE_WORDS[r] for r in self.rounding)
+        group, add = (_MODE_WORDS[r] for r in self.modes)
         parts = [f"{self.dtype} accumulator"]
         if self.chunk > 1 and self.fused:
             parts.append(f"groups of {self.chunk} exact products (fused with the accumulator, {add})")
@@ -67,7 +74,7 @@ class Accumulate:
             added = "" if group == add else f", added {add}"
             parts.append(f"groups of {self.chunk} exact products ({group}){added}")
         elif group == add or self.fused:
-            step = "truncating" if self.rounding[1] == "truncate" else "round-to-nearest"
+            step = "truncating" if self.rounding == "truncate" else "round-to-nearest"
             parts.append(f"{'FMA ' if self.fused else ''}{step} steps")
         else:
             parts.append(f"products {group}, added {add}")
@@ -144,7 +151,7 @@ def _contraction(name: str | None, acc: Accumulate) -> Callable[..., object]:
             **params,
             acc_dtype=acc.dtype,
             chunk=acc.chunk,
-            rounding={"group": acc.rounding[0], "accumulate": acc.rounding[1]},
+            rounding={"group": acc.modes[0], "accumulate": acc.modes[1]},
             split_k=acc.split_k,
             fused=acc.fused,
         )
