@@ -435,19 +435,24 @@ def element_worsts(
 def ulp_elements_over(
     trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, floor: float | None
 ) -> tuple[int, CriterionWorst | None]:
-    """Elements whose impl ULP error (:func:`ulp_errors`) exceeds max(f x the baseline's at the same element,
-    ``floor``, 0.5), f = the max_ulp dual-delta factor, and the largest of them (measure ``ulp_over``): the ULP
-    max rule element by element, so that a baseline whose own error is large somewhere (a cancelling tail)
-    does not allow that error everywhere."""
-    from acceptance.numerics.factors import default_factor
-
+    """Elements where the impl has no correct bit and the baseline keeps its leading one, and the largest of
+    them by impl ULP error (measure ``ulp_over``): |e - o| >= |o| (a zero, a wrong sign, an error as large as
+    the value) while |b - o| < |o| / 2, with a flush forgiven on both sides (:func:`ulp_flush`). In ulp of the
+    oracle such a loss costs about 2^(p-1)..2^p whatever |o| is, as much as the baseline's own losses elsewhere
+    (a cancelling tail), so the aggregate rule cannot see it; ``floor`` is not needed: no accuracy floor admits
+    a lost value."""
+    del floor  # a lost value is never within a floor
     if not e.is_floating_point() or e.numel() == 0:
         return 0, None
-    iu, bu = ulp_errors(e, o, dtype), ulp_errors(b, o, dtype)
-    over = iu > (default_factor("max_ulp") * bu).clamp(min=max(floor or 0.0, 0.5))
+    fe, fo, _ = ulp_flush(e.detach().cpu().reshape(-1), o.detach().cpu().reshape(-1), dtype)
+    fb, fob, _ = ulp_flush(b.detach().cpu().reshape(-1), o.detach().cpu().reshape(-1), dtype)
+    lost = (_element_error(fe, fo, False) >= fo.abs()) & (fe != fo)
+    kept = (_element_error(fb, fob, False) < fob.abs() / 2) | (fb == fob)
+    over = lost & kept & torch.isfinite(fo)
     count = int(over.sum())
     if not count:
         return 0, None
+    iu = ulp_errors(e, o, dtype)
     at = int(torch.argmax(torch.where(over, iu, torch.zeros_like(iu))))
     shape = tuple(e.shape)
     return count, CriterionWorst(

@@ -136,7 +136,7 @@ class CriterionWorst(_Model):
     measure: Literal["abs", "rel", "abs_oracle", "rel_oracle", "ulp", "ulp_over", "hyb"]
     """'abs': |e - b|; 'rel': |e - b| / |b|; 'abs_oracle', 'rel_oracle': the same against the oracle rounded to
     the dtype; 'ulp': ULP error against the oracle (flush forgiven); 'ulp_over': the same, largest among the
-    elements over their element-wise allowance (the ULP rule's ``ulp_elements_over``); 'hyb': |e - o| /
+    elements the ULP rule's ``ulp_lost_elements`` counts; 'hyb': |e - o| /
     (1 + |o|). NaN/Inf mismatches count as inf."""
 
 
@@ -338,8 +338,8 @@ class UlpStats(_Model):
     baseline_mean: JFloat = 0.0
     """Largest per-trial mean baseline error, ulp."""
     elements_over: int = 0
-    """Impl elements, over all trials, whose ULP error exceeds max(f x the baseline's ULP error at that same
-    element, the max floor, 0.5) (f: the max_ulp dual-delta factor, 2): the element-wise side of the max rule."""
+    """Impl elements, over all trials, with no correct bit (|e - o| >= |o|: a zero, a wrong sign) where the
+    baseline keeps its leading one (|b - o| < |o| / 2), a flush forgiven: the element-wise side of the rule."""
     subnormal_unit: int = 0
     """Impl elements, over all trials, whose oracle rounds to a subnormal or zero (and the impl differs from it
     and is not a forgiven flush): their ulp is the smallest subnormal spacing, so their errors read large."""
