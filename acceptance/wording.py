@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from acceptance.records import Criterion, MetricValue, WorstElement
+from acceptance.records import Criterion, CriterionWorst, MetricValue, WorstElement
 
 # C0 and C1 control characters other than tab, newline and carriage return,
 # lone surrogates (which cannot be encoded as UTF-8) and the two non-characters
@@ -172,6 +172,30 @@ def _rule_text(criterion: Criterion) -> str:
 def full(x: float | None) -> str:
     """A value at full precision (the shortest repr that round-trips)."""
     return "—" if x is None else repr(float(x))
+
+
+#: A :class:`CriterionWorst` measure in words: what its error is.
+_MEASURE_WORDS = {
+    "abs": ("|e-b|", ""),
+    "rel": ("|e-b|/|b|", ""),
+    "abs_oracle": ("|e-o|", ""),
+    "rel_oracle": ("|e-o|/|o|", ""),
+    "ulp": ("|e-o|", " ulp"),
+    "ulp_over": ("|e-o|", " ulp"),
+    "hyb": ("|e-o|/(1+|o|)", ""),
+}
+
+
+def criterion_worst_text(metric: str, w: CriterionWorst) -> str:
+    """The element that decided ``metric``, values at full precision: index, trial, impl, baseline, oracle, its
+    error in the criterion's measure."""
+    out = f" of output {w.output}" if w.output else ""
+    what, unit = _MEASURE_WORDS[w.measure]
+    oracle = f", oracle {full(w.oracle)}" if w.oracle is not None else ""
+    return (
+        f"worst element for {metric}{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.impl)}, "
+        f"baseline {full(w.baseline)}{oracle}; {what} = {fmt(w.error)}{unit}"
+    )
 
 
 def worst_element_text(w: WorstElement) -> str:

@@ -4,15 +4,23 @@ bias sums and peer gates on host data against their torch definitions (the same 
 from __future__ import annotations
 
 import math
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from acceptance.formats import dtypes
 from acceptance.measure import diagnose, peers
 from acceptance.measure.diagnose import BiasSums, Diagnosis
 from acceptance.numerics.metrics import elementwise as W
+from acceptance.numerics.metrics import host
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ulp_reference  # noqa: E402
 
 EDGES = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
 
@@ -85,34 +93,37 @@ def same_float(a: float, b: float) -> bool:
 
 
 @pytest.mark.parametrize(
-    "fmt", [(53, -1022, 2.0**-1022), (24, -126, 2.0**-126), (11, -14, 2.0**-14), (8, -126, 2.0**-126)]
+    "fmt",
+    [(53, -1022, 2.0**-1022, "float64"), (24, -126, 2.0**-126, "float32"), (11, -14, 2.0**-14, "float16")]
+    + [(8, -126, 2.0**-126, "bfloat16")],
 )
 def test_bias_pass_matches_numpy(fmt):
-    p, emin, normal = fmt
+    p, emin, normal, name = fmt
     e, b, o = data(p, 2000)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         flush = (np.abs(e) < normal) & (np.abs(o) < normal)
         keep = np.isfinite(e) & np.isfinite(b) & np.isfinite(o) & ~flush
-        _, ex = np.frexp(np.abs(o))  # |o| = m·2^ex, ex = 0 at o = 0
-        u = np.ldexp(1.0, np.maximum(ex - 1, emin) - (p - 1))
+        u = ulp_reference.unit(o, name)  # one ulp at o rounded to the format
         se = np.clip((e - o) / u, -16, 16)[keep]
         sb = np.clip((b - o) / u, -16, 16)[keep]
     sign = np.sign(o[keep])
     rows = np.empty((4, e.size))
-    kept, flushed = W.bias_pass(e, b, o, normal, True, p, emin, 16.0, rows)
+    kept, flushed = W.bias_pass(e, b, o, normal, True, host.ulp_args(dtypes.lookup(name))[:4], 16.0, rows)
     assert (kept, flushed) == (int(keep.sum()), int(flush.sum()))
     for got, want in zip(rows[:, :kept], (se, se * sign, sb, sb * sign), strict=False):
         assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize(
-    "fmt", [(53, -1022, 2.0**-1022), (24, -126, 2.0**-126), (11, -14, 2.0**-14), (8, -126, 2.0**-126)]
+    "fmt",
+    [(53, -1022, 2.0**-1022, "float64"), (24, -126, 2.0**-126, "float32"), (11, -14, 2.0**-14, "float16")]
+    + [(8, -126, 2.0**-126, "bfloat16")],
 )
 def test_bias_pass_spacing_over_every_float64_exponent(fmt):
     """Oracle values from random bit patterns (every exponent, float64 subnormals, zeros of both signs), the impl
     a little off and never flushed (the smallest normal where the oracle is below it, so the errors there are a
-    fraction of an ulp, not clipped): the spacing is numpy's frexp/ldexp formula everywhere."""
-    p, emin, normal = fmt
+    fraction of an ulp, not clipped): the unit is the textbook one at o rounded to the format everywhere."""
+    p, emin, normal, name = fmt
     rng = np.random.default_rng(p)
     o = rng.integers(0, 2**63, 20000, dtype=np.int64).view(np.float64)
     o = o[np.isfinite(o)] * rng.choice([-1.0, 1.0], int(np.isfinite(o).sum()))
@@ -120,13 +131,12 @@ def test_bias_pass_spacing_over_every_float64_exponent(fmt):
     e = np.where(np.abs(o) < normal, normal, o + np.abs(o) * 2.0**-45)  # |e| >= normal: nothing flushed
     b = o + np.where(o == 0, 1.0, np.abs(o) * 2.0**-40)
     with np.errstate(invalid="ignore", over="ignore"):
-        _, ex = np.frexp(np.abs(o))
-        u = np.ldexp(1.0, np.maximum(ex - 1, emin) - (p - 1))
+        u = ulp_reference.unit(o, name)
         keep = np.isfinite(b)
         want_e = np.clip((e - o) / u, -16, 16)[keep]
         want_b = np.clip((b - o) / u, -16, 16)[keep]
     rows = np.empty((4, o.size))
-    kept, flushed = W.bias_pass(e, b, o, normal, True, p, emin, 16.0, rows)
+    kept, flushed = W.bias_pass(e, b, o, normal, True, host.ulp_args(dtypes.lookup(name))[:4], 16.0, rows)
     assert (kept, flushed) == (int(keep.sum()), 0)
     assert np.array_equal(rows[0, :kept], want_e) and np.array_equal(rows[2, :kept], want_b)
 
@@ -134,7 +144,7 @@ def test_bias_pass_spacing_over_every_float64_exponent(fmt):
 def test_bias_pass_integer_dtype_counts_in_units():
     e, b, o = np.array([3.0, 5.0]), np.array([2.0, 5.0]), np.array([2.0, 4.0])
     rows = np.empty((4, 2))
-    assert W.bias_pass(e, b, o, 1.0, False, 0, 0, 16.0, rows) == (2, 0)
+    assert W.bias_pass(e, b, o, 1.0, False, (1, 0, 0, 1 << 52), 16.0, rows) == (2, 0)
     assert rows.tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 1.0], [0.0, 1.0]]
 
 
@@ -238,6 +248,5 @@ def test_where_flushing_changes_nothing_the_flushed_pair_measures_alike(dtype):
     o = torch.from_numpy(o)
     assert diagnose.flush_changes_nothing(W.host_float64(e), dtype)
     assert diagnose.flush_changes_nothing(W.host_float64(o), dtype)
-    assert repr(metrics.compute(diagnose.flushed(e, dtype), diagnose.flushed(o, dtype), dtype=dtype)) == repr(
-        metrics.compute(e, o, dtype=dtype)
-    )
+    fe, fo, _ = diagnose.ulp_flush(e, o, dtype)
+    assert repr(metrics.compute(fe, fo, dtype=dtype)) == repr(metrics.compute(e, o, dtype=dtype))

@@ -161,15 +161,21 @@ def test_one_wrong_element_is_located(run_results):
 
 
 def test_gelu_zero_tail_is_caught_by_ulp_and_max_error(run_results):
-    """The lost tail fails both ULP rules. Whether the dual-delta max_hyb also fails depends on the baseline:
+    """The lost tail fails the ULP rule element by element: in ulp of the oracle a zero costs |o|/ulp(o) ~ 2^23,
+    as much as the baseline's own zeros further out in its cancelling tail, so the aggregate max and mean (2x
+    and 1.5x the baseline's) do not separate them; at the elements where the baseline still has its bits
+    (x between -5.54 and -5.1) the impl's values are lost (zero) while the baseline keeps its leading bit.
+    Whether the dual-delta max_hyb also fails depends on the baseline:
     torch's float32 GELU cancels in the same tail, by an amount that differs from one x86 machine to
     another; the rule fails exactly when the impl's per-trial error exceeds twice the baseline's (and the
     free error) in every trial, and the zero tail never makes the impl more accurate than the baseline."""
     _, res = run_results
     case = one_case(res, "bug_gelu_zero_tail")
     failed = failed_metrics(case)
-    assert {"max_ulp", "mean_ulp"} <= failed
+    assert "ulp_lost_elements" in failed
     assert "diff1" not in failed
+    (crit,) = [c for c in case.criteria if c.metric == "ulp_lost_elements"]
+    assert crit.worst is not None and crit.worst.impl == 0.0 and crit.worst.baseline != 0.0
     (rec,) = [r for r in case.dual_delta if r.metric == "max_hyb"]
     assert all(e >= b for e, b in zip(rec.delta_impl, rec.delta_baseline, strict=False))
     beyond = sum(e > rec.factor * max(b, rec.free) for e, b in zip(rec.delta_impl, rec.delta_baseline, strict=False))

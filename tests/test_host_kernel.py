@@ -5,6 +5,8 @@ chunk boundaries, for every element format it reads, with every kind of special 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,27 +16,26 @@ from acceptance.formats import dtypes
 from acceptance.numerics.metrics import host
 from acceptance.numerics.metrics.registry import REL_FLOOR
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ulp_reference  # noqa: E402
+
 
 def _sequential(v: np.ndarray) -> float:
     """Σ v in element order, one float64 addition at a time (numpy's cumsum does not reassociate)."""
     return float(np.cumsum(np.concatenate([[0.0], v]))[-1])
 
 
-def reference(x: np.ndarray, y: np.ndarray, precision: int, emin: int, integer: bool, th: float):
-    """(sums, maxima, counts) of the kernel's definition, from float64 values x (impl) and y (baseline)."""
+def reference(x: np.ndarray, y: np.ndarray, name: str, integer: bool, th: float):
+    """(sums, maxima, counts) of the kernel's definition, from float64 values x (impl) and y (baseline); ULP in
+    the unit of format ``name`` at y rounded to it (:mod:`ulp_reference`), at most its cap."""
     both = np.isfinite(x) & np.isfinite(y)
     fx, fy = x[both], y[both]
     d, ax, ay = np.abs(fx - fy), np.abs(fx), np.abs(fy)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         rel = np.where(d == 0, 0.0, d / ay)
         h = d / (1.0 + ay)
-        if integer:
-            u = d
-        else:
-            small = np.minimum(ax, ay)
-            exp = np.where(small > 0, np.frexp(small)[1] - 1, emin)  # floor(log2), emin for zero
-            spacing = np.ldexp(1.0, np.maximum(exp, emin) - (precision - 1))
-            u = d / spacing
+        u = np.minimum(d, ulp_reference.cap(name)) if integer else ulp_reference.ulp_error(fx, fy, name)
         sq, b2 = d * d, ay * ay
     sums = [_sequential(v) for v in (d, ay, sq, b2, u, h)]
 
@@ -73,8 +74,7 @@ def _kernel(e: np.ndarray, b: np.ndarray, codes, fmt, integer=False, th=None):
         b,
         codes[0],
         codes[1],
-        fmt.precision,
-        fmt.emin,
+        *host.ulp_args(fmt),
         integer,
         fmt.diff3_threshold if th is None else th,
         sums,
@@ -124,7 +124,7 @@ def test_kernel_equals_the_sequential_float64_definition(name, n):
             b, cb, yv = _as_kernel_input(y, name)
         for th in (fmt.diff3_threshold, 0.0, math.inf):
             got = _kernel(e, b, (ce, cb), fmt, th=th)
-            want = reference(xv, yv, fmt.precision, fmt.emin, False, th)
+            want = reference(xv, yv, fmt.name, False, th)
             assert got[2] == want[2], (seed, th)  # counts
             assert got[1] == want[1], (seed, th)  # maxima, exactly
             assert got[0] == want[0], (seed, th)  # sums, exactly: added in element order
@@ -147,7 +147,7 @@ def test_kernel_on_every_float32_class_of_bit_pattern():
             got = _kernel(e, b, (0, 0), fmt, integer=integer)
             with np.errstate(invalid="ignore"):  # signalling-NaN patterns widen to NaN
                 xv, yv = e.astype(np.float64), b.astype(np.float64)
-            want = reference(xv, yv, fmt.precision, fmt.emin, integer, fmt.diff3_threshold)
+            want = reference(xv, yv, fmt.name, integer, fmt.diff3_threshold)
             assert list(got) == list(want)
 
 

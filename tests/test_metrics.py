@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -14,6 +16,10 @@ from acceptance.numerics import metrics as M
 from acceptance.numerics.metrics import device, host
 from acceptance.numerics.metrics.operands import blocks
 from acceptance.numerics.metrics.registry import finalize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ulp_reference  # noqa: E402
 
 # (precision p incl. the implicit bit, emin) of the formats, from IEEE 754 / the OCP FP8 spec.
 FORMATS = {
@@ -39,13 +45,6 @@ ERRORS = tuple(m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_m
 # ----------------------------------------------------------------------------- the reference
 
 
-def spacing(m: np.ndarray, p: int, emin: int) -> np.ndarray:
-    """2^(max(floor(log2 m), emin) − (p − 1)), with floor(log2 0) taken as below emin; via frexp."""
-    _, exp = np.frexp(m)  # m = f·2^exp, 0.5 ≤ f < 1, so floor(log2 m) = exp − 1
-    e = np.where(m > 0, exp - 1, emin)
-    return np.ldexp(1.0, np.maximum(e, emin) - (p - 1))
-
-
 def snr_db(signal: float, noise: float) -> float:
     """10·log10(signal / noise) in dB, +inf for a zero noise and -inf for a zero signal with noise."""
     if noise == 0:
@@ -69,7 +68,7 @@ def reference(e, b, dtype: str) -> dict:
     d = np.abs(x - y)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(d == 0, 0.0, d / np.abs(y))
-    ulp = d if integer else d / spacing(np.minimum(np.abs(x), np.abs(y)), *FORMATS[dtype])
+    ulp = d if integer else ulp_reference.ulp_error(x, y, dtype)
 
     def ratio(a, c):
         return 0.0 if a == 0 else (math.inf if c == 0 else a / c)

@@ -4,7 +4,9 @@ values."""
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,10 @@ from acceptance.formats import dtypes
 from acceptance.numerics import metrics as M
 from acceptance.numerics.metrics import device
 from acceptance.numerics.metrics.registry import finalize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ulp_reference  # noqa: E402
 
 INF, NAN = math.inf, math.nan
 ERRORS = [m for m in M.METRICS if m not in ("diff4", "nan_mismatch", "inf_mismatch", "snr_db")]
@@ -47,9 +53,9 @@ def test_small_example_every_metric_by_hand():
         assert got["mean_hyb"] == pytest.approx((0 + 0.5 / 3.5 + 1 / 4 + 1 / 3) / 4, rel=1e-15)
         assert got["normwise_rel"] == pytest.approx(1.5 / 4.5, rel=1e-15)
         assert got["snr_db"] == pytest.approx(10 * math.log10(20.25 / 2.25), rel=1e-15)  # 10·log10(9) dB
-        # float32 spacing: at 2 (b=2.5 vs e=2) 2^-22 → .5·2^22; at 3 → 2^-22 → 2^22; at 1 → 2^-23 → 2^23
-        assert got["max_ulp"] == 2.0**23
-        assert got["mean_ulp"] == (0 + 2.0**21 + 2.0**22 + 2.0**23) / 4
+        # float32 ulp at the reference b: at 2.5 2^-22 → .5·2^22; at 3 2^-22 → 2^22; at -2 2^-22 → 2^22
+        assert got["max_ulp"] == 2.0**22
+        assert got["mean_ulp"] == (0 + 2.0**21 + 2.0**22 + 2.0**22) / 4
         assert (got["n"], got["special_matched"], got["nan_mismatch"], got["inf_mismatch"]) == (4, 0, 0, 0)
 
 
@@ -156,9 +162,21 @@ def test_neighbouring_values_are_one_ulp_apart_both_ways(dtype, backend):
     if backend == "numpy":  # numpy has no bfloat16
         x, y = x.numpy(), y.numpy()
     assert len(x) == 54
+    name = str(dtype).removeprefix("torch.")
+    halves = 0
     for e, b in ((x, y), (y, x)):
         got = M.compute(e, b)
-        assert (got["max_ulp"], got["mean_ulp"], got["n"]) == (1.0, 1.0, len(x))  # max 1 and mean 1: each is 1
+        # a neighbour is 1 ulp of the reference b away, but 1/2 where b is a power of two (at or above twice the
+        # smallest normal) and e the value just below it in magnitude: the spacing halves there
+        e64, b64 = (torch.as_tensor(v).double().numpy() for v in (e, b))
+        mb = np.abs(b64)
+        power = (np.frexp(mb)[0] == 0.5) & (mb >= 2 * float(torch.finfo(dtype).tiny)) & (np.abs(e64) < mb)
+        want = np.where(power, 0.5, 1.0)
+        assert np.array_equal(want, ulp_reference.ulp_error(e64, b64, name))
+        halves += int((want == 0.5).sum())
+        assert (got["max_ulp"], got["n"]) == (1.0, len(x))
+        assert got["mean_ulp"] == pytest.approx(want.mean(), rel=1e-15)
+    assert halves == 10  # b = +-(0.5, 1, 2, 1024, 2·smallest normal), e the value just below it in magnitude
 
 
 @pytest.mark.parametrize(
@@ -180,14 +198,17 @@ def test_every_pair_of_neighbours_of_a_small_format_is_one_ulp_apart(dtype):
     lo, hi = values[:-1].to(dtype), values[1:].to(dtype)
     for e, b in ((lo, hi), (hi, lo)):
         got = M.compute(e, b)
-        assert (got["max_ulp"], got["mean_ulp"], got["n"]) == (1.0, 1.0, len(lo))
-    two = M.compute(values[:-2].to(dtype), values[2:].to(dtype))["max_ulp"]
-    assert two == 3.0  # two steps up across a power of two, counted in the spacing of the smaller: 1 + 2
+        assert (got["max_ulp"], got["n"]) == (1.0, len(lo))  # one step, counted at b: 1, or 1/2 below 2^k
+        assert 0.5 < got["mean_ulp"] < 1.0
+    # two steps outward from b = +-(2^k - s/2) to +-(2^k + s): s/2 + s = 3 ulp of b (s/2 its spacing), either way
+    assert M.compute(values[:-2].to(dtype), values[2:].to(dtype))["max_ulp"] == 3.0
+    assert M.compute(values[2:].to(dtype), values[:-2].to(dtype))["max_ulp"] == 3.0
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_ulp_agrees_with_numpy_spacing(dtype):
-    """np.spacing(m) is the gap from m ≥ 0 up to the next value: 2^(floor(log2 m) − (p−1)), subnormal-aware."""
+    """np.spacing(|b|) is the gap from |b| up to the next value: 2^(floor(log2 |b|) − (p−1)), subnormal-aware: one
+    ulp of the dtype at the reference b (already a value of the dtype, so rounding it changes nothing)."""
     rng = np.random.default_rng(1)
     fi = np.finfo(dtype)
     n = 3000
@@ -196,8 +217,7 @@ def test_ulp_agrees_with_numpy_spacing(dtype):
     y[1::7] = np.nextafter(x[1::7], dtype(np.inf))
     y[::7] = 0  # against zero: spacing(0) is the smallest subnormal
     x[::7] = rng.integers(1, 500, len(x[::7])) * np.nextafter(dtype(0), dtype(1))
-    m = np.minimum(np.abs(x), np.abs(y))
-    want = np.abs(x.astype(np.float64) - y) / np.spacing(m).astype(np.float64)
+    want = np.abs(x.astype(np.float64) - y) / np.spacing(np.abs(y)).astype(np.float64)
     assert np.all(np.isfinite(want)) and want.max() > 100
     got = M.compute(x, y)
     assert got["max_ulp"] == want.max()
@@ -213,9 +233,9 @@ def test_ulp_refers_to_the_output_dtype():
     assert M.compute(e, b)["max_ulp"] == 2.0**42
 
 
-def test_float64_ulp_beyond_the_float64_range_saturates_to_inf():
-    got = M.compute(np.array([1e-15]), np.array([0.0]))  # 1e-15 / 2^-1074 ≈ 2e308
-    assert got["max_ulp"] == INF and got["max_abs"] == 1e-15
+def test_float64_ulp_beyond_the_float64_range_saturates_to_the_cap():
+    got = M.compute(np.array([1e-15]), np.array([0.0]))  # 1e-15 / 2^-1074 ≈ 2e308: more steps than float64 has
+    assert got["max_ulp"] == 2.0 * 0x7FEFFFFFFFFFFFFF and got["max_abs"] == 1e-15
 
 
 # ----------------------------------------------------------------------------- special values
@@ -317,7 +337,7 @@ def test_zero_dimensional_inputs_are_one_element(backend):
     got = M.compute(e, b)
     assert (got["n"], got["max_abs"], got["max_rel"], got["diff4"]) == (1, 2.5, 2.5, (1.0, 0.0, 1))
     assert got["rms"] == 2.5 / 1.5
-    assert got["max_ulp"] == 2.5 * 2.0**23  # spacing at min(|e|, |b|) = 1 is 2^-23
+    assert got["max_ulp"] == 2.5 * 2.0**23  # one ulp at the reference b = -1 is 2^-23
 
 
 def test_float64_overflow_gives_inf_never_nan_nor_warnings():

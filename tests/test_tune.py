@@ -22,7 +22,17 @@ from acceptance.spec.expr import parse_real
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def obs(case_id, value, *, symbols=None, threshold=3e-3, dtype="float16", metric="diff1", seed=0):
+def obs(
+    case_id,
+    value,
+    *,
+    symbols=None,
+    threshold=3e-3,
+    dtype="float16",
+    metric="diff1",
+    seed=0,
+    source="float16 reduction default",
+):
     return Observation(
         "op",
         dtype,
@@ -35,7 +45,7 @@ def obs(case_id, value, *, symbols=None, threshold=3e-3, dtype="float16", metric
         None,
         None,
         threshold,
-        "float16 reduction default",
+        source,
         "op.yaml",
     )
 
@@ -107,9 +117,22 @@ def test_scaled_proposal_is_an_expression_that_covers_every_case():
 def test_check_names_flaky_and_loose_thresholds_with_both_numbers():
     flaky = propose([obs("op[a]", 4e-3), obs("op[b]", 1e-3)])
     assert flaky.flaky == "op[a]: observed 4e-3 > threshold 3e-3"
-    loose = propose([obs("op[a]", 1e-5, dtype="float32"), obs("op[b]", 2e-5, dtype="float32")], loose=100)
+    spec = "spec override"
+    loose = propose(
+        [obs("op[a]", 1e-5, dtype="float32", source=spec), obs("op[b]", 2e-5, dtype="float32", source=spec)],
+        loose=100,
+    )
     assert loose.flaky is None
-    assert loose.loose.startswith("threshold 3e-3 is 150x the observed 2e-5")  # 3e-3 / 2e-5 = 150
+    # 3e-3 / 2e-5 = 150 (the tightest case, op[b]); 2e-5 is above the float32 floor 2^-24
+    assert loose.loose == "spec threshold 3e-3 is 150x the impl's largest observed error 2e-5 (> 100x)"
+    # the same numbers under a category default (MLU-OPS's table): the field's standard, never loose
+    default = propose([obs("op[a]", 1e-5, dtype="float32"), obs("op[b]", 2e-5, dtype="float32")], loose=100)
+    assert default.loose is None
+    # an impl with no error: the slack is taken over the floor, and the message says so
+    exact = propose([obs("op[a]", 0.0, dtype="float32", source=spec)], loose=100)
+    assert exact.loose == (  # 3e-3 / 2^-24 = 50331.6
+        "spec threshold 3e-3 is 5.03e4x the floor 5.96e-8 (the impl's largest observed error is 0) (> 100x)"
+    )
     res = tune_mod.TuneResult((flaky, loose))
     assert not res.passed and len(res.problems) == 2 and res.problems[1].startswith("op float32 diff1: loose")
 

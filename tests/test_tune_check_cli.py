@@ -64,7 +64,7 @@ def test_check_fails_a_flaky_and_a_loose_threshold_naming_both_numbers(tmp_path)
     assert out.exit_code == 1, out.output
     assert _problems(out.output) == [
         "twice float32 diff1: flaky: twice[float32-N=64]: observed 1 > threshold 0.5 (and 1 more case)",
-        "twice float32 diff2: loose: threshold 1000 is 1000x the observed 1 (> 100x)",
+        "twice float32 diff2: loose: spec threshold 1000 is 1000x the impl's largest observed error 1 (> 100x)",
     ]
 
 
@@ -74,7 +74,9 @@ def test_check_passes_thresholds_that_fit_and_the_slack_factor_is_an_option(tmp_
     assert _problems(fits.output) == []
     tighter = _tune(str(_spec(tmp_path / "ok", "2", "50")), "--max-slack", "20")  # 50x > 20x: loose now
     assert tighter.exit_code == 1
-    assert _problems(tighter.output) == ["twice float32 diff2: loose: threshold 50 is 50x the observed 1 (> 20x)"]
+    assert _problems(tighter.output) == [
+        "twice float32 diff2: loose: spec threshold 50 is 50x the impl's largest observed error 1 (> 20x)"
+    ]
 
 
 def test_check_reads_results_files_too(tmp_path):

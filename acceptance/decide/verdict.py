@@ -47,6 +47,7 @@ from typing import Literal, TypeVar, cast
 import numpy as np
 
 from acceptance.errors import EXIT_FAIL, EXIT_OK
+from acceptance.formats import dtypes
 from acceptance.numerics.metrics import diff4_value
 from acceptance.records import (
     VERDICT_ORDER,
@@ -60,10 +61,11 @@ from acceptance.records import (
     MetricValue,
     OutputMeasurement,
     Summary,
+    UlpStats,
     Verdict,
 )
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
-from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_text
+from acceptance.wording import criterion_text, criterion_worst_text, fmt, fmt_value, worst_element_text
 
 _T = TypeVar("_T")
 
@@ -211,7 +213,8 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
         mean: impl_mean <= max(f_mean · baseline_mean, floor_mean, 0.25)
 
     with the dual-delta factors of max_ulp and mean_ulp (2 and 1.5); 0.5 and 0.25 ulp are the max and mean
-    error of the correctly rounded result.
+    error of the correctly rounded result. Element by element, no impl value may be lost where the baseline
+    keeps it (criterion ``ulp_lost_elements``, :func:`_ulp_elements_criterion`).
     """
     criteria = []
     for out, u in enumerate(o.ulp for o in outputs):
@@ -224,6 +227,11 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
             factor = default_factor(f"{which}_ulp")
             allowed = max(factor * base, floor or 0.0, free)
             why = f"max({fmt(factor)} x baseline's {fmt(base)}, floor {fmt(floor)}, correctly rounded {fmt(free)})"
+            if u.subnormal_unit:
+                why += (
+                    f"; {u.subnormal_unit} impl elements where the oracle rounds to a subnormal or zero are in "
+                    "ulp of the smallest subnormal"
+                )
             criteria.append(
                 Criterion(
                     kind="ulp",
@@ -238,7 +246,27 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
                     note=f"allowed = {why}",
                 )
             )
+        criteria.append(_ulp_elements_criterion(out, u, rules))
     return criteria
+
+
+def _ulp_elements_criterion(out: int, u: UlpStats, rules: Rules) -> Criterion:
+    """The ULP rule element by element: value = impl elements (over the trials) with no correct bit where the
+    baseline keeps its leading one (|e - o| >= |o| while |b - o| < |o|/2; a flush forgiven), threshold 0. In
+    ulp of the oracle a lost value costs about 2^(p-1)..2^p whatever its magnitude, as much as the baseline's
+    own losses in a cancelling tail, so the aggregate max and mean cannot tell a lost tail from that."""
+    return Criterion(
+        kind="ulp",
+        metric="ulp_lost_elements",
+        output=out,
+        value=float(u.elements_over),
+        threshold=0.0,
+        comparison="<=",
+        passed=u.elements_over == 0,
+        against="oracle",
+        source=f"{rules.category} {rules.dtype} ULP rule, element by element",
+        note="elements where the impl has no correct bit (|e-o| >= |o|) and the baseline keeps its leading one",
+    )
 
 
 def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor: float) -> Criterion:
@@ -345,13 +373,18 @@ def tolerance_to_pass(criteria: list[Criterion]) -> dict[str, float]:
     return out
 
 
-def _where(case: MeasuredCase) -> list[str]:
-    """Where the damage is: the fraction of elements over tolerance (and where they sit) and the worst element."""
+def _where(case: MeasuredCase, criteria: list[Criterion]) -> list[str]:
+    """Where the damage is: the fraction of elements over tolerance (and where they sit) and the worst element:
+    the one that decided the first failed criterion that one element decides, else the furthest from the
+    oracle."""
     lines = []
     if case.bad_fraction:
         where = f"; {case.bad_location}" if case.bad_location else ""
         lines.append(f"{fmt(case.bad_fraction)} of elements over tolerance{where}")
-    if case.worst is not None:
+    first = next((c for c in criteria if c.passed is False and c.worst is not None), None)
+    if first is not None and first.worst is not None:
+        lines.append(criterion_worst_text(first.metric, first.worst))
+    elif case.worst is not None:
         lines.append(worst_element_text(case.worst))
     return lines
 
@@ -456,6 +489,54 @@ def _flat(case: MeasuredCase) -> dict[str, object]:
     }
 
 
+#: The element measure (:attr:`CriterionWorst.measure`) of a metric's per-element error; 'abs' for the rest.
+_MEASURE = {
+    "max_ulp": "ulp",
+    "mean_ulp": "ulp",
+    "ulp_lost_elements": "ulp_over",
+    "max_hyb": "hyb",
+    "mean_hyb": "hyb",
+    "max_rel": "rel",
+    "max_rel_floor": "rel",
+    "diff3_1": "rel",
+    "diff3": "rel",
+}
+
+
+def _with_worst(c: Criterion, outputs: list[OutputMeasurement]) -> Criterion:
+    """``c`` with the element that decided it (its output's worst element in the criterion's measure, against
+    the oracle where ``c`` was decided against it); unchanged where no one element decides (bits, diff4, ...)."""
+    if c.kind not in ("threshold", "placement", "ulp", "dual_delta") or c.output >= len(outputs):
+        return c
+    measure = _MEASURE.get(c.metric, "abs")
+    if c.kind == "threshold" and c.against == "oracle" and measure in ("abs", "rel"):
+        measure += "_oracle"
+    found = outputs[c.output].worst.get(measure)
+    return c.model_copy(update={"worst": found}) if found is not None else c
+
+
+def _holds_in(o: float, dtype: str) -> bool:
+    """Whether ``dtype`` holds the float64 value ``o``: rounded to it, finite and nonzero unless ``o`` is 0."""
+    if not math.isfinite(o):
+        return False
+    r = float(dtypes.round_to(np.array([o]), dtype)[0])
+    return math.isfinite(r) and abs(r) <= dtypes.lookup(dtype).max and (r != 0 or o == 0)
+
+
+def _range_note(case: MeasuredCase, criteria: list[Criterion]) -> str:
+    """The oracle-range note of a failed case: which elements the dtype cannot hold, and whether the element
+    that decided the first failed criterion is one of them."""
+    text = f"note: {case.oracle_range} (the dtype cannot hold the true result at those elements)"
+    first = next((c for c in criteria if c.passed is False and c.worst is not None), None)
+    w = first.worst if first is not None else None
+    if first is None or w is None or w.oracle is None or not dtypes.lookup(case.dtype).is_float:
+        return text
+    at = f"the element deciding {first.metric}, at {tuple(w.index)} (oracle {fmt(w.oracle)}),"
+    if _holds_in(w.oracle, case.dtype):
+        return f"{text}; {at} is within the dtype's range: the inputs' range does not explain that failure"
+    return f"{text}; {at} is one of them"
+
+
 def _error_verdict(case: MeasuredCase, rules: Rules) -> tuple[Verdict, list[str]]:
     """A case whose run broke: ``error`` with its message (``skip`` when its waiver covers errors)."""
     assert case.error is not None
@@ -488,15 +569,12 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     rule_criteria = vacuity_criteria(case, strict=strict) + determinism_criteria(case)
     criteria += rule_criteria
     reasons += [criterion_text(c) for c in rule_criteria if c.passed is False]
-    if reasons and case.oracle_range:
-        reasons.insert(
-            0,
-            f"{case.oracle_range}: the test dtype cannot hold the true result there, so mismatches "
-            "at those elements come from the inputs' range, not from the impl",
-        )
+    criteria = [_with_worst(c, outputs) for c in criteria]
+    if reasons and case.oracle_range:  # after the failed criteria: a note on some elements, never the headline
+        reasons.append(_range_note(case, criteria))
     verdict = "fail" if reasons else "pass"
     if reasons:
-        reasons += _where(case)
+        reasons += _where(case, criteria)
     if verdict == "fail" and rules.waiver and "fail" in rules.waiver_covers:
         verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
     elif verdict == "fail" and rules.expired_waiver:

@@ -9,7 +9,10 @@ including the implicit one) and minimum normal exponent ``emin``:
 - unit roundoff ``u = 2^-p`` (half the spacing of the numbers in [1, 2));
 - smallest normal ``2^emin``; smallest subnormal ``2^(emin - p + 1)``;
 - spacing of the numbers around ``x`` (one ulp):
-  ``2^(max(floor(log2 |x|), emin) - p + 1)``.
+  ``2^(max(floor(log2 |x|), emin) - p + 1)``;
+- largest exponent ``emax = floor(log2 max)``;
+- the ULP cap :attr:`DType.ulp_cap`: the number of steps from ``-max`` to ``+max``, the largest
+  distance in ulp between two finite values (float32: 2·0x7F7FFFFF < 2^32).
 
 Integer and bool formats are exact: ``p = 1``, spacing 1.
 
@@ -29,6 +32,7 @@ once, here, and the torch cast then only copies exactly representable values.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,6 +104,28 @@ class DType:
     def smallest_subnormal(self) -> float:
         """2^(emin - p + 1) (1 for integers)."""
         return 2.0 ** (self.emin - self.precision + 1) if self.is_float else 1.0
+
+    @property
+    def emax(self) -> int:
+        """floor(log2 max): the exponent of the largest finite value (0 for integers)."""
+        return math.frexp(self.max)[1] - 1 if self.is_float else 0
+
+    @property
+    def ulp_cap(self) -> float:
+        """The largest distance in ulp between two finite values: the number of steps from -max to +max.
+
+        Float: 2·N with N = (emax - emin)·2^(p-1) + max / 2^(emax - p + 1) the steps from 0 to max (2^(p-1)
+        from 0 to the smallest normal, 2^(p-1) per binade above it, then the significand of max); float32
+        N = 0x7F7FFFFF, float16 0x7BFF, bfloat16 0x7F7F. Integers: max - min (signed min = -max - 1, unsigned
+        and bool 0). No ULP error the package reports exceeds it.
+        """
+        if not self.is_float:
+            signed = self.kind == "int" and not self.name.startswith("uint")
+            return 2 * self.max + 1 if signed else self.max
+        steps = (self.emax - self.emin) * 2.0 ** (self.precision - 1) + math.ldexp(
+            self.max, self.precision - 1 - self.emax
+        )
+        return 2.0 * steps
 
 
 def _float(
@@ -243,6 +269,23 @@ def round_to(x: np.ndarray, dtype: str) -> np.ndarray:
     if fast is not None:
         return fast(x)
     return _round_general(x, row)
+
+
+def spacing_at(x: np.ndarray, dtype: str) -> np.ndarray:
+    """One ulp of ``dtype`` at each float64 value ``x`` rounded to ``dtype``: ``2^(E - p + 1)`` with
+    ``E = min(max(floor(log2 |round_to(x)|), emin), emax)``; the smallest subnormal where the rounded value is
+    subnormal or zero, the spacing at the largest finite value where it overflows; 1 for non-float formats.
+    NaN where ``x`` is NaN. The unit of every ULP error (:mod:`acceptance.numerics.metrics`)."""
+    x = np.asarray(x, dtype=np.float64)
+    row = lookup(dtype)
+    if not row.is_float:
+        return np.where(np.isnan(x), np.nan, 1.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = np.abs(round_to(x, dtype))
+        _, e = np.frexp(np.where(np.isfinite(r), r, row.max))  # frexp(0) = (0, 0): clipped up to emin below
+        e = np.where(r == 0, row.emin + 1, e.astype(np.int64))
+        q = np.ldexp(1.0, np.clip(e - 1, row.emin, row.emax) - (row.precision - 1))
+    return np.where(np.isnan(x), np.nan, q)
 
 
 def _round_cast(target: type) -> Callable[[np.ndarray], np.ndarray]:

@@ -36,8 +36,10 @@ from acceptance.measure.diagnose import (
     abs_error,
     bit_mismatches,
     constant,
+    element_worsts,
     flush_changes_nothing,
-    flushed,
+    ulp_elements_over,
+    ulp_flush,
 )
 from acceptance.measure.memo import memo_for
 from acceptance.measure.peers import Peers
@@ -45,6 +47,7 @@ from acceptance.measure.references import RunReferences
 from acceptance.numerics import metrics
 from acceptance.numerics.metrics import registry
 from acceptance.records import (
+    CriterionWorst,
     Diff4Counts,
     DualDeltaRecord,
     MeasuredCase,
@@ -111,6 +114,7 @@ class _Output:
     free: dict[str, list[float]] = field(default_factory=dict)
     constant: bool = True
     oracle_constant: bool = True
+    element_worst: dict[str, CriterionWorst] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.diagnosis = Diagnosis(self.dtype)
@@ -133,32 +137,58 @@ class _Output:
             self.delta_baseline.setdefault(name, []).append(float(bo[name]))
             self.free.setdefault(name, []).append(float(free[name]))
         if rules.ulp_check or rules.floor_max is not None or rules.floor_mean is not None:
-            if dtypes.lookup(b.dtype) is dtypes.lookup(self.dtype) and all(
-                flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)
-            ):
-                ue, ub = eo, bo  # the flushed pairs are (e, o) and (b, o) themselves: the kernel's values alike
-            else:
-                fo = flushed(o, self.dtype)
-                ue = batch.compute(
-                    flushed(e, self.dtype), fo.to(e.device), dtype=self.dtype, names=["max_ulp", "mean_ulp"]
-                )
-                ub = batch.compute(flushed(b, self.dtype), fo, dtype=self.dtype, names=["max_ulp", "mean_ulp"])
-            self.impl_ulp["max"].append(ue["max_ulp"])
-            self.impl_ulp["mean"].append(ue["mean_ulp"])
+            (e_max, e_mean), (b_max, b_mean), at_subnormal = self._ulp(e, b, o, eo, bo, batch)
+            over, worst_over = ulp_elements_over(t.index, out, e, b, o, self.dtype, rules.floor_max)
+            held = self.element_worst.get("ulp_over")
+            if worst_over is not None and (held is None or worst_over.error > held.error):
+                self.element_worst["ulp_over"] = worst_over
+            self.impl_ulp["max"].append(e_max)
+            self.impl_ulp["mean"].append(e_mean)
             self.ulp = UlpStats(
-                impl_max=max(self.ulp.impl_max, ue["max_ulp"]),
-                impl_mean=max(self.ulp.impl_mean, ue["mean_ulp"]),
-                baseline_max=max(self.ulp.baseline_max, ub["max_ulp"]),
-                baseline_mean=max(self.ulp.baseline_mean, ub["mean_ulp"]),
+                impl_max=max(self.ulp.impl_max, e_max),
+                impl_mean=max(self.ulp.impl_mean, e_mean),
+                baseline_max=max(self.ulp.baseline_max, b_max),
+                baseline_mean=max(self.ulp.baseline_mean, b_mean),
+                subnormal_unit=self.ulp.subnormal_unit + at_subnormal,
+                elements_over=self.ulp.elements_over + over,
             )
         if rules.diff4:
             self.bias.add(e, b, o, self.dtype, batch.float64)
         if rules.bit_exact:
             self.bits += bit_mismatches(e, b, rounded)
         self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance, batch.float64)
+        for measure, w in element_worsts(t.index, out, e, b, o, rounded, self.dtype).items():
+            held = self.element_worst.get(measure)
+            if held is None or w.error > held.error:
+                self.element_worst[measure] = w
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
         self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
         self.oracle_constant = self.oracle_constant and constant(o)
+
+    def _ulp(
+        self,
+        e: torch.Tensor,
+        b: torch.Tensor,
+        o: torch.Tensor,
+        eo: Mapping[str, object],
+        bo: Mapping[str, object],
+        batch: metrics.Batch,
+    ) -> tuple[tuple[float, float], tuple[float, float], int]:
+        """(max, mean) ULP errors of e and of b against the oracle with a flush forgiven (:func:`ulp_flush`), and
+        the impl's elements measured in the smallest subnormal spacing."""
+        names = ["max_ulp", "mean_ulp"]
+
+        def pair(m: Mapping[str, object]) -> tuple[float, float]:
+            return float(cast(float, m["max_ulp"])), float(cast(float, m["mean_ulp"]))
+
+        if dtypes.lookup(b.dtype) is dtypes.lookup(self.dtype) and all(
+            flush_changes_nothing(batch.float64(x), self.dtype) for x in (e, b, o)
+        ):  # no value below the smallest normal but zeros: the pairs are (e, o) and (b, o), the kernel's values
+            return pair(eo), pair(bo), ulp_flush(e, o, self.dtype)[2]
+        fe, foe, at_subnormal = ulp_flush(e, o, self.dtype)
+        fb, fob, _ = ulp_flush(b, o, self.dtype)
+        ue = batch.compute(fe, foe, dtype=self.dtype, names=names)
+        return pair(ue), pair(batch.compute(fb, fob, dtype=self.dtype, names=names)), at_subnormal
 
     def record(self, rules: Rules) -> OutputMeasurement:
         """The output's measurement: the worst metrics (with diff4 from the counts summed over trials) against
@@ -172,6 +202,7 @@ class _Output:
             bias=self.bias.record(),
             bit_mismatches=self.bits if rules.bit_exact else None,
             diff4=self.diff4,
+            worst=self.element_worst,
         )
 
 

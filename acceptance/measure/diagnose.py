@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from acceptance.formats import dtypes
-from acceptance.records import REL_ERROR_BUCKETS, Bias, WorstElement
+from acceptance.records import REL_ERROR_BUCKETS, Bias, CriterionWorst, WorstElement
 
 
 def abs_error(e: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -70,27 +70,39 @@ def locate(bad: torch.Tensor) -> str | None:
 
 
 def spacing(o: torch.Tensor, dtype: str) -> torch.Tensor:
-    """The spacing (one ulp) of ``dtype`` at each float64 value: 2^(max(floor(log2|o|), emin) - p + 1); 1 for
-    integer dtypes; the smallest subnormal at 0."""
+    """One ulp of ``dtype`` at each value ``o`` rounded to ``dtype`` (float64): 2^(E - p + 1) with
+    E = min(max(floor(log2|round(o)|), emin), emax), the smallest subnormal where ``o`` rounds to a subnormal or
+    zero (:func:`acceptance.formats.dtypes.spacing_at`); 1 for integer dtypes."""
+    from acceptance.numerics.metrics import device
+
     row = dtypes.lookup(dtype)
     if not row.is_float:
         return torch.ones_like(o, dtype=torch.float64)
-    _, exponent = torch.frexp(o.to(torch.float64).abs())  # |o| = m·2^exponent, 0.5 <= m < 1
-    return torch.ldexp(
-        torch.ones_like(o, dtype=torch.float64),
-        torch.clamp(exponent.to(torch.int64) - 1, min=row.emin) - (row.precision - 1),
-    )
+    shift = device.ulp_shift(o.to(torch.float64).abs(), row)
+    one = torch.ones_like(o, dtype=torch.float64)
+    return torch.ldexp(torch.ldexp(one, -(shift >> 1)), -(shift - (shift >> 1)))
 
 
-def flushed(x: torch.Tensor, dtype: str) -> torch.Tensor:
-    """``x`` as float64 with every value below ``dtype``'s smallest normal in magnitude set to 0: a flush to
-    zero (what GPUs do to subnormals) then costs nothing in a ULP comparison."""
+def ulp_flush(x: torch.Tensor, o: torch.Tensor, dtype: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(x', o', subnormal_unit)`` for a ULP comparison of ``x`` with the oracle ``o``, both float64 on ``x``'s
+    device: where ``|x|`` is below ``dtype``'s smallest normal and ``o`` rounds to a subnormal or zero (``|o| <
+    normal - s/2``, s the smallest subnormal), both are set to 0, so a flush to zero (what GPUs do to
+    subnormals) costs nothing. ``subnormal_unit`` counts the other positions where ``o`` rounds to a subnormal or
+    zero and ``x`` differs from it: their ulp is the smallest subnormal spacing. Non-float dtypes: unchanged, 0."""
     x64 = x.to(torch.float64)
-    return torch.where(x64.abs() < dtypes.lookup(dtype).smallest_normal, torch.zeros_like(x64), x64)
+    o64 = o.to(device=x64.device, dtype=torch.float64)
+    row = dtypes.lookup(dtype)
+    if not row.is_float:
+        return x64, o64, 0
+    tiny_o = o64.abs() < row.smallest_normal - row.smallest_subnormal / 2
+    both = tiny_o & (x64.abs() < row.smallest_normal)
+    zero = torch.zeros((), dtype=torch.float64, device=x64.device)
+    count = int((tiny_o & ~both & (x64 != o64)).sum())
+    return torch.where(both, zero, x64), torch.where(both, zero, o64), count
 
 
 def flush_changes_nothing(flat: np.ndarray | None, dtype: str) -> bool:
-    """Whether :func:`flushed` would leave every value of the flat float64 host array ``flat`` as it is (but the
+    """Whether :func:`ulp_flush` would leave every value of the flat float64 host array ``flat`` as it is (but the
     sign of a zero): no nonzero magnitude below ``dtype``'s smallest normal. ``False`` for ``None`` (not known)."""
     if flat is None:
         return False
@@ -190,13 +202,13 @@ class BiasSums:
     ) -> None:
         """:meth:`add` of host data: the clipped errors in one fused pass (:func:`elementwise.bias_pass`), summed
         by torch as :meth:`add` sums them (the same values in the same order: the same float64 sums)."""
-        from acceptance.numerics.metrics import elementwise
+        from acceptance.numerics.metrics import elementwise, host
 
         row = dtypes.lookup(dtype)
         fe, fb, fo = (piece64(x, 0, f64) for x in (e, b, o))  # one piece: see add
         rows = np.empty((4, fe.shape[0]))
         kept, flush = elementwise.bias_pass(
-            fe, fb, fo, row.smallest_normal, row.is_float, row.precision, row.emin, BIAS_CLIP, rows
+            fe, fb, fo, row.smallest_normal, row.is_float, host.ulp_args(row)[:4], BIAS_CLIP, rows
         )
         se, se_sign, sb, sb_sign = torch.from_numpy(rows[:, :kept])
         self.n += kept
@@ -311,6 +323,11 @@ class Diagnosis:
             bad[piece] = err / (1.0 + b_dev.to(torch.float64).abs()) > tol
         return worst, flat, bad
 
+    @property
+    def _cap(self) -> float:
+        """The largest ULP error of the dtype (:attr:`~acceptance.formats.dtypes.DType.ulp_cap`)."""
+        return dtypes.lookup(self.dtype).ulp_cap
+
     def _fold(
         self,
         trial: int,
@@ -341,7 +358,7 @@ class Diagnosis:
                 rel_error=float(rel[0]),
                 oracle=oracle,
                 oracle_error=abs(value - oracle) if oracle is not None else None,
-                ulp=abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype))
+                ulp=min(abs(value - oracle) / float(spacing(torch.tensor(oracle), self.dtype)), self._cap)
                 if oracle is not None and math.isfinite(oracle)
                 else None,
             )
@@ -349,3 +366,102 @@ class Diagnosis:
         if fraction > self.bad_fraction:
             self.bad_fraction = fraction
             self.bad_where = locate(bad.reshape(e.shape).cpu())
+
+
+def _element_error(e: torch.Tensor, r: torch.Tensor, relative: bool) -> torch.Tensor:
+    """|e - r| (or |e - r| / |r|, 0/0 = 0) per element of float64 ``e`` and ``r``: 0 where both are NaN or the
+    same infinity, inf at a NaN/Inf mismatch."""
+    same = (e == r) | (torch.isnan(e) & torch.isnan(r))
+    d = (e - r).abs()
+    if relative:
+        d = d / r.abs()
+    return torch.where(same, torch.zeros_like(d), torch.nan_to_num(d, nan=math.inf))
+
+
+def ulp_errors(x: torch.Tensor, o: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Per element (flattened, float64, on the CPU): the ULP error of ``x`` against the oracle ``o`` in ulp of the
+    dtype at ``o`` rounded to it, a flush forgiven (:func:`ulp_flush`), at most the dtype's ``ulp_cap``; a NaN/Inf
+    mismatch counts as the cap."""
+    x64 = x.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    o64 = o.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    fx, fo, _ = ulp_flush(x64, o64, dtype)
+    cap = dtypes.lookup(dtype).ulp_cap
+    return (_element_error(fx, fo, False) / spacing(fo, dtype)).nan_to_num(nan=math.inf).clamp(max=cap)
+
+
+def element_worsts(
+    trial: int,
+    out: int,
+    e: torch.Tensor,
+    b: torch.Tensor,
+    o: torch.Tensor | None,
+    rounded: torch.Tensor | None,
+    dtype: str,
+) -> dict[str, CriterionWorst]:
+    """The worst element of one trial of one output per element measure (see :class:`CriterionWorst`): the
+    first largest |e - b|, |e - b| / |b|, the same against ``rounded`` (the oracle rounded to the dtype), the ULP
+    error against the oracle ``o`` (flush forgiven, :func:`ulp_flush`; capped at the dtype's ``ulp_cap``) and
+    |e - o| / (1 + |o|)."""
+    if e.numel() == 0:
+        return {}
+    e64 = e.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    b64 = b.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+    errors = {"abs": _element_error(e64, b64, False), "rel": _element_error(e64, b64, True)}
+    o64 = None
+    if o is not None:
+        o64 = o.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+        r64 = rounded.detach().to(device="cpu", dtype=torch.float64).reshape(-1) if rounded is not None else o64
+        errors["abs_oracle"] = _element_error(e64, r64, False)
+        errors["rel_oracle"] = _element_error(e64, r64, True)
+        errors["ulp"] = ulp_errors(e64, o64, dtype)
+        errors["hyb"] = _element_error(e64, o64, False) / (1.0 + o64.abs().nan_to_num(nan=0.0, posinf=0.0))
+    shape = tuple(e.shape)
+    found: dict[str, CriterionWorst] = {}
+    for measure, err in errors.items():
+        at = int(torch.argmax(torch.nan_to_num(err, nan=math.inf)))
+        found[measure] = CriterionWorst(
+            output=out,
+            trial=trial,
+            index=[int(i) for i in np.unravel_index(at, shape)] if shape else [],
+            impl=float(e64[at]),
+            baseline=float(b64[at]),
+            oracle=float(o64[at]) if o64 is not None else None,
+            error=float(err[at]),
+            measure=measure,  # type: ignore[arg-type]  # one of the literal names above
+        )
+    return found
+
+
+def ulp_elements_over(
+    trial: int, out: int, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, floor: float | None
+) -> tuple[int, CriterionWorst | None]:
+    """Elements where the impl has no correct bit and the baseline keeps its leading one, and the largest of
+    them by impl ULP error (measure ``ulp_over``): |e - o| >= |o| (a zero, a wrong sign, an error as large as
+    the value) while |b - o| < |o| / 2, with a flush forgiven on both sides (:func:`ulp_flush`). In ulp of the
+    oracle such a loss costs about 2^(p-1)..2^p whatever |o| is, as much as the baseline's own losses elsewhere
+    (a cancelling tail), so the aggregate rule cannot see it; ``floor`` is not needed: no accuracy floor admits
+    a lost value."""
+    del floor  # a lost value is never within a floor
+    if not e.is_floating_point() or e.numel() == 0:
+        return 0, None
+    fe, fo, _ = ulp_flush(e.detach().cpu().reshape(-1), o.detach().cpu().reshape(-1), dtype)
+    fb, fob, _ = ulp_flush(b.detach().cpu().reshape(-1), o.detach().cpu().reshape(-1), dtype)
+    lost = (_element_error(fe, fo, False) >= fo.abs()) & (fe != fo)
+    kept = (_element_error(fb, fob, False) < fob.abs() / 2) | (fb == fob)
+    over = lost & kept & torch.isfinite(fo)
+    count = int(over.sum())
+    if not count:
+        return 0, None
+    iu = ulp_errors(e, o, dtype)
+    at = int(torch.argmax(torch.where(over, iu, torch.zeros_like(iu))))
+    shape = tuple(e.shape)
+    return count, CriterionWorst(
+        output=out,
+        trial=trial,
+        index=[int(i) for i in np.unravel_index(at, shape)] if shape else [],
+        impl=float(e.detach().reshape(-1)[at]),
+        baseline=float(b.detach().reshape(-1)[at]),
+        oracle=float(o.detach().reshape(-1)[at]),
+        error=float(iu[at]),
+        measure="ulp_over",
+    )

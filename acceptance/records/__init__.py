@@ -52,6 +52,7 @@ __all__ = [
     "Determinism",
     "Timing",
     "UlpStats",
+    "CriterionWorst",
     "Bias",
     "Advisory",
     "Diff4Counts",
@@ -116,6 +117,30 @@ CriterionKind = Literal[
 ]
 
 
+class CriterionWorst(_Model):
+    """The element that decided a criterion: the largest of its per-element error over all trials."""
+
+    output: int = 0
+    """Output index."""
+    trial: int
+    """Trial it occurred in."""
+    index: list[int]
+    """Its index in the output."""
+    impl: JFloat
+    """The impl's value."""
+    baseline: JFloat
+    """The baseline's value."""
+    oracle: JFloat | None = None
+    """The oracle's value (float64), when the oracle ran."""
+    error: JFloat
+    """Its error in the criterion's element measure (``measure``)."""
+    measure: Literal["abs", "rel", "abs_oracle", "rel_oracle", "ulp", "ulp_over", "hyb"]
+    """'abs': |e - b|; 'rel': |e - b| / |b|; 'abs_oracle', 'rel_oracle': the same against the oracle rounded to
+    the dtype; 'ulp': ULP error against the oracle (flush forgiven); 'ulp_over': the same, largest among the
+    elements the ULP rule's ``ulp_lost_elements`` counts; 'hyb': |e - o| /
+    (1 + |o|). NaN/Inf mismatches count as inf."""
+
+
 class Criterion(_Model):
     """One metric compared with one threshold, as the verdict evaluated it."""
 
@@ -147,6 +172,9 @@ class Criterion(_Model):
     """Where the threshold came from: 'float16 convolution default', 'spec override', ..."""
     note: str | None = None
     """More words: why not evaluated, what the other side measured, or a dual-delta conclusion."""
+    worst: CriterionWorst | None = None
+    """The element that decided it (the largest of its per-element error; null where no one element does: bits,
+    diff4, perf, vacuity, determinism, or results written before it was recorded)."""
     against: Literal["baseline", "oracle"] = "baseline"
     """What the value was measured against: the baseline, or the oracle (rounded once to the dtype for fixed
     thresholds) when the impl is at least as close to it as the baseline."""
@@ -298,8 +326,9 @@ class Timing(_Model):
 
 
 class UlpStats(_Model):
-    """ULP error against the oracle for one output, worst over trials, with flush to zero forgiven: a value below
-    the dtype's smallest normal counts as 0 on both sides."""
+    """ULP error against the oracle for one output, worst over trials, in ulp of the dtype at the oracle rounded
+    to it, with flush to zero forgiven: where the result is below the dtype's smallest normal and the oracle
+    rounds to a subnormal or zero, the error counts as 0."""
 
     impl_max: JFloat = 0.0
     """Largest impl error, ulp."""
@@ -309,6 +338,12 @@ class UlpStats(_Model):
     """Largest baseline error, ulp."""
     baseline_mean: JFloat = 0.0
     """Largest per-trial mean baseline error, ulp."""
+    elements_over: int = 0
+    """Impl elements, over all trials, with no correct bit (|e - o| >= |o|: a zero, a wrong sign) where the
+    baseline keeps its leading one (|b - o| < |o| / 2), a flush forgiven: the element-wise side of the rule."""
+    subnormal_unit: int = 0
+    """Impl elements, over all trials, whose oracle rounds to a subnormal or zero (and the impl differs from it
+    and is not a forgiven flush): their ulp is the smallest subnormal spacing, so their errors read large."""
 
 
 class Bias(_Model):
@@ -374,6 +409,8 @@ class OutputMeasurement(_Model):
     measured)."""
     diff4: Diff4Counts = Diff4Counts()
     """The counts behind the diff4 rule, summed over trials."""
+    worst: dict[str, CriterionWorst] = {}
+    """Per element measure (:attr:`CriterionWorst.measure`): its worst element over the trials."""
 
 
 class MeasuredCase(_Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from acceptance.records import Results, Verdict, sorted_failures_first
+from acceptance.report.text import is_note
 from acceptance.wording import counted, safe
 
 #: Reasons shown per case; the rest are counted, and are in the HTML report and results.json.
@@ -22,7 +23,8 @@ def render(results: Results, *, width: int = 100, verbose: bool = False) -> list
         assert case.verdict is not None  # results hold decided cases
         head = f"{case.verdict.upper():5} {safe(case.id)}"
         lines.append((head, _COLOURS[case.verdict]))
-        for reason in case.reasons[:MAX_REASONS]:
+        reasons = [r for r in case.reasons if not is_note(r)] + [r for r in case.reasons if is_note(r)]
+        for reason in reasons[:MAX_REASONS]:  # notes after the failures, in results of every version
             lines.append((f"      {safe(reason, width * 4)}", None))
         if len(case.reasons) > MAX_REASONS:
             lines.append(

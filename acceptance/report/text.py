@@ -81,10 +81,16 @@ def deciding_criterion(case: CaseResult) -> Criterion | None:
     return evaluated[0] if evaluated else None
 
 
+def is_note(reason: str) -> bool:
+    """Whether a reason is an informational note (the oracle's range, ...), never a case's headline; results
+    written before notes said so put the oracle-range note first, reading "... not from the impl"."""
+    return reason.startswith("note: ") or reason.endswith("come from the inputs' range, not from the impl")
+
+
 def headline(case: CaseResult) -> str:
     """Why the case got its verdict, in one line.
 
-    fail: the first reason, else the deciding criterion; error: the first
+    fail: the first reason that is not a note (:func:`is_note`), else the deciding criterion; error: the first
     line of the error message, else the first reason; skip: ``waived: <reason>``
     or the first reason; pass: the deciding criterion. Never empty.
     """
@@ -98,7 +104,7 @@ def headline(case: CaseResult) -> str:
         candidates = [f"waived: {one_line(case.waiver)}"] if case.waiver and case.waiver.strip() else []
         candidates += reasons
     else:
-        candidates = reasons if case.verdict == "fail" else []
+        candidates = [r for r in reasons if not is_note(r)] if case.verdict == "fail" else []
         if case.verdict == "pass" and case.vacuous:
             candidates.append(f"vacuous pass: {one_line(case.vacuous)}")
         if deciding is not None:

@@ -14,8 +14,9 @@ spec files is :mod:`acceptance.session.tunewrite`'s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from acceptance import spec
@@ -24,9 +25,28 @@ from acceptance.decide.proposal import LOOSE, MARGIN, TuneResult, observations, 
 from acceptance.decide.regression import compare_results
 from acceptance.device import resolve_device
 from acceptance.errors import SpecError, UsageError
+from acceptance.isolation import WORKER_THREADS
 from acceptance.records import CaseResult, Comparison, Results
 from acceptance.session import results as results_mod
 from acceptance.session.run import run_cases
+
+
+@contextlib.contextmanager
+def worker_threads(isolate: bool) -> Iterator[None]:
+    """In process (``isolate`` False): torch's intra-op threads set to :data:`WORKER_THREADS`, the count a worker
+    process computes with, for the duration, then restored; so that a kernel whose result depends on how its work
+    is split (a float16 sum) gives the same errors in and out of isolation. Isolated: nothing to do."""
+    import torch
+
+    if isolate:
+        yield
+        return
+    own = torch.get_num_threads()
+    torch.set_num_threads(WORKER_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(own)
 
 
 def run_seeds(
@@ -40,7 +60,10 @@ def run_seeds(
     isolate: bool = True,
     on_seed: Callable[[int, int], None] | None = None,
 ) -> list[CaseResult]:
-    """The decided cases of every spec run once per seed offset: seed ``spec.seed + k`` for ``k`` in ``seeds``."""
+    """The decided cases of every spec run once per seed offset: seed ``spec.seed + k`` for ``k`` in ``seeds``.
+    ``isolate``: the callables in a worker process (with :data:`WORKER_THREADS` torch threads); else in this
+    process with the same thread count (:func:`worker_threads`). The one run behind ``acceptance tune`` and
+    :func:`tune`."""
     dev = resolve_device(device)
     out: list[CaseResult] = []
     for k, offset in enumerate(seeds):
@@ -48,7 +71,8 @@ def run_seeds(
         cases = spec.expand(seeded, dtypes=dtypes, only=only)
         if not cases:
             raise UsageError(f"no case matches (--only {only!r}, --dtype {', '.join(dtypes or []) or 'any'})")
-        out += run_cases(cases, dev, trials=trials, isolate=isolate)
+        with worker_threads(isolate):
+            out += run_cases(cases, dev, trials=trials, isolate=isolate, threads=WORKER_THREADS)
         if on_seed:
             on_seed(k + 1, len(seeds))
     return out
@@ -73,14 +97,15 @@ def tune(
     trials: int | None = None,
     margin: float = MARGIN,
     loose: float = LOOSE,
-    isolate: bool = False,
+    isolate: bool = True,
     on_seed: Callable[[int, int], None] | None = None,
 ) -> TuneResult:
     """Proposed thresholds per operator x dtype x criterion (see :mod:`acceptance.decide.proposal` for the rule).
 
     Either runs the specs under ``paths`` with ``seeds`` seeds (the spec's seed + 0, 1, ...; ``isolate``: in
-    worker processes) or reads ``results`` (results.json files, e.g. one per seed). ``only``/``dtypes`` filter
-    cases as ``acceptance run`` does.
+    worker processes, as ``acceptance tune`` does; ``False``: in this process, as ``--no-isolation``, with the
+    workers' torch thread count, so the proposals are the command's) or reads ``results`` (results.json files,
+    e.g. one per seed). ``only``/``dtypes`` filter cases as ``acceptance run`` does.
     """
     if results:
         cases = [

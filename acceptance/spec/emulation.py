@@ -7,6 +7,8 @@
       ftz: true                    # or a threshold, or {threshold, inputs, outputs, keep_sign}
       tf32: true                   # or nearest_away | nearest_even | truncate (float32 cases only)
       accumulate: {dtype: float32, chunk: 4, rounding: truncate, split_k: 1, fused: false}
+      # or the group sum and the add into the accumulator apart:
+      #   rounding: {group: truncate, accumulate: nearest}
       dtypes:                      # per-dtype overrides, key by key; `false` switches a key off
         float32: {ftz: false, tf32: truncate}
 
@@ -44,12 +46,23 @@ class FtzModel(_Strict):
     keep_sign: bool = True
 
 
+Mode = Literal["nearest", "truncate"]
+
+
+class RoundingModel(_Strict):
+    """``rounding`` as a mapping: the rounding of each group's exact sum and of each add into the accumulator."""
+
+    group: Mode = "nearest"
+    accumulate: Mode = "nearest"
+
+
 class AccumulateModel(_Strict):
-    """``accumulate``: the emulated contraction's accumulator (see :func:`acceptance.numerics.emulate.matmul`)."""
+    """``accumulate``: the emulated contraction's accumulator (see :func:`acceptance.numerics.emulate.matmul`).
+    ``rounding``: one mode for the group sums and the accumulator adds alike, or :class:`RoundingModel`."""
 
     dtype: Literal["float16", "bfloat16", "float32"]
     chunk: Annotated[int, Field(ge=1)] = 1
-    rounding: Literal["nearest", "truncate"] = "nearest"
+    rounding: Mode | RoundingModel = "nearest"
     split_k: Annotated[int, Field(ge=1)] = 1
     fused: bool = False
 
@@ -117,7 +130,11 @@ def resolve(model: EmulateModel | None, dtype: str) -> Emulation | None:
     mode = None
     if dtype == "float32" and tf32 not in (None, False):
         mode = "nearest_away" if tf32 is True else tf32
-    accumulate = Accumulate(**acc.model_dump()) if isinstance(acc, AccumulateModel) else None
+    accumulate = None
+    if isinstance(acc, AccumulateModel):
+        r = acc.rounding
+        add, group = (r, None) if isinstance(r, str) else (r.accumulate, r.group)
+        accumulate = Accumulate(acc.dtype, acc.chunk, add, acc.split_k, acc.fused, group)
     em = Emulation(
         contraction=model.contraction if accumulate else None,
         ftz_inputs=ftz_in,

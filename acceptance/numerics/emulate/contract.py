@@ -4,6 +4,7 @@ docstring)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -44,23 +45,43 @@ def _out_dtype(out_dtype: DtypeLike | None, default: torch.dtype, where: str) ->
     return getattr(torch, name)
 
 
+#: A contraction's rounding: one mode for the group sums and the accumulator adds alike, or the two apart as
+#: ``{"group": mode, "accumulate": mode}`` (a missing key is "nearest").
+Rounding = str | Mapping[str, str]
+
+
 @dataclass(frozen=True)
 class _Scheme:
     fmt: Format
     chunk: int
-    rounding: str
+    group: str
+    accumulate: str
     split_k: int
     fused: bool
+
+
+def _roundings(rounding: object, where: str) -> tuple[str, str]:
+    """(group, accumulate) rounding modes of a :data:`Rounding`."""
+    if isinstance(rounding, str):
+        _check_choice(rounding, _ROUNDINGS, f"{where}: rounding")
+        return rounding, rounding
+    if not isinstance(rounding, Mapping) or not set(rounding) <= {"group", "accumulate"}:
+        raise ValueError(
+            f"{where}: rounding must be one of {', '.join(map(repr, _ROUNDINGS))} or a mapping with keys 'group' "
+            f"and 'accumulate', got {_describe(rounding)}"
+        )
+    group = _check_choice(rounding.get("group", "nearest"), _ROUNDINGS, f"{where}: rounding.group")
+    return group, _check_choice(rounding.get("accumulate", "nearest"), _ROUNDINGS, f"{where}: rounding.accumulate")
 
 
 def _scheme(acc_dtype, chunk, rounding, split_k, fused, where: str) -> _Scheme:
     fmt = _format_of(acc_dtype, f"{where}: acc_dtype")
     _check_count(chunk, f"{where}: chunk")
     _check_count(split_k, f"{where}: split_k")
-    _check_choice(rounding, _ROUNDINGS, f"{where}: rounding")
+    group, accumulate = _roundings(rounding, where)
     if not isinstance(fused, bool):
         raise ValueError(f"{where}: fused must be True or False, got {fused!r}")
-    return _Scheme(fmt, chunk, rounding, split_k, fused)
+    return _Scheme(fmt, chunk, group, accumulate, split_k, fused)
 
 
 def _blocks(batch: int, m: int, n: int, chunk: int) -> tuple[int, int]:
@@ -72,9 +93,11 @@ def _blocks(batch: int, m: int, n: int, chunk: int) -> tuple[int, int]:
     return 1, max(1, budget // max(1, n))
 
 
-def _contract_part(a: torch.Tensor, b: torch.Tensor, s: _Scheme, r: _Rounder) -> torch.Tensor:
+def _contract_part(a: torch.Tensor, b: torch.Tensor, s: _Scheme, r: _Rounder, add: _Rounder) -> torch.Tensor:
     """Accumulated sum over one K part: ``a`` (B, M, Kp), ``b`` (B, Kp, N) float64 -> (B, M, N)
-    values of the accumulator format, from an accumulator of +0, groups in ascending k."""
+    values of the accumulator format, from an accumulator of +0, groups in ascending k: each group's exact sum
+    rounded by ``r``, added into the accumulator by ``add`` (fused: the group and the accumulator summed exactly
+    and rounded once by ``add``)."""
     batch, m, kp = a.shape
     n = b.shape[2]
     c = s.chunk
@@ -99,11 +122,11 @@ def _contract_part(a: torch.Tensor, b: torch.Tensor, s: _Scheme, r: _Rounder) ->
                 b_t = b_blk[:, g0 : g0 + tile].permute(2, 0, 1, 3)  # (c, bb, T, n)
                 products = a_t[..., None] * b_t[:, :, :, None, :]  # (c, bb, T, mb, n)
                 if s.fused:
-                    acc_blk = r.sum(torch.cat([acc_blk[None], products[:, :, 0]]))
+                    acc_blk = add.sum(torch.cat([acc_blk[None], products[:, :, 0]]))
                     continue
                 sums = r.sum(products)  # (bb, T, mb, n)
                 for t in range(sums.shape[1]):
-                    acc_blk = r.add(acc_blk, sums[:, t])
+                    acc_blk = add.add(acc_blk, sums[:, t])
             acc[b0 : b0 + bb, m0 : m0 + mb] = acc_blk
     return acc
 
@@ -115,12 +138,12 @@ def _contract(a: torch.Tensor, b: torch.Tensor, s: _Scheme, where: str) -> torch
     k = a.shape[2]
     if s.split_k > max(k, 1):
         raise ValueError(f"{where}: split_k={s.split_k} exceeds K={k}")
-    rounder, reducer = _Rounder(s.fmt, s.rounding), _Rounder(s.fmt, "nearest")
+    group, add, reducer = _Rounder(s.fmt, s.group), _Rounder(s.fmt, s.accumulate), _Rounder(s.fmt, "nearest")
     first, *rest = (len(part) for part in torch.arange(k).tensor_split(s.split_k))
-    out = _contract_part(a[:, :, :first], b[:, :first], s, rounder)
+    out = _contract_part(a[:, :, :first], b[:, :first], s, group, add)
     k0 = first
     for size in rest:
-        out = reducer.add(out, _contract_part(a[:, :, k0 : k0 + size], b[:, k0 : k0 + size], s, rounder))
+        out = reducer.add(out, _contract_part(a[:, :, k0 : k0 + size], b[:, k0 : k0 + size], s, group, add))
         k0 += size
     return out
 
@@ -167,7 +190,7 @@ def matmul(
     *,
     acc_dtype: DtypeLike,
     chunk: int = 1,
-    rounding: str = "nearest",
+    rounding: Rounding = "nearest",
     split_k: int = 1,
     out_dtype: DtypeLike | None = None,
     fused: bool = False,
@@ -180,11 +203,14 @@ def matmul(
 
         acc = +0
         for each group G of ``chunk`` consecutive k (the last may be shorter):
-            acc = R(acc + R(sum_{k in G} p_k))      # fused=False
-            acc = R(acc + sum_{k in G} p_k)         # fused=True
+            acc = Ra(acc + Rg(sum_{k in G} p_k))    # fused=False
+            acc = Ra(acc + sum_{k in G} p_k)        # fused=True
 
-    where every ``sum`` is exact and ``R`` rounds to ``acc_dtype`` with
-    ``rounding`` ("nearest": to nearest, ties to even; "truncate": toward zero).
+    where every ``sum`` is exact and ``Rg`` (the group sum) and ``Ra`` (the
+    add into the accumulator) round to ``acc_dtype``: ``rounding`` is one
+    mode for both ("nearest": to nearest, ties to even; "truncate": toward
+    zero) or ``{"group": mode, "accumulate": mode}`` for the two apart (a
+    missing key is "nearest").
     The parts' results are then added in ascending order, ``r = RN(r + part_i)``
     in ``acc_dtype`` (a split-K reduction kernel's ordinary add), and ``r`` is
     converted to ``out_dtype`` with round-to-nearest-even (default: the
@@ -192,9 +218,12 @@ def matmul(
     values exactly).
 
     Examples: float32 FMA accumulation ``chunk=1, fused=True``; separate
-    multiply and add ``chunk=1``; MI100's DOT4 with truncation
-    ``chunk=4, rounding="truncate"``; one rounding of the exact dot product
-    ``chunk=K``.
+    multiply and add ``chunk=1``; truncation of every step
+    ``chunk=4, rounding="truncate"``; rocMLIR's DOT4_F32_F16 (the exact sum
+    of 4 products truncated to float32, then added to the float32
+    accumulator with round-to-nearest-even) ``chunk=4, rounding={"group":
+    "truncate", "accumulate": "nearest"}``; one rounding of the exact dot
+    product ``chunk=K``.
 
     ``a``, ``b``: float16, bfloat16 or float32 (any device; computed on the
     CPU in float64, returned on ``a``'s device). Raises ValueError naming the
@@ -233,7 +262,7 @@ def linear(
     *,
     acc_dtype: DtypeLike,
     chunk: int = 1,
-    rounding: str = "nearest",
+    rounding: Rounding = "nearest",
     split_k: int = 1,
     out_dtype: DtypeLike | None = None,
     fused: bool = False,
@@ -284,7 +313,7 @@ def conv2d(
     *,
     acc_dtype: DtypeLike,
     chunk: int = 1,
-    rounding: str = "nearest",
+    rounding: Rounding = "nearest",
     split_k: int = 1,
     out_dtype: DtypeLike | None = None,
     fused: bool = False,

@@ -43,6 +43,10 @@ CONTRACTIONS: dict[str, Callable] = {
 }
 
 
+#: A rounding mode in the words of :meth:`Accumulate.describe`.
+_MODE_WORDS = {"nearest": "rounded to nearest", "truncate": "truncated"}
+
+
 @dataclass(frozen=True)
 class Accumulate:
     """How an emulated contraction accumulates (the keyword arguments of :func:`acceptance.numerics.emulate.matmul`)."""
@@ -50,21 +54,30 @@ class Accumulate:
     dtype: str
     chunk: int = 1
     rounding: str = "nearest"
+    """The rounding of each add into the accumulator, and of each group's exact sum unless ``group_rounding``."""
     split_k: int = 1
     fused: bool = False
+    group_rounding: str | None = None
+    """The rounding of each group's exact sum where it differs from ``rounding`` (None: ``rounding``)."""
+
+    @property
+    def modes(self) -> tuple[str, str]:
+        """(group, accumulate) rounding modes."""
+        return (self.group_rounding or self.rounding, self.rounding)
 
     def describe(self) -> str:
+        group, add = (_MODE_WORDS[r] for r in self.modes)
         parts = [f"{self.dtype} accumulator"]
-        if self.chunk > 1:
-            parts.append(
-                f"groups of {self.chunk} exact products ({'fused with the accumulator, ' if self.fused else ''}"
-                f"{'truncated' if self.rounding == 'truncate' else 'rounded to nearest'})"
-            )
+        if self.chunk > 1 and self.fused:
+            parts.append(f"groups of {self.chunk} exact products (fused with the accumulator, {add})")
+        elif self.chunk > 1:
+            added = "" if group == add else f", added {add}"
+            parts.append(f"groups of {self.chunk} exact products ({group}){added}")
+        elif group == add or self.fused:
+            step = "truncating" if self.rounding == "truncate" else "round-to-nearest"
+            parts.append(f"{'FMA ' if self.fused else ''}{step} steps")
         else:
-            parts.append(
-                f"{'FMA ' if self.fused else ''}{'truncating' if self.rounding == 'truncate' else 'round-to-nearest'}"
-                " steps"
-            )
+            parts.append(f"products {group}, added {add}")
         if self.split_k > 1:
             parts.append(f"split-K {self.split_k}")
         return ", ".join(parts)
@@ -138,7 +151,7 @@ def _contraction(name: str | None, acc: Accumulate) -> Callable[..., object]:
             **params,
             acc_dtype=acc.dtype,
             chunk=acc.chunk,
-            rounding=acc.rounding,
+            rounding={"group": acc.modes[0], "accumulate": acc.modes[1]},
             split_k=acc.split_k,
             fused=acc.fused,
         )

@@ -12,17 +12,20 @@ Errors and ratios are unitless except ``diff3_2``, ``max_abs``, ``mean_abs``
 (units of the data), ``mse`` (units squared) and the ULP metrics (units in the
 last place of ``dtype``).
 
-ULP error, in the spacing of ``dtype`` (precision p bits including the
-implicit bit, minimum normal exponent emin)::
+ULP error, in units of one ulp of ``dtype`` at the reference ``b`` rounded
+to ``dtype`` (precision p bits including the implicit bit, normal exponents
+emin..emax)::
 
-    ulp_err = |e − b| / spacing(min(|e|, |b|))
-    spacing(x) = 2^(max(floor(log2 x), emin) − (p − 1)),  spacing(0) = 2^(emin − p + 1)
+    ulp_err = min(|e − b| / ulp(b), cap)
+    ulp(b)  = 2^(min(max(floor(log2 |round(b)|), emin), emax) − (p − 1))
 
-so two neighbouring values of ``dtype`` are exactly 1 ULP apart in both
-directions, across powers of two, among subnormals and at zero (``+s`` and
-``−s``, s the smallest subnormal, are 2 ULP apart: two steps). Integer and
-bool dtypes have spacing 1 (ulp_err = |e − b|). A quotient beyond the float64
-range (float64 data, spacing 2^-1074) saturates to ``inf``.
+the smallest subnormal 2^(emin − p + 1) only where b rounds to a subnormal or
+zero; ``cap`` is the dtype's
+:attr:`~acceptance.formats.dtypes.DType.ulp_cap`, the number of finite steps
+from −max to +max (float32 4278190078 < 2^32), so no figure exceeds the
+largest distance two values of the dtype can have. A zero or a result of the
+opposite sign against a normal b costs |e − b| / ulp(b). Integer and bool
+dtypes have unit 1 (ulp_err = |e − b|).
 
 Special values:
 

@@ -13,7 +13,7 @@ import torch
 
 from acceptance.formats.dtypes import DType
 from acceptance.numerics.metrics.operands import ArrayLike, blocks, is_device
-from acceptance.numerics.metrics.registry import REL_FLOOR, Reduced
+from acceptance.numerics.metrics.registry import REL_FLOOR, Reduced, round_up_field
 
 #: Elements per piece of device data (16 MiB per float64 temporary).
 DEVICE_BLOCK = 1 << 21
@@ -22,6 +22,15 @@ DEVICE_BLOCK = 1 << 21
 def _pow2_t(k: torch.Tensor) -> torch.Tensor:
     """2^k (float64) for an int64 tensor with −1022 ≤ k ≤ 1023, exactly."""
     return ((k + 1023) << 52).view(torch.float64)
+
+
+def ulp_shift(a: torch.Tensor, fmt: DType) -> torch.Tensor:
+    """p - 1 - E (int64) for float64 ``a >= 0``: ``2^-(p-1-E)`` is one ulp of ``fmt`` at ``a`` rounded to it,
+    E = min(max(floor(log2 round(a)), emin), emax), as the host kernel's ``_ulp_shift`` computes it."""
+    bits = a.view(torch.int64)
+    carry = (bits & 0xFFFFFFFFFFFFF) >= round_up_field(fmt.precision)  # rounding carries into the next binade
+    ex = ((bits >> 52) & 0x7FF) - 1023 + carry.to(torch.int64)
+    return fmt.precision - 1 - ex.clamp_(min=fmt.emin, max=fmt.emax)
 
 
 def _torch_piece(x: torch.Tensor, y: torch.Tensor, fmt: DType) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -46,11 +55,10 @@ def _torch_piece(x: torch.Tensor, y: torch.Tensor, fmt: DType) -> tuple[torch.Te
     rel = torch.where(d == 0, zero, d / ay)  # x/0 = inf, 0/0 = 0
     hyb = d / (1.0 + ay)
     if not fmt.is_float:
-        ulp = d
-    else:
-        ex = ((torch.minimum(ax, ay).view(torch.int64) >> 52) & 0x7FF) - 1023
-        s = fmt.precision - 1 - ex.clamp_(min=fmt.emin)
-        ulp = d * _pow2_t(s >> 1) * _pow2_t(s - (s >> 1))
+        ulp = d.clamp(max=fmt.ulp_cap)
+    else:  # one ulp at the reference y rounded to fmt, at most the format's cap
+        s = ulp_shift(ay, fmt)
+        ulp = (d * _pow2_t(s >> 1) * _pow2_t(s - (s >> 1))).clamp_(max=fmt.ulp_cap)
     sums = torch.stack([d.sum(), ay.sum(), (d * d).sum(), (ay * ay).sum(), ulp.sum(), hyb.sum()])
     maxs = torch.stack(
         [

@@ -15,8 +15,9 @@ element value equals the torch definition's bit for bit:
   the quotient is NaN; counted in the buckets ``=0``, then ``[0, 1e-6)``,
   ..., ``[0.1, 1)`` and ``>= 1`` (an element's bucket is the number of edges
   ≤ it, as ``torch.bucketize(..., right=True)``);
-- spacing(o) = 2^(max(E − 1, emin) − (p − 1)) with E the exponent of
-  ``frexp(o)`` (E = 0 at o = 0), in units of the data;
+- ulp(o) = 2^(min(max(floor(log2 |round(o)|), emin), emax) − (p − 1)), one
+  ulp of the dtype at o rounded to it (the unit of every ULP error, see
+  :func:`acceptance.formats.dtypes.spacing_at`), in units of the data;
 - sums stay with the caller (torch's summation order is kept there).
 """
 
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from acceptance.numerics.metrics.host import _f64_bits, _pow2
+from acceptance.numerics.metrics.host import _pow2, _ulp_shift
 
 #: Upper edges (exclusive) of the relative-error buckets after ``=0``; the last bucket is ``>= 1``.
 BUCKET_EDGES = np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0])
@@ -92,13 +93,14 @@ def diagnosis_pass(e, b, o, has_o, tol, edges, counts, bad):  # pragma: no cover
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def bias_pass(e, b, o, normal, is_float, precision, emin, clip, out):  # pragma: no cover - compiled
-    """The signed errors of e and b against o in units of spacing(o), clipped to ±``clip``, at the kept
+def bias_pass(e, b, o, normal, is_float, ulp_args, clip, out):  # pragma: no cover - compiled
+    """The signed errors of e and b against o in units of ulp(o), clipped to ±``clip``, at the kept
     positions (e, b, o finite and not both |e| and |o| below ``normal``), in order.
 
     Writes rows of ``out`` (float64, 4 × len(e)): 0: (e − o)/u, 1: that × sign(o), 2: (b − o)/u, 3: that ×
     sign(o); returns (kept, flushed) where flushed counts the positions with |e| < normal and |o| < normal.
-    u = spacing(o) for a float dtype (see the module docstring), 1 otherwise.
+    u = ulp(o) for a float dtype (see the module docstring; ``ulp_args`` = (precision, emin, emax, round_up) as
+    :func:`acceptance.numerics.metrics.host.ulp_args` gives them), 1 otherwise.
     """
     kept = 0
     flushed = 0
@@ -110,9 +112,8 @@ def bias_pass(e, b, o, normal, is_float, precision, emin, clip, out):  # pragma:
         flushed += flush
         if flush or not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
             continue
-        if is_float:  # 2^(max(E - 1, emin) - (p - 1)), E - 1 = floor(log2 |z|) from z's exponent bits
-            az = abs(z)
-            k = max(((_f64_bits(az) >> 52) & 0x7FF) - 1023 if az != 0.0 else -1, emin) - (precision - 1)
+        if is_float:
+            k = -_ulp_shift(abs(z), ulp_args[0], ulp_args[1], ulp_args[2], ulp_args[3])
             u = _pow2(k >> 1) * _pow2(k - (k >> 1))  # exact in two steps, down to 2^-1074
         else:
             u = 1.0

@@ -35,7 +35,7 @@ from numba.extending import intrinsic
 
 from acceptance.formats.dtypes import DType
 from acceptance.numerics.metrics.operands import FP8, ArrayLike, blocks
-from acceptance.numerics.metrics.registry import REL_FLOOR, Reduced
+from acceptance.numerics.metrics.registry import REL_FLOOR, Reduced, round_up_field
 
 #: Elements per piece of host data; a worker's two conversion buffers hold
 #: one piece each (at most 2 × 2 MiB).
@@ -89,6 +89,21 @@ _TWO_POW_M24 = 2.0**-24
 def _pow2(k):
     """2^k for −1022 ≤ k ≤ 1023, exactly."""
     return _bits_f64((k + 1023) << 52)
+
+
+@njit(inline="always")
+def _ulp_shift(a, precision, emin, emax, round_up):
+    """p - 1 - E for the float64 ``a >= 0``: ``2^-(p-1-E)`` is one ulp of the format at ``a`` rounded to it
+    (:func:`acceptance.formats.dtypes.spacing_at`), E = min(max(floor(log2 round(a)), emin), emax).
+
+    floor(log2 a) comes from the exponent bits (< emin for 0 and float64 subnormals); rounding to ``p`` bits
+    carries into the next binade exactly when the 52-bit fraction field is >= ``round_up`` = 2^52 - 2^(52-p)
+    (the midpoint below the next power of two; a tie rounds to it, its significand being even); ``round_up``
+    = 2^52 (never reached) where p >= 53.
+    """
+    bits = _f64_bits(a)
+    ex = ((bits >> 52) & 0x7FF) - 1023 + ((bits & 0xFFFFFFFFFFFFF) >= round_up)
+    return precision - 1 - min(max(ex, emin), emax)
 
 
 @njit(inline="always")
@@ -146,7 +161,9 @@ _CHUNK = 512
 
 
 @njit(nogil=True, cache=True, fastmath=False, error_model="numpy")
-def _kernel(e, b, code_e, code_b, precision, emin, integer, th, sums, maxs, counts):  # pragma: no cover
+def _kernel(  # pragma: no cover
+    e, b, code_e, code_b, precision, emin, emax, round_up, cap, integer, th, sums, maxs, counts
+):
     """Add the partial results of one piece (1-D arrays ``e``, ``b``) into ``sums``, ``maxs`` and ``counts``.
 
     ``e`` and ``b`` are float32 or float64 values, or uint16 bit patterns of
@@ -154,8 +171,9 @@ def _kernel(e, b, code_e, code_b, precision, emin, integer, th, sums, maxs, coun
 
     Per element, where x and y are both finite (the others add nothing):
     d = |x − y|, rel = d / |y| (0/0 = 0, d/0 = inf), h = d / (1 + |y|),
-    u = d / spacing(min(|x|, |y|)) in units of the format's last place (d
-    itself for integer formats); sums of d, |y|, d², y², u and h; maxima of
+    u = min(d / spacing(round(y)), cap) in units of the format's last place at
+    y rounded to the format (d itself for integer formats; :func:`_ulp_shift`), at most ``cap`` (the
+    format's :attr:`~acceptance.formats.dtypes.DType.ulp_cap`); sums of d, |y|, d², y², u and h; maxima of
     d, rel (all, where |y| > REL_FLOOR, where |y| > th), d where |y| ≤ th, u,
     h, |x| and |y|; counts of compared, x > y, x < y, and of the non-finite
     pairs (equal or both NaN, one NaN, unequal infinities).
@@ -192,11 +210,10 @@ def _kernel(e, b, code_e, code_b, precision, emin, integer, th, sums, maxs, coun
             rel = d / (ay + (d == 0.0))  # x/0 = inf; 0/0 = 0 (the denominator is ay + 1 where d = 0)
             h = d / (1.0 + ay)
             if integer:
-                u = d
+                u = min(d, cap)
             else:
-                ex = ((_f64_bits(min(ax, ay)) >> 52) & 0x7FF) - 1023  # floor(log2), < emin for 0/subnormal
-                sh = precision - 1 - max(ex, emin)
-                u = d * _pow2(sh >> 1) * _pow2(sh - (sh >> 1))  # d / spacing, exact in two power-of-2 steps
+                sh = _ulp_shift(ay, precision, emin, emax, round_up)
+                u = min(d * _pow2(sh >> 1) * _pow2(sh - (sh >> 1)), cap)  # d / spacing, exact in two steps
             t_d[j] = d
             t_ay[j] = ay
             t_h[j] = h
@@ -269,6 +286,11 @@ def _table(name: str, dtype: np.dtype) -> np.ndarray:
         values = torch.arange(1 << 8, dtype=torch.uint8).view(getattr(torch, name)).to(torch.float32).numpy()
     with np.errstate(invalid="ignore"):  # signalling-NaN patterns stay NaN
         return values.astype(dtype)
+
+
+def ulp_args(fmt: DType) -> tuple[int, int, int, int, float]:
+    """The ULP arguments of :func:`_kernel`: precision, emin, emax, round_up (:func:`round_up_field`), cap."""
+    return fmt.precision, fmt.emin, fmt.emax, round_up_field(fmt.precision), fmt.ulp_cap
 
 
 class _HostOperand(NamedTuple):
@@ -391,8 +413,7 @@ def reduce(e: ArrayLike, b: ArrayLike, fmt: DType, block: int = HOST_BLOCK) -> R
                 pe1,
                 pb1,
                 *codes,
-                fmt.precision,
-                fmt.emin,
+                *ulp_args(fmt),
                 not fmt.is_float,
                 fmt.diff3_threshold,
                 part.sums,

@@ -89,7 +89,7 @@ class Batch:
             return compute(e, b, dtype=dtype, names=names)
         fmt = dtypes.lookup(e.dtype if dtype is None else dtype)
         sums, maxs, counts = np.zeros(6), np.zeros(9), np.zeros(6, dtype=np.int64)
-        host._kernel(fe, fb, 0, 0, fmt.precision, fmt.emin, not fmt.is_float, fmt.diff3_threshold, sums, maxs, counts)
+        host._kernel(fe, fb, 0, 0, *host.ulp_args(fmt), not fmt.is_float, fmt.diff3_threshold, sums, maxs, counts)
         return finalize(Reduced(*sums.tolist(), *maxs.tolist(), *counts.tolist()), chosen)
 
 

@@ -9,8 +9,9 @@ needs only quantities already reduced is added here and nowhere else.
 
 The sums and maxima run over the ``n`` positions compared numerically (both
 values finite); all arithmetic is float64 on the exact input values. ``ulp``
-is ``|e−b| / spacing(min(|e|, |b|))`` in the output dtype (see the package
-docs), ``hyb`` is ``|e−b| / (1 + |b|)``.
+is ``min(|e−b| / ulp(b), cap)``: one ulp of the output dtype at the reference
+``b`` rounded to that dtype, at most the dtype's ``ulp_cap`` (see the package
+docs); ``hyb`` is ``|e−b| / (1 + |b|)``.
 """
 
 from __future__ import annotations
@@ -101,6 +102,14 @@ class Metric:
         return None  # direction and counts keep their value
 
 
+def round_up_field(precision: int) -> int:
+    """The smallest 52-bit float64 fraction field that rounds up into the next binade at ``precision`` bits:
+    2^52 - 2^(52-p), the midpoint below the next power of two (a tie rounds up: that power's significand is
+    even); 2^52, never reached, where p >= 53. The engines' ULP unit uses it to find the exponent of a float64
+    value rounded to the output dtype without rounding it."""
+    return (1 << 52) - (1 << (52 - precision)) if precision <= 52 else 1 << 52
+
+
 def ratio(num: float, den: float) -> float:
     """num / den for num, den ≥ 0, with 0/0 = 0, x/0 = inf and inf/anything = inf."""
     if num == 0.0:
@@ -183,7 +192,7 @@ REGISTRY: tuple[Metric, ...] = (
     Metric(
         "max_ulp",
         "error",
-        "max |e−b| / spacing(min(|e|, |b|))",
+        "max min(|e−b| / ulp(b), cap)",
         "ulp",
         "maxEpsilonDiff",
         lambda r: r.max_ulp,
