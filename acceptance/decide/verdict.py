@@ -47,6 +47,7 @@ from typing import Literal, TypeVar, cast
 import numpy as np
 
 from acceptance.errors import EXIT_FAIL, EXIT_OK
+from acceptance.numerics.factors import GROSS_FACTOR
 from acceptance.numerics.metrics import diff4_value
 from acceptance.records import (
     VERDICT_ORDER,
@@ -241,6 +242,37 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
     return criteria
 
 
+def invariant_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
+    """The output invariants (:mod:`acceptance.numerics.invariants`), one criterion per output when any is
+    declared: value = 1 when the impl broke one (``note`` = the first violating element), 0 otherwise. A broken
+    invariant fails the case whatever the floors and factors allow: no rounding leaves a function's range."""
+    if not rules.invariants.any():
+        return []
+    return [
+        Criterion(
+            kind="invariant",
+            metric="invariant",
+            output=out,
+            value=1.0 if o.invariant else 0.0,
+            threshold=0.0,
+            comparison="==",
+            passed=o.invariant is None,
+            source=f"output invariants of {rules.category} ({_invariant_words(rules)})",
+            note=o.invariant,
+        )
+        for out, o in enumerate(outputs)
+    ]
+
+
+def _invariant_words(rules: Rules) -> str:
+    inv = rules.invariants
+    words = [f"range [{inv.range[0]:g}, {inv.range[1]:g}]"] if inv.range else []
+    words += [name for name in ("nonnegative", "positive") if getattr(inv, name)]
+    words += [f"sum to {inv.sum_to:g} over dim {inv.dim}"] if inv.sum_to is not None else []
+    words += [f"monotone {inv.monotone}"] if inv.monotone else []
+    return ", ".join(words)
+
+
 def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor: float) -> Criterion:
     """The diff4 rule as a material-bias test.
 
@@ -290,6 +322,34 @@ def _errors(x: list[float]) -> np.ndarray:
     return np.where(np.isnan(a), np.inf, a)
 
 
+def gross_error(rec: DualDeltaRecord) -> str | None:
+    """The gross-error rule, in words when it fails (``None`` when it holds).
+
+    With ``ref = max(max_j delta_2[j], free)`` over the finite baseline errors of every trial, trial i is gross
+    when ``delta_1[i] > GROSS_FACTOR * ref`` and, where the record has an accuracy floor F and the impl's ULP
+    error u_i per trial, also ``u_i > GROSS_FACTOR * F``. One gross trial fails the case: a defect that strikes
+    a minority of trials (lost updates only where indices collide) fails on every seed that draws one. The rule
+    is off when ``ref`` is 0 (a baseline exact in every trial, with nothing free, gives no scale).
+    """
+    d1, d2 = _errors(rec.delta_impl), _errors(rec.delta_baseline)
+    finite = d2[np.isfinite(d2)]
+    ref = max(float(finite.max()) if finite.size else 0.0, rec.free)
+    if not ref > 0 or not d1.size:
+        return None
+    gross = np.isfinite(d1) & (d1 > GROSS_FACTOR * ref)
+    if rec.floor is not None and len(rec.impl_ulp) == d1.size:
+        gross &= np.asarray(rec.impl_ulp, dtype=np.float64) > GROSS_FACTOR * rec.floor
+    if not gross.any():
+        return None
+    i = int(np.flatnonzero(gross)[np.argmax(d1[gross])])
+    floor = f" and {GROSS_FACTOR:g} x the {rec.floor:g}-ulp floor" if rec.floor is not None else ""
+    return (
+        f"gross error in {int(gross.sum())} of {d1.size} trials (worst: trial {i}, impl error {d1[i]:.3g} = "
+        f"{d1[i] / ref:.3g} x max(the baseline's worst trial, free) = {ref:.3g}; the limit is "
+        f"{GROSS_FACTOR:g} x{floor}): beyond anything rounding explains"
+    )
+
+
 def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
     """The record with its non-inferiority decision: ``passed`` and the ``reasons`` it fails (empty on a pass).
 
@@ -317,6 +377,9 @@ def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
             f"impl error exceeds max({rec.factor:g} x baseline's, free {rec.free:.3g}) in most trials "
             f"(sign test {which}={p:.2g} < alpha {rec.alpha:g})"
         )
+    gross = gross_error(rec)
+    if gross is not None:
+        reasons.append(gross)
     return rec.model_copy(update={"passed": not reasons, "reasons": reasons})
 
 
@@ -474,6 +537,7 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
         criteria += ulp_criteria(outputs, rules)
+    criteria += invariant_criteria(outputs, rules)
     if rules.diff4:
         criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
     reasons = [criterion_text(c) for c in criteria if c.passed is False]

@@ -42,7 +42,7 @@ from acceptance.measure.diagnose import (
 from acceptance.measure.memo import memo_for
 from acceptance.measure.peers import Peers
 from acceptance.measure.references import RunReferences
-from acceptance.numerics import metrics
+from acceptance.numerics import invariants, metrics
 from acceptance.numerics.metrics import registry
 from acceptance.records import (
     Diff4Counts,
@@ -111,6 +111,7 @@ class _Output:
     free: dict[str, list[float]] = field(default_factory=dict)
     constant: bool = True
     oracle_constant: bool = True
+    invariant: str | None = None
 
     def __post_init__(self) -> None:
         self.diagnosis = Diagnosis(self.dtype)
@@ -157,6 +158,10 @@ class _Output:
             self.bits += bit_mismatches(e, b, rounded)
         self.diagnosis.add(t.index, out, e, b, o, rules.element_tolerance, batch.float64)
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
+        if self.invariant is None and rules.invariants.any():
+            x = t.inputs[0] if len(t.inputs) == 1 else None
+            found = invariants.first_violation(rules.invariants, e, o, self.dtype, x)
+            self.invariant = f"trial {t.index}: {found}" if found else None
         self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
         self.oracle_constant = self.oracle_constant and constant(o)
 
@@ -172,6 +177,7 @@ class _Output:
             bias=self.bias.record(),
             bit_mismatches=self.bits if rules.bit_exact else None,
             diff4=self.diff4,
+            invariant=self.invariant,
         )
 
 

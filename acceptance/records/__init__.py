@@ -111,7 +111,7 @@ class Environment(_Model):
 
 
 CriterionKind = Literal[
-    "threshold", "placement", "bits", "ulp", "diff4", "dual_delta", "perf", "vacuity", "determinism"
+    "threshold", "placement", "bits", "ulp", "diff4", "dual_delta", "perf", "vacuity", "determinism", "invariant"
 ]
 
 
@@ -373,6 +373,9 @@ class OutputMeasurement(_Model):
     measured)."""
     diff4: Diff4Counts = Diff4Counts()
     """The counts behind the diff4 rule, summed over trials."""
+    invariant: str | None = None
+    """The first output invariant the impl broke, in words (trial, element, value, oracle); null: none broken
+    or none declared."""
 
 
 class MeasuredCase(_Model):
