@@ -143,7 +143,6 @@ def _numpy(name: str, dtype: str) -> Callable[[np.ndarray], np.ndarray] | None:
 
 
 def _ort(name: str, dtype: str) -> Callable[[np.ndarray], np.ndarray] | None:
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
