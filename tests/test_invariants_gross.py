@@ -59,7 +59,8 @@ def test_gross_error_fails_when_one_trial_in_twenty_is_far_beyond_rounding():
     d1[7] = 1.19e-7 * 51  # 51 x the baseline's worst: gross
     rec = _gate(d1, d2)
     assert rec.passed is False
-    assert any("gross error in 1 of 20 trials (worst: trial 7" in r for r in rec.reasons)
+    found = verdict.gross_error(rec)
+    assert found is not None and "gross error in 1 of 20 trials (worst: trial 7" in found
     d1[7] = 1.19e-7 * 49  # 49 x: not gross (and the other tests see one outlier of 20 in a sample this tight)
     assert verdict.gross_error(stats.analyze(d1, d2, metric="max_hyb", factor=2.0, free=1e-8)) is None
 
@@ -75,6 +76,18 @@ def test_gross_error_needs_the_trial_beyond_the_floor_too():
         stats.analyze(d1, d2, metric="max_hyb", free=0.0, floor=5.0, impl_ulp=[0.4] * 19 + [251.0])
     )
     assert found is not None and "50 x the 5-ulp floor" in found
+
+
+def test_gross_error_decides_when_a_third_of_the_trials_are_bad():
+    # 7 of 20 trials 1000 x the baseline's worst: the gross rule finds all seven
+    d2 = [1e-7 * (1 + 0.05 * i) for i in range(20)]
+    d1 = [d * 0.9 for d in d2]
+    for i in (1, 4, 6, 9, 12, 15, 18):
+        d1[i] = 1e-4
+    rec = _gate(d1, d2)
+    assert rec.passed is False
+    found = verdict.gross_error(rec)
+    assert found is not None and found.startswith("gross error in 7 of 20 trials (worst: trial 1,")
 
 
 def test_gross_error_is_off_without_a_scale():

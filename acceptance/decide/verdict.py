@@ -377,7 +377,7 @@ def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
             f"impl error exceeds max({rec.factor:g} x baseline's, free {rec.free:.3g}) in most trials "
             f"(sign test {which}={p:.2g} < alpha {rec.alpha:g})"
         )
-    gross = gross_error(rec)
+    gross = gross_error(rec) if not reasons else None  # said when it alone decides: the others say enough
     if gross is not None:
         reasons.append(gross)
     return rec.model_copy(update={"passed": not reasons, "reasons": reasons})
