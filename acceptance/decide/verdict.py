@@ -68,6 +68,11 @@ from acceptance.wording import criterion_text, fmt, fmt_value, worst_element_tex
 
 _T = TypeVar("_T")
 
+#: Fewest elements per trial for which a trial's mean ULP error is judged as a mean (see :func:`ulp_criteria`):
+#: below it the mean of k errors each up to the max allowance can sit anywhere up to it (for k = 1 it is the
+#: max), and 32 elements bring the mean's spread down to ~1/sqrt(32) = 0.18 of a single element's.
+MEAN_MIN_ELEMENTS = 32
+
 #: A threshold: a float, or one per component of a pair metric.
 _Threshold = float | list[float] | tuple[float, ...]
 #: A measured value held against a threshold: a float, a pair (list or tuple), or missing.
@@ -205,16 +210,19 @@ def bits_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criter
     ]
 
 
-def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
+def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules, per_trial: int | None = None) -> list[Criterion]:
     """ULP error against the oracle (flush to zero forgiven), scaled by the baseline's own, above the floor:
 
         max:  impl_max  <= max(f_max · baseline_max,   floor_max,  0.5)
         mean: impl_mean <= max(f_mean · baseline_mean, floor_mean, 0.25)
 
     with the dual-delta factors of max_ulp and mean_ulp (2 and 1.5); 0.5 and 0.25 ulp are the max and mean
-    error of the correctly rounded result.
+    error of the correctly rounded result. ``per_trial``: elements per output per trial; with fewer than
+    ``MEAN_MIN_ELEMENTS`` the mean of a trial is the error of a few elements, no evidence of a typical error,
+    and the mean is held to the max's allowance instead (a 1-element mean is that element's error).
     """
     criteria = []
+    few = per_trial is not None and per_trial < MEAN_MIN_ELEMENTS
     for out, u in enumerate(o.ulp for o in outputs):
         if u is None:
             continue
@@ -225,6 +233,9 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
             factor = default_factor(f"{which}_ulp")
             allowed = max(factor * base, floor or 0.0, free)
             why = f"max({fmt(factor)} x baseline's {fmt(base)}, floor {fmt(floor)}, correctly rounded {fmt(free)})"
+            if few and which == "mean":
+                allowed = max(allowed, default_factor("max_ulp") * u.baseline_max, rules.floor_max or 0.0, 0.5)
+                why += f"; {per_trial} elements per trial < {MEAN_MIN_ELEMENTS}: at least the max's allowance"
             criteria.append(
                 Criterion(
                     kind="ulp",
@@ -536,7 +547,8 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     outputs = case.outputs
     criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
-        criteria += ulp_criteria(outputs, rules)
+        per_trial = case.compared // max(case.trials * len(outputs), 1) if case.compared is not None else None
+        criteria += ulp_criteria(outputs, rules, per_trial)
     criteria += invariant_criteria(outputs, rules)
     if rules.diff4:
         criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
