@@ -325,3 +325,17 @@ def sigmoid_flush_tail(x: torch.Tensor) -> torch.Tensor:
     vectorized approximation with a too-early cut-off does."""
     y = torch.sigmoid(x.float())
     return torch.where(x < -16, torch.zeros_like(y), y).to(x.dtype)
+
+
+def sdpa_exp2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Legitimate: attention with the softmax of a flash kernel, in float32: scores pre-multiplied by
+    log2(e) (one rounded product), exp2 of the max-shifted scores through a fast approximation that truncates
+    toward zero (every weight at most its correctly rounded value: magnitudes shrink by a fraction of an ulp
+    per weight, as the hardware ex2.approx does), then the weighted sum divided by the sum of the weights."""
+    scale = q.shape[-1] ** -0.5 * 1.4426950408889634  # 1/sqrt(E) * log2(e), folded as flash kernels fold it
+    s = (q.float() @ k.float().transpose(-2, -1)) * torch.tensor(scale, dtype=torch.float32)
+    t = s - s.amax(dim=-1, keepdim=True)
+    p64 = torch.exp2(t.double())
+    p = p64.float()
+    p = torch.where(p.double() > p64, torch.nextafter(p, torch.zeros_like(p)), p)  # toward zero
+    return ((p @ v.float()) / p.sum(dim=-1, keepdim=True)).to(q.dtype)
