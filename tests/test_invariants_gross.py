@@ -92,3 +92,49 @@ def test_gross_error_decides_when_a_third_of_the_trials_are_bad():
 
 def test_gross_error_is_off_without_a_scale():
     assert verdict.gross_error(stats.analyze([0.0, 1e-3], [0.0, 0.0], metric="max_hyb", free=0.0)) is None
+
+
+SPEC = """\
+name: op
+category: {category}
+impl: torch:{fn}
+dtypes: [float32]
+inputs:
+  - {{name: x, shape: [8, 5], dist: {{uniform: [-1, 1]}}}}
+params: {{dim: {dim}}}
+{extra}
+"""
+
+
+def _rules(tmp_path, fn="tanh", category="activation", dim=-1, extra=""):
+    from acceptance.spec import expand, load_specs
+    from acceptance.spec.defaults import rules_for
+
+    path = tmp_path / "op.yaml"
+    path.write_text(SPEC.format(fn=fn, category=category, dim=dim, extra=extra))
+    specs, problems = load_specs([path])
+    assert not problems, problems
+    return rules_for(expand(specs)[0]), problems
+
+
+def test_builtin_functions_bring_their_invariants(tmp_path):
+    assert _rules(tmp_path, "tanh")[0].invariants == Invariants(range=(-1.0, 1.0))
+    soft = _rules(tmp_path, "softmax", "composite", dim=0)[0].invariants
+    assert soft.range == (0.0, 1.0) and soft.sum_to == 1.0 and soft.dim == 0  # the case's dim parameter
+    assert not _rules(tmp_path, "matmul", "convolution")[0].invariants.any()
+
+
+def test_a_spec_section_replaces_the_defaults(tmp_path):
+    rules, _ = _rules(tmp_path, "tanh", extra="invariants: {range: [0, 2], monotone: increasing}")
+    assert rules.invariants == Invariants(range=(0.0, 2.0), monotone="increasing")
+    assert not _rules(tmp_path, "tanh", extra="invariants: {}")[0].invariants.any()
+
+
+def test_a_reversed_range_is_a_spec_error_naming_the_field(tmp_path):
+    from acceptance.spec import load_specs
+
+    path = tmp_path / "op.yaml"
+    path.write_text(SPEC.format(fn="tanh", category="activation", dim=-1, extra="invariants: {range: [1, -1]}"))
+    specs, problems = load_specs([path])
+    assert not specs and len(problems) == 1
+    assert "invariants" in str(problems[0]) and "lower bound exceeds the upper" in str(problems[0])
