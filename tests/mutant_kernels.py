@@ -18,6 +18,7 @@ Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -112,17 +113,6 @@ def index_add_random_order(index: torch.Tensor, src: torch.Tensor, *, bins: int 
     (drawn from torch's global generator), so two runs on the same inputs may differ in the last bits."""
     perm = torch.randperm(index.numel())
     return torch.zeros(bins, dtype=src.dtype).index_add_(0, index[perm], src[perm])
-
-
-def index_add_racy_tail(index: torch.Tensor, src: torch.Tensor, *, bins: int = 64, wave: int = 32) -> torch.Tensor:
-    """Bug: the body (whole waves of ``wave`` updates) uses atomic adds, but the tail of ``U % wave`` updates
-    does a plain read-modify-write: where two tail updates hit the same bin, only the last write survives.
-    With a tail of 8 updates into 64 bins that happens in 1 - prod_{k<8}(1 - k/64) = 36 % of the trials;
-    the other trials are exactly the baseline's scatter."""
-    body = index.numel() - index.numel() % wave
-    out = torch.zeros(bins, dtype=src.dtype).index_add_(0, index[:body], src[:body])
-    i, v = index[body:], src[body:]
-    return out.index_put_((i,), out[i] + v, accumulate=False)
 
 
 def mean(x: torch.Tensor) -> torch.Tensor:
@@ -339,3 +329,23 @@ def sdpa_exp2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     p = p64.float()
     p = torch.where(p.double() > p64, torch.nextafter(p, torch.zeros_like(p)), p)  # toward zero
     return ((p @ v.float()) / p.sum(dim=-1, keepdim=True)).to(q.dtype)
+
+
+def _fresh_order(n: int) -> torch.Tensor:
+    """A permutation of range(n) from a generator seeded by the operating system: a different order on every
+    call and every run, whatever seeds the runner sets (the order of a GPU's atomic updates)."""
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    return torch.randperm(n, generator=gen)
+
+
+def index_add_any_order(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Legitimate: ``x.index_add(dim, index, source)`` with the updates applied in a fresh random order."""
+    perm = _fresh_order(index.numel())
+    return x.index_add(dim, index[perm], source.index_select(dim, perm))
+
+
+def scatter_add_any_order(x: torch.Tensor, index: torch.Tensor, src: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Legitimate: ``x.scatter_add(dim, index, src)`` (dim 0) with the rows of updates applied in a fresh
+    random order."""
+    perm = _fresh_order(index.shape[0])
+    return x.scatter_add(dim, index[perm], src[perm])
