@@ -18,7 +18,8 @@ own error is < 1e-8 float32 ulp. Reported: max and mean ulp, the input of the ma
 Sweeps: float16, every finite value in the function's domain within [-LIM, LIM]; float32, every 256th bit
 pattern with |x| <= LIM (about 4.3 million values for LIM = 20 -- dense in every binade, so every exponent and
 2^-15 of every mantissa range is covered), plus the same stride in the domain's hard range. bfloat16: every
-finite value (torch and jax only). Run: ``python benchmarks/floors_measure.py [--lib torch,numpy,ort,jax]``.
+finite value (torch and jax only). Run: ``python benchmarks/floors_measure.py [--lib torch,numpy,ort,jax]`` (a library that
+is not installed is left out; jax and onnxruntime install with pip).
 """
 
 from __future__ import annotations
@@ -174,7 +175,6 @@ def _ort(name: str, dtype: str) -> Callable[[np.ndarray], np.ndarray] | None:
 
 
 def _jax(name: str, dtype: str) -> Callable[[np.ndarray], np.ndarray] | None:
-    sys.path.insert(0, "/tmp/jaxpkgs")
     import jax
     import jax.numpy as jnp
 
