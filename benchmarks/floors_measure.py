@@ -16,10 +16,10 @@ own error is < 1e-8 float32 ulp. Reported: max and mean ulp, the input of the ma
 (tanh outside [-1, 1], sigmoid outside [0, 1] or 0 where the oracle is >= the smallest normal).
 
 Sweeps: float16, every finite value in the function's domain within [-LIM, LIM]; float32, every 256th bit
-pattern with |x| <= LIM (8.6 million values for LIM = 20 -- dense in every binade: 2^15 values per binade); with ``--uniform``,
-10^6 uniform draws on [-LIM, LIM] instead (seed 0). bfloat16: every
-finite value (torch and jax only). Run: ``python benchmarks/floors_measure.py [--lib torch,numpy,ort,jax]``
-(a library that is not installed is left out; jax and onnxruntime install with pip).
+pattern with |x| <= LIM (8.6 million values for LIM = 20 -- dense in every binade: 2^15 values per binade);
+with ``--uniform``, 10^6 uniform draws on [-LIM, LIM] instead (seed 0). bfloat16: every finite value (torch
+and jax only). Run: ``python benchmarks/floors_measure.py [--lib torch,numpy,ort,jax]`` (a library that is
+not installed is left out; jax and onnxruntime install with pip).
 """
 
 from __future__ import annotations
