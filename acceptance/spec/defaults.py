@@ -96,7 +96,8 @@ DEFAULT_CATEGORIES: tuple[str, ...] = ("convolution", "reduction", "activation",
 #: float32 elementwise math ships at up to ~5 ulp (Eigen's rational tanh: 4.35 measured through jax/XLA, 5.01
 #: for an FMA replica over every float32 in [0.25, 10], mean up to 1.4 on [5, 10]; ONNX Runtime softplus 3.9,
 #: log 3.2; numpy log 3.2; Intel VM LA and AOCL 4, SLEEF u35 3.5), so 6 ulp max, 1.5 ulp mean; CUDA double
-#: and glibc give 1-2 ulp for float64; 16-bit and fp8 results computed in float32 and rounded once are within 0.5 ulp, so 1 ulp (faithful) admits native approximations
+#: and glibc give 1-2 ulp for float64; 16-bit and fp8 results computed in float32 and rounded once are within
+#: 0.5 ulp, so 1 ulp (faithful) admits native approximations
 #: of plain functions (see :data:`FAMILY_FLOORS` for composed ones). Categories that accumulate have no
 #: floor: nobody documents one and their error grows with the accumulation length. A floor only widens what
 #: passes within the rounding regime: an output outside the function's range fails on its invariants
