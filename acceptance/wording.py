@@ -133,6 +133,8 @@ def criterion_text(criterion: Criterion) -> str:
     if criterion.passed is False and criterion.kind == "placement":
         kind = "NaN" if criterion.metric == "nan_mismatch" else "Inf"
         return one_line(f"{kind} placement{where} differs from the baseline at {fmt_value(criterion.value)} positions")
+    if criterion.passed is False and criterion.kind == "invariant":
+        return one_line(f"output invariant{where} broken, {criterion.note} ({criterion.source})")
     if criterion.passed is False and criterion.kind == "diff4" and isinstance(criterion.value, (list, tuple)):
         p1, p2, n = criterion.value
         text = f"diff4{where} ({fmt(p1)}, {fmt(p2)}, n={fmt(n)}): {criterion.note or 'failed'}"

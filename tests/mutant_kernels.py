@@ -18,6 +18,7 @@ Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -257,3 +258,94 @@ def exp_truncating(x: torch.Tensor) -> torch.Tensor:
     for results in float16's normal range."""
     y = torch.exp(x.float())
     return (y.view(torch.int32) & ~0x1FFF).view(torch.float32).to(x.dtype)
+
+
+# ----------------------------------------------------------------------------- production approximations
+
+#: Eigen's float32 tanh (``generic_fast_tanh_float``, used by XLA's CPU backend and ONNX Runtime): a
+#: 13/6-degree rational function of x on [-c, c], c = 7.99881172180175781, x itself where |x| < 0.0004.
+_EIGEN_ALPHA = (
+    -2.76076847742355e-16,
+    2.00018790482477e-13,
+    -8.60467152213735e-11,
+    5.12229709037114e-08,
+    1.48572235717979e-05,
+    6.37261928875436e-04,
+    4.89352455891786e-03,
+)
+_EIGEN_BETA = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+
+
+def _fma(a: torch.Tensor, b: torch.Tensor, c: float) -> torch.Tensor:
+    """a * b + c for float32 a, b with one rounding to float32, as a fused multiply-add (the product is exact
+    in float64; the float64 sum then rounds to float32 -- a double rounding only at float32 midpoints)."""
+    return (a.double() * b.double() + c).float()
+
+
+def _eigen_rational(x: torch.Tensor, clamp: float) -> torch.Tensor:
+    """p(x)/q(x) of Eigen's tanh in float32 with fused multiply-adds (Horner in x^2, as Eigen's pmadd)."""
+    x = x.float()
+    xc = x.clamp(-clamp, clamp)
+    x2 = xc * xc
+    p = torch.full_like(xc, _EIGEN_ALPHA[0])
+    for a in _EIGEN_ALPHA[1:]:
+        p = _fma(p, x2, a)
+    p = p * xc
+    q = torch.full_like(xc, _EIGEN_BETA[0])
+    for b in _EIGEN_BETA[1:]:
+        q = _fma(q, x2, b)
+    return torch.where(x.abs() < 0.0004, x, p / q)
+
+
+def tanh_eigen(x: torch.Tensor) -> torch.Tensor:
+    """Legitimate: Eigen's float32 rational tanh, clamped at |x| = 7.9988 (~4.2-4.7 ulp at the oracle, the
+    accuracy XLA and ONNX Runtime ship), rounded to the dtype."""
+    return _eigen_rational(x, 7.99881172180175781).to(x.dtype)
+
+
+def tanh_rational_unclamped(x: torch.Tensor) -> torch.Tensor:
+    """Bug: the same rational function clamped at |x| = 8.4 instead of 7.9988: past that point p/q
+    crosses 1, so tanh(x) for |x| ~ 8-9 comes out beyond +-1 (a few ulp from the oracle, within the float32
+    floor, but outside the function's range)."""
+    return _eigen_rational(x, 8.4).to(x.dtype)
+
+
+def sigmoid_flush_tail(x: torch.Tensor) -> torch.Tensor:
+    """Bug: a sigmoid that returns exactly 0 below x = -16 (where the true value is ~1.1e-7), as a
+    vectorized approximation with a too-early cut-off does."""
+    y = torch.sigmoid(x.float())
+    return torch.where(x < -16, torch.zeros_like(y), y).to(x.dtype)
+
+
+def sdpa_exp2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Legitimate: attention with the softmax of a flash kernel, in float32: scores pre-multiplied by
+    log2(e) (one rounded product), exp2 of the max-shifted scores through a fast approximation that truncates
+    toward zero (every weight at most its correctly rounded value: magnitudes shrink by a fraction of an ulp
+    per weight, as the hardware ex2.approx does), then the weighted sum divided by the sum of the weights."""
+    scale = q.shape[-1] ** -0.5 * 1.4426950408889634  # 1/sqrt(E) * log2(e), folded as flash kernels fold it
+    s = (q.float() @ k.float().transpose(-2, -1)) * torch.tensor(scale, dtype=torch.float32)
+    t = s - s.amax(dim=-1, keepdim=True)
+    p64 = torch.exp2(t.double())
+    p = p64.float()
+    p = torch.where(p.double() > p64, torch.nextafter(p, torch.zeros_like(p)), p)  # toward zero
+    return ((p @ v.float()) / p.sum(dim=-1, keepdim=True)).to(q.dtype)
+
+
+def _fresh_order(n: int) -> torch.Tensor:
+    """A permutation of range(n) from a generator seeded by the operating system: a different order on every
+    call and every run, whatever seeds the runner sets (the order of a GPU's atomic updates)."""
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
+    return torch.randperm(n, generator=gen)
+
+
+def index_add_any_order(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Legitimate: ``x.index_add(dim, index, source)`` with the updates applied in a fresh random order."""
+    perm = _fresh_order(index.numel())
+    return x.index_add(dim, index[perm], source.index_select(dim, perm))
+
+
+def scatter_add_any_order(x: torch.Tensor, index: torch.Tensor, src: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Legitimate: ``x.scatter_add(dim, index, src)`` (dim 0) with the rows of updates applied in a fresh
+    random order."""
+    perm = _fresh_order(index.shape[0])
+    return x.scatter_add(dim, index[perm], src[perm])

@@ -70,7 +70,11 @@ def table() -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
 
 
-@pytest.mark.parametrize("name", [c.name for c in mutants.CASES if c.kind == "bug"])
+#: Bugs that strike a minority of the trials: no sign-test evidence by design; the gross-error rule decides.
+MINORITY = {"rare lost atomic updates"}
+
+
+@pytest.mark.parametrize("name", [c.name for c in mutants.CASES if c.kind == "bug" and c.name not in MINORITY])
 def test_bug_fails_the_gate(name):
     res = result(name)
     assert not res.passed, res.summary()
@@ -81,6 +85,19 @@ def test_bug_fails_the_gate(name):
     assert key.conclusion.startswith("impl less accurate by")
     assert stats.mean_ratio(key.delta_impl, key.delta_baseline) > 1.5 * key.factor
     assert key.p_adjusted < 1e-6
+
+
+@pytest.mark.parametrize("name", sorted(MINORITY))
+def test_minority_bug_fails_on_its_gross_trials(name):
+    from acceptance.decide.verdict import gross_error
+
+    res = result(name)
+    assert not res.passed, res.summary()
+    rec = next(r for r in res.records if r.metric == "max_hyb")
+    bad = [i for i, (d1, d2) in enumerate(zip(rec.delta_impl, rec.delta_baseline, strict=True)) if d1 > 100 * d2]
+    assert 0 < len(bad) < rec.trials / 2  # a minority of the trials, each far off
+    found = gross_error(rec)
+    assert found is not None and found.startswith(f"gross error in {len(bad)} of {rec.trials} trials")
 
 
 @pytest.mark.parametrize("name", [c.name for c in mutants.CASES if c.kind == "legit"])

@@ -363,3 +363,16 @@ def test_a_decided_case_keeps_the_per_output_lists_and_reads_them_back():
     assert case.metrics == [_FINE, _FINE] and case.ulp == [] and case.bit_mismatches == []
     assert [b.n for b in case.bias] == [3, 4] and case.diff4_counts[1].below == 2
     assert case.outputs == measured.outputs
+
+
+def test_a_one_element_mean_is_held_to_the_max_allowance():
+    # CUDA expf on one element: 1.7 ulp in the max and (the same element) in the mean
+    ulp = UlpStats(impl_max=1.7, impl_mean=1.7, baseline_max=0.5, baseline_mean=0.5)
+    rules = _rules(category="activation", dtype="float32", floor_max=6.0, floor_mean=1.5, ulp_check=True)
+    outputs = _measured(ulp=[ulp]).outputs
+    mean = {c.metric: c for c in verdict.ulp_criteria(outputs, rules)}["mean_ulp"]
+    assert mean.threshold == 1.5 and mean.passed is False  # max(1.5 x 0.5, 1.5, 0.25): judged as a mean
+    one = {c.metric: c for c in verdict.ulp_criteria(outputs, rules, per_trial=1)}["mean_ulp"]
+    assert one.threshold == 6.0 and one.passed is True  # max(0.75, 1.5, 0.25, 2 x 0.5, 6, 0.5)
+    many = {c.metric: c for c in verdict.ulp_criteria(outputs, rules, per_trial=verdict.MEAN_MIN_ELEMENTS)}
+    assert many["mean_ulp"].threshold == 1.5

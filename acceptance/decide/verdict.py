@@ -48,6 +48,7 @@ import numpy as np
 
 from acceptance.errors import EXIT_FAIL, EXIT_OK
 from acceptance.formats import dtypes
+from acceptance.numerics.factors import GROSS_FACTOR
 from acceptance.numerics.metrics import diff4_value
 from acceptance.records import (
     VERDICT_ORDER,
@@ -68,6 +69,11 @@ from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
 from acceptance.wording import criterion_text, criterion_worst_text, fmt, fmt_value, worst_element_text
 
 _T = TypeVar("_T")
+
+#: Fewest elements per trial for which a trial's mean ULP error is judged as a mean (see :func:`ulp_criteria`):
+#: below it the mean of k errors each up to the max allowance can sit anywhere up to it (for k = 1 it is the
+#: max), and 32 elements bring the mean's spread down to ~1/sqrt(32) = 0.18 of a single element's.
+MEAN_MIN_ELEMENTS = 32
 
 #: A threshold: a float, or one per component of a pair metric.
 _Threshold = float | list[float] | tuple[float, ...]
@@ -206,7 +212,7 @@ def bits_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criter
     ]
 
 
-def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
+def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules, per_trial: int | None = None) -> list[Criterion]:
     """ULP error against the oracle (flush to zero forgiven), scaled by the baseline's own, above the floor:
 
         max:  impl_max  <= max(f_max · baseline_max,   floor_max,  0.5)
@@ -214,9 +220,13 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
 
     with the dual-delta factors of max_ulp and mean_ulp (2 and 1.5); 0.5 and 0.25 ulp are the max and mean
     error of the correctly rounded result. Element by element, no impl value may be lost where the baseline
-    keeps it (criterion ``ulp_lost_elements``, :func:`_ulp_elements_criterion`).
+    keeps it (criterion ``ulp_lost_elements``, :func:`_ulp_elements_criterion`). ``per_trial``: elements per
+    output per trial; with fewer than ``MEAN_MIN_ELEMENTS`` the mean of a trial is the error of a few elements,
+    no evidence of a typical error, and the mean is held to the max's allowance instead (a 1-element mean is
+    that element's error).
     """
     criteria = []
+    few = per_trial is not None and per_trial < MEAN_MIN_ELEMENTS
     for out, u in enumerate(o.ulp for o in outputs):
         if u is None:
             continue
@@ -232,6 +242,9 @@ def ulp_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criteri
                     f"; {u.subnormal_unit} impl elements where the oracle rounds to a subnormal or zero are in "
                     "ulp of the smallest subnormal"
                 )
+            if few and which == "mean":
+                allowed = max(allowed, default_factor("max_ulp") * u.baseline_max, rules.floor_max or 0.0, 0.5)
+                why += f"; {per_trial} elements per trial < {MEAN_MIN_ELEMENTS}: at least the max's allowance"
             criteria.append(
                 Criterion(
                     kind="ulp",
@@ -267,6 +280,37 @@ def _ulp_elements_criterion(out: int, u: UlpStats, rules: Rules) -> Criterion:
         source=f"{rules.category} {rules.dtype} ULP rule, element by element",
         note="elements where the impl has no correct bit (|e-o| >= |o|) and the baseline keeps its leading one",
     )
+
+
+def invariant_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
+    """The output invariants (:mod:`acceptance.numerics.invariants`), one criterion per output when any is
+    declared: value = 1 when the impl broke one (``note`` = the first violating element), 0 otherwise. A broken
+    invariant fails the case whatever the floors and factors allow: no rounding leaves a function's range."""
+    if not rules.invariants.any():
+        return []
+    return [
+        Criterion(
+            kind="invariant",
+            metric="invariant",
+            output=out,
+            value=1.0 if o.invariant else 0.0,
+            threshold=0.0,
+            comparison="==",
+            passed=o.invariant is None,
+            source=f"output invariants of {rules.category} ({_invariant_words(rules)})",
+            note=o.invariant,
+        )
+        for out, o in enumerate(outputs)
+    ]
+
+
+def _invariant_words(rules: Rules) -> str:
+    inv = rules.invariants
+    words = [f"range [{inv.range[0]:g}, {inv.range[1]:g}]"] if inv.range else []
+    words += [name for name in ("nonnegative", "positive") if getattr(inv, name)]
+    words += [f"sum to {inv.sum_to:g} over dim {inv.dim}"] if inv.sum_to is not None else []
+    words += [f"monotone {inv.monotone}"] if inv.monotone else []
+    return ", ".join(words)
 
 
 def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor: float) -> Criterion:
@@ -318,6 +362,34 @@ def _errors(x: list[float]) -> np.ndarray:
     return np.where(np.isnan(a), np.inf, a)
 
 
+def gross_error(rec: DualDeltaRecord) -> str | None:
+    """The gross-error rule, in words when it fails (``None`` when it holds).
+
+    With ``ref = max(max_j delta_2[j], free)`` over the finite baseline errors of every trial, trial i is gross
+    when ``delta_1[i] > GROSS_FACTOR * ref`` and, where the record has an accuracy floor F and the impl's ULP
+    error u_i per trial, also ``u_i > GROSS_FACTOR * F``. One gross trial fails the case: a defect that strikes
+    a minority of trials (lost updates only where indices collide) fails on every seed that draws one. The rule
+    is off when ``ref`` is 0 (a baseline exact in every trial, with nothing free, gives no scale).
+    """
+    d1, d2 = _errors(rec.delta_impl), _errors(rec.delta_baseline)
+    finite = d2[np.isfinite(d2)]
+    ref = max(float(finite.max()) if finite.size else 0.0, rec.free)
+    if not ref > 0 or not d1.size:
+        return None
+    gross = np.isfinite(d1) & (d1 > GROSS_FACTOR * ref)
+    if rec.floor is not None and len(rec.impl_ulp) == d1.size:
+        gross &= np.asarray(rec.impl_ulp, dtype=np.float64) > GROSS_FACTOR * rec.floor
+    if not gross.any():
+        return None
+    i = int(np.flatnonzero(gross)[np.argmax(d1[gross])])
+    floor = f" and {GROSS_FACTOR:g} x the {rec.floor:g}-ulp floor" if rec.floor is not None else ""
+    return (
+        f"gross error in {int(gross.sum())} of {d1.size} trials (worst: trial {i}, impl error {d1[i]:.3g} = "
+        f"{d1[i] / ref:.3g} x max(the baseline's worst trial, free) = {ref:.3g}; the limit is "
+        f"{GROSS_FACTOR:g} x{floor}): beyond anything rounding explains"
+    )
+
+
 def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
     """The record with its non-inferiority decision: ``passed`` and the ``reasons`` it fails (empty on a pass).
 
@@ -345,6 +417,9 @@ def dual_delta_gate(rec: DualDeltaRecord) -> DualDeltaRecord:
             f"impl error exceeds max({rec.factor:g} x baseline's, free {rec.free:.3g}) in most trials "
             f"(sign test {which}={p:.2g} < alpha {rec.alpha:g})"
         )
+    gross = gross_error(rec) if not reasons else None  # said when it alone decides: the others say enough
+    if gross is not None:
+        reasons.append(gross)
     return rec.model_copy(update={"passed": not reasons, "reasons": reasons})
 
 
@@ -554,7 +629,9 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     outputs = case.outputs
     criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
-        criteria += ulp_criteria(outputs, rules)
+        per_trial = case.compared // max(case.trials * len(outputs), 1) if case.compared is not None else None
+        criteria += ulp_criteria(outputs, rules, per_trial)
+    criteria += invariant_criteria(outputs, rules)
     if rules.diff4:
         criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
     reasons = [criterion_text(c) for c in criteria if c.passed is False]

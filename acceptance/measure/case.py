@@ -44,7 +44,7 @@ from acceptance.measure.diagnose import (
 from acceptance.measure.memo import memo_for
 from acceptance.measure.peers import Peers
 from acceptance.measure.references import RunReferences
-from acceptance.numerics import metrics
+from acceptance.numerics import invariants, metrics
 from acceptance.numerics.metrics import registry
 from acceptance.records import (
     CriterionWorst,
@@ -115,6 +115,7 @@ class _Output:
     constant: bool = True
     oracle_constant: bool = True
     element_worst: dict[str, CriterionWorst] = field(default_factory=dict)
+    invariant: str | None = None
 
     def __post_init__(self) -> None:
         self.diagnosis = Diagnosis(self.dtype)
@@ -162,6 +163,10 @@ class _Output:
             if held is None or w.error > held.error:
                 self.element_worst[measure] = w
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
+        if self.invariant is None and rules.invariants.any():
+            x = t.inputs[0] if len(t.inputs) == 1 else None
+            found = invariants.first_violation(rules.invariants, e, o, self.dtype, x)
+            self.invariant = f"trial {t.index}: {found}" if found else None
         self.constant = self.constant and constant(e)  # once varying, varying: not looked at again
         self.oracle_constant = self.oracle_constant and constant(o)
 
@@ -203,6 +208,7 @@ class _Output:
             bit_mismatches=self.bits if rules.bit_exact else None,
             diff4=self.diff4,
             worst=self.element_worst,
+            invariant=self.invariant,
         )
 
 

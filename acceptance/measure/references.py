@@ -75,6 +75,7 @@ NOT_IN_KEY = frozenset(
         "trials",
         "thresholds",
         "floors",
+        "invariants",
         "timeout",
         "baseline_timeout",
         "oracle_timeout",

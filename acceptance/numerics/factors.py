@@ -44,3 +44,10 @@ DEFAULT_FACTORS: dict[str, float] = {
 def default_factor(metric: str) -> float:
     """The non-inferiority factor for ``metric`` (:data:`DEFAULT_FACTOR` if unlisted)."""
     return DEFAULT_FACTORS.get(metric, DEFAULT_FACTOR)
+
+
+#: Gross-error factor: a trial whose impl error exceeds this many times the largest of the baseline's error over
+#: every trial of the case and the free allowance (and, with an accuracy floor, whose ULP error exceeds this many
+#: times the floor) fails the case on its own, however many trials are clean. Rounding cannot get there: see
+#: docs/dual-delta.md, "Gross errors", for the false-alarm model.
+GROSS_FACTOR = 50.0

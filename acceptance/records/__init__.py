@@ -113,7 +113,7 @@ class Environment(_Model):
 
 
 CriterionKind = Literal[
-    "threshold", "placement", "bits", "ulp", "diff4", "dual_delta", "perf", "vacuity", "determinism"
+    "threshold", "placement", "bits", "ulp", "diff4", "dual_delta", "perf", "vacuity", "determinism", "invariant"
 ]
 
 
@@ -411,6 +411,9 @@ class OutputMeasurement(_Model):
     """The counts behind the diff4 rule, summed over trials."""
     worst: dict[str, CriterionWorst] = {}
     """Per element measure (:attr:`CriterionWorst.measure`): its worst element over the trials."""
+    invariant: str | None = None
+    """The first output invariant the impl broke, in words (trial, element, value, oracle); null: none broken
+    or none declared."""
 
 
 class MeasuredCase(_Model):

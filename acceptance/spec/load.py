@@ -67,6 +67,7 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         seed=model.seed,
         thresholds={dt: t.model_dump(exclude_none=True) for dt, t in model.thresholds.items()},
         floors={dt: f.model_dump(exclude_none=True) for dt, f in model.floors.items()},
+        invariants=model.invariants.model_dump(exclude_none=True) if model.invariants is not None else None,
         timeout=model.timeout,
         baseline_timeout=model.baseline_timeout,
         oracle_timeout=model.oracle_timeout,

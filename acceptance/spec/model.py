@@ -231,6 +231,8 @@ class OperatorSpec:
     atomic_add must)."""
     tier: str = "default"
     perf: PerfSection | None = None
+    invariants: dict[str, JSONValue] | None = None
+    """The spec's ``invariants`` section as written (``None``: the built-in function's defaults)."""
     role_params: dict[str, dict[str, JSONValue]] = field(default_factory=dict)
     """``impl_params``/``baseline_params``/``oracle_params`` of the spec, by role (roles without any left out)."""
 

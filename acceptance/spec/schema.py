@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -431,6 +431,23 @@ class _FloorModel(_Model):
     mean_ulp: NonNegFloat | None = None
 
 
+class _InvariantsModel(_Model):
+    """Output invariants (:mod:`acceptance.numerics.invariants`): an output that breaks one fails the case."""
+
+    range: Annotated[list[float], Field(min_length=2, max_length=2)] | None = None
+    nonnegative: bool = False
+    positive: bool = False
+    sum_to: float | None = None
+    dim: int = -1
+    monotone: Literal["increasing", "decreasing"] | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _InvariantsModel:
+        if self.range is not None and not self.range[0] <= self.range[1]:
+            raise fail(f"range [{self.range[0]}, {self.range[1]}]: the lower bound exceeds the upper")
+        return self
+
+
 class _OverrideModel(_Model):
     """Thresholds and dual-delta settings for the case ids matching a glob."""
 
@@ -466,6 +483,7 @@ class SpecModel(_Model):
     seed: Annotated[int, Field(ge=0)] = 0
     thresholds: dict[DtypeName, _ThresholdSet] = {}
     floors: dict[DtypeName, _FloorModel] = {}
+    invariants: _InvariantsModel | None = None
     timeout: Annotated[float, Field(gt=0)] = 60.0
     baseline_timeout: Annotated[float, Field(gt=0)] = 600.0
     oracle_timeout: Annotated[float, Field(gt=0)] = 600.0
