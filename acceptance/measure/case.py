@@ -54,7 +54,7 @@ from acceptance.records import (
     UlpStats,
 )
 from acceptance.records.base import JSON
-from acceptance.spec import Case, Rules
+from acceptance.spec import Case, Rules, backward
 from acceptance.spec.defaults import DualDeltaSettings
 from acceptance.spec.inputs import Recipe
 
@@ -460,6 +460,9 @@ class _Fold:
             atomic_spread=self.spread if self.atomic else None,
             dual_delta=records,
             timing=timing,
+            output_names=backward.output_names(self.case.spec.backward, len(outputs))
+            if self.case.spec.backward
+            else [],
             **self.extras.fields(),
             warnings=warnings,
         )
