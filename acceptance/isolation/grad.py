@@ -59,20 +59,39 @@ class BackwardRef:
         return with_backward(fn, self, hand)
 
 
+#: The last draw of :func:`cotangents`, by (reference, seed, output shapes): a trial's repeated calls draw once.
+_LAST: dict[tuple[object, ...], tuple[torch.Tensor | None, ...]] = {}
+
+
 def cotangents(outs: Tensors, seed: int, ref: BackwardRef) -> tuple[torch.Tensor | None, ...]:
     """One cotangent per output of ``outs``: drawn from ``ref.cotangent`` with the stream ``spawn_key=(j,)`` of
-    ``seed`` (taken modulo 2**64), rounded once to ``ref.dtype``, then in ``out_j``'s dtype on its device;
-    ``None`` for a non-floating output."""
+    ``seed`` (taken modulo 2**64), rounded once to ``ref.dtype``, then a fresh copy in ``out_j``'s dtype on its
+    device; ``None`` for a non-floating output."""
+    shapes = tuple((tuple(o.shape), o.is_floating_point()) for o in outs)
+    drawn = _LAST.get((ref, seed, shapes))
+    if drawn is None:
+        drawn = _draw(shapes, seed, ref)
+        _LAST.clear()
+        _LAST[(ref, seed, shapes)] = drawn
+    return tuple(
+        None if dy is None else dy.to(device=o.device, dtype=o.dtype, copy=True)
+        for dy, o in zip(drawn, outs, strict=True)
+    )
+
+
+def _draw(
+    shapes: tuple[tuple[tuple[int, ...], bool], ...], seed: int, ref: BackwardRef
+) -> tuple[torch.Tensor | None, ...]:
+    """The cotangents of :func:`cotangents` as CPU tensors in ``ref.dtype``."""
     made: list[torch.Tensor | None] = []
     symbols = dict(ref.symbols)
-    for j, out in enumerate(outs):
-        if not out.is_floating_point():
+    for j, (shape, floating) in enumerate(shapes):
+        if not floating:
             made.append(None)
             continue
         bits = np.random.PCG64(np.random.SeedSequence(seed % 2**64, spawn_key=(j,)))
-        values = draw(ref.cotangent, math.prod(out.shape), bits, symbols)
-        dy = dtypes.to_tensor(np.asarray(values, dtype=np.float64), ref.dtype).reshape(out.shape)
-        made.append(dy.to(device=out.device, dtype=out.dtype))
+        values = draw(ref.cotangent, math.prod(shape), bits, symbols)
+        made.append(dtypes.to_tensor(np.asarray(values, dtype=np.float64), ref.dtype).reshape(shape))
     return tuple(made)
 
 
