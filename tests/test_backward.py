@@ -20,6 +20,8 @@ from acceptance.spec.model import Normal
 
 SPECS = Path(__file__).parent / "backward_specs"
 
+pytest_plugins = ["pytester"]
+
 
 def _run(tmp_path: Path, *specs: Path) -> tuple[int, results_mod.Results]:
     result = CliRunner().invoke(
@@ -154,3 +156,49 @@ def test_gradcheck_catches_a_wrong_oracle(tmp_path):
     good = path.read_text().replace("oracle: kernels.py:wrong_exp\n", "")
     path.write_text(good)
     assert CliRunner().invoke(main, ["validate", "--gradcheck", str(path)]).exit_code == 0
+
+
+def test_tune_proposes_per_gradient_and_writes_the_largest(tmp_path):
+    """A deliberately off-by-rounding hand-written backward: grad[a] = dy * b computed in float16 and widened
+    back, so grad[a] errs by about 2**-11 relative and grad[b] (exact) not at all."""
+    (tmp_path / "kernels.py").write_text(
+        (SPECS / "kernels.py").read_text()
+        + "\n\ndef mul_bwd_half(dy, a, b):\n    return (dy.half() * b.half()).float(), dy * a\n"
+    )
+    spec = tmp_path / "hand.yaml"
+    text = (SPECS / "hand.yaml").read_text().replace("kernels.py:mul_backward", "kernels.py:mul_bwd_half")
+    spec.write_text(text.replace("category: arithmetic", "category: composite"))
+    result = CliRunner().invoke(
+        main, ["tune", str(spec), "--seeds", "2", "--no-isolation", "--write"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[2]: line.split() for line in result.output.splitlines() if line.startswith("hand_mul ")}
+    assert {"diff1[grad[a]]", "diff1[grad[b]]", "diff1"} <= set(rows)
+    a, b = float(rows["diff1[grad[a]]"][-3]), float(rows["diff1[grad[b]]"][-3])
+    # rounding dy, b and their product to float16: |error| <= 3 * 2**-11 relative, mean about a third of it;
+    # x margin 2, stepped up to 1-2-5: between 2e-4 and 5e-3
+    assert 2e-4 <= a <= 5e-3 and b < a
+    written = spec.read_text()
+    assert f"diff1: {rows['diff1[grad[a]]'][-3]}" in written  # the largest over the outputs
+
+
+def _installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.value == "acceptance.pytest_plugin" for ep in entry_points(group="pytest11"))
+
+
+def test_pytest_plugin_runs_backward_cases(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    specs = pytester.mkdir("specs")
+    (specs / "kernels.py").write_text(
+        (SPECS / "kernels.py").read_text() + "\n\ndef mul_bwd_wrong(dy, a, b):\n    return dy * b, dy * b\n"
+    )
+    (specs / "hand.yaml").write_text((SPECS / "hand.yaml").read_text())
+    (specs / "wrong.yaml").write_text(
+        (SPECS / "hand.yaml").read_text().replace("hand_mul", "wrong_mul").replace("mul_backward", "mul_bwd_wrong")
+    )
+    plugin = () if _installed() else ("-p", "acceptance.pytest_plugin")
+    result = pytester.runpytest(*plugin, "-p", "no:cacheprovider", "--acceptance-no-isolation", "specs")
+    result.assert_outcomes(passed=1, failed=1)
+    assert f"bit_mismatch[grad[b]] {3 * 257} != 0" in result.stdout.str()  # every element, in 3 trials
