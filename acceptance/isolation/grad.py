@@ -59,7 +59,8 @@ class BackwardRef:
         return with_backward(fn, self, hand)
 
 
-#: The last draw of :func:`cotangents`, by (reference, seed, output shapes): a trial's repeated calls draw once.
+#: The last draw of :func:`cotangents`, by what it depends on (distribution, symbols, dtype, seed, output shapes):
+#: a trial's calls in one process (the impl's repeats, the baseline, the oracle) draw once.
 _LAST: dict[tuple[object, ...], tuple[torch.Tensor | None, ...]] = {}
 
 
@@ -68,11 +69,12 @@ def cotangents(outs: Tensors, seed: int, ref: BackwardRef) -> tuple[torch.Tensor
     ``seed`` (taken modulo 2**64), rounded once to ``ref.dtype``, then a fresh copy in ``out_j``'s dtype on its
     device; ``None`` for a non-floating output."""
     shapes = tuple((tuple(o.shape), o.is_floating_point()) for o in outs)
-    drawn = _LAST.get((ref, seed, shapes))
+    key = (ref.cotangent, ref.symbols, ref.dtype, seed, shapes)
+    drawn = _LAST.get(key)
     if drawn is None:
         drawn = _draw(shapes, seed, ref)
         _LAST.clear()
-        _LAST[(ref, seed, shapes)] = drawn
+        _LAST[key] = drawn
     return tuple(
         None if dy is None else dy.to(device=o.device, dtype=o.dtype, copy=True)
         for dy, o in zip(drawn, outs, strict=True)

@@ -426,6 +426,7 @@ class _Fold:
         """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras."""
         if not self.outputs:
             self.outputs = [_Output(self.case.dtype) for _ in t.impl]
+            self.peers.names = backward.output_names(self.case.spec.backward, len(t.impl))
         self.extras.add(t)
         for again in t.repeats if self.atomic else ():
             for a, e in zip(again, t.impl, strict=False):
