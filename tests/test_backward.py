@@ -202,3 +202,17 @@ def test_pytest_plugin_runs_backward_cases(pytester, monkeypatch):
     result = pytester.runpytest(*plugin, "-p", "no:cacheprovider", "--acceptance-no-isolation", "specs")
     result.assert_outcomes(passed=1, failed=1)
     assert f"bit_mismatch[grad[b]] {3 * 257} != 0" in result.stdout.str()  # every element, in 3 trials
+
+
+def test_every_role_gets_the_same_cotangent_values():
+    """The gradient of the identity is dy itself: the float16 role's, the float32 role's and the float64
+    (oracle) role's are the same float16-rounded numbers, and a new seed draws new ones."""
+    ref = BackwardRef(object(), ("x",), ("x",), Normal(0.0, 1.0), (), "float16")  # type: ignore[arg-type]
+    fn = with_backward(lambda x: x.clone(), ref)
+    seed = torch.tensor([7])
+    grads = [fn(torch.zeros(33, dtype=dt), seed)[1] for dt in (torch.float16, torch.float32, torch.float64)]
+    assert [g.dtype for g in grads] == [torch.float16, torch.float32, torch.float64]
+    assert torch.equal(grads[0].double(), grads[2]) and torch.equal(grads[1].double(), grads[2])
+    assert torch.equal(grads[2].half().double(), grads[2])  # float16 values: rounded once to the test dtype
+    assert 0.5 < float(grads[2].std()) < 1.6  # a normal(0, 1) draw of 33 values
+    assert not torch.equal(fn(torch.zeros(33, dtype=torch.float64), torch.tensor([8]))[1], grads[2])
