@@ -99,6 +99,7 @@ def test_module_parameters_and_torch_compile(tmp_path):
     (case,) = res.cases
     assert code == 0 and case.verdict == "pass", case.reasons + [case.error or ""]
     assert case.output_names == ["", "grad[x]", "grad[proj.weight]", "grad[proj.bias]"]
+    assert case.warnings == []  # compiled once, with the parameters requiring grad: no recompilation
 
 
 def _write(tmp_path: Path, body: str) -> Path:

@@ -139,9 +139,9 @@ def with_backward(fn: Callable, ref: BackwardRef, hand: Callable | None = None) 
                 raise ValueError(f"impl_backward returned {len(grads)} gradients, backward.wrt names {len(ref.wrt)}")
             return (*outs, *grads)
         leaves = tuple(a.detach().requires_grad_(True) if ref.names[k] in ref.wrt else a for k, a in enumerate(inputs))
-        if isinstance(fn, Adapter) and fn.module is None and params_wrt:
-            fn.setup(*inputs, **params)
         with torch.enable_grad():
+            if isinstance(fn, Adapter) and fn.module is None and params_wrt:
+                fn.setup(*leaves, **params)  # built, compiled and warmed up on leaves that require grad
             outs = _as_tuple(fn(*leaves, **params), "the forward")
             own = _parameters(fn, params_wrt)
             targets = [leaves[index[w]] if w in index else own[w] for w in ref.wrt]
