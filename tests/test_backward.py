@@ -217,3 +217,10 @@ def test_every_role_gets_the_same_cotangent_values():
     assert torch.equal(grads[2].half().double(), grads[2])  # float16 values: rounded once to the test dtype
     assert 0.5 < float(grads[2].std()) < 1.6  # a normal(0, 1) draw of 33 values
     assert not torch.equal(fn(torch.zeros(33, dtype=torch.float64), torch.tensor([8]))[1], grads[2])
+
+
+def test_bench_times_the_forward_and_the_gradients(tmp_path):
+    result = CliRunner().invoke(main, ["bench", str(SPECS / "hand.yaml"), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (case,) = results_mod.load(tmp_path / "results.json").cases
+    assert case.perf is not None and case.perf.median_s > 0 and case.perf.runs >= 1
