@@ -98,6 +98,7 @@ def _draw(
 
 
 def _as_tuple(value: object, what: str) -> Tensors:
+    """A callable's result as a tuple of tensors; ``TypeError`` naming ``what`` gave anything else."""
     outs = tuple(value) if isinstance(value, (tuple, list)) else (value,)
     for k, out in enumerate(outs):
         if not isinstance(out, torch.Tensor):
