@@ -103,11 +103,19 @@ def params_text(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
+def output_label(output: int, name: str | None = None) -> str:
+    """How reports name an output: its name where the spec gives one (a gradient: ``grad[x]``), else
+    ``output k``."""
+    return name or f"output {output}"
+
+
 def metric_name(criterion: Criterion) -> str:
     """The metric as reports name it: ``dual-delta max_hyb`` for a dual-delta gate, with ``[output i]``
-    appended for outputs other than the first."""
+    (``[grad[x]]`` for a named output) appended for outputs other than the first unnamed one."""
     name = f"dual-delta {criterion.metric}" if criterion.kind == "dual_delta" else criterion.metric
-    return name if criterion.output == 0 else f"{name}[output {criterion.output}]"
+    if criterion.output == 0 and not criterion.output_name:
+        return name
+    return f"{name}[{output_label(criterion.output, criterion.output_name)}]"
 
 
 _FAILED_OP = {"<=": ">", ">=": "<", "==": "!="}
@@ -127,7 +135,11 @@ def criterion_text(criterion: Criterion) -> str:
     if criterion.kind in ("vacuity", "determinism"):
         return one_line(_rule_text(criterion))
     name = metric_name(criterion)
-    where = f"[output {criterion.output}]" if criterion.output else ""
+    where = (
+        f"[{output_label(criterion.output, criterion.output_name)}]"
+        if criterion.output or criterion.output_name
+        else ""
+    )
     if criterion.passed is None:
         return one_line(f"{name} not evaluated" + (f": {criterion.note}" if criterion.note else ""))
     if criterion.passed is False and criterion.kind == "placement":
@@ -202,7 +214,7 @@ def criterion_worst_text(metric: str, w: CriterionWorst) -> str:
 
 def worst_element_text(w: WorstElement) -> str:
     """The worst element in words, values at full precision: index, trial, impl, baseline, oracle, ULP distance."""
-    out = f" of output {w.output}" if w.output else ""
+    out = f" of {output_label(w.output, w.output_name)}" if w.output or w.output_name else ""
     text = (
         f"worst element{out} at {tuple(w.index)} (trial {w.trial}): impl {full(w.evaluated)}, "
         f"baseline {full(w.baseline)}"

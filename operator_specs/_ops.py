@@ -67,3 +67,14 @@ def matmul_q4_0_q8_1_dequantize(w, a):
     wd = ((wf.codes.float() - 8.0) * wf.d[..., None]).reshape(w.shape[0], -1)
     ad = (af.q.float() * af.d[..., None]).reshape(a.shape[0], -1)
     return wd @ ad.T
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last dimension written with torch ops (the composite every fused kernel replaces):
+    ``y = x / sqrt(mean(x^2) + eps) * weight``."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def cross_entropy(logits, target):
+    """``F.cross_entropy(logits, target)``: the mean over rows of ``logsumexp(logits[n]) - logits[n, target[n]]``."""
+    return F.cross_entropy(logits, target)

@@ -283,7 +283,12 @@ def report_run(session: object, res: object, *, note_underpowered: bool = True, 
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-def validate(paths: tuple[Path, ...]) -> None:
+@click.option(
+    "--gradcheck",
+    is_flag=True,
+    help="Also run torch.autograd.gradcheck in float64 on the oracle (and the baseline) of every backward spec.",
+)
+def validate(paths: tuple[Path, ...], gradcheck: bool) -> None:
     """Check specs without running them (default: operator_specs/)."""
     from acceptance import spec
     from acceptance.session.load import load
@@ -291,6 +296,22 @@ def validate(paths: tuple[Path, ...]) -> None:
     specs = load(paths)
     n_cases = len(spec.expand(specs))
     click.echo(f"{len(specs)} specs valid, {n_cases} cases")
+    if gradcheck:
+        _gradcheck(specs)
+
+
+def _gradcheck(specs: list) -> None:
+    """gradcheck every backward spec's oracle; exit 2 naming each spec whose gradients are wrong."""
+    from acceptance.errors import EXIT_USAGE
+    from acceptance.session.gradcheck import check_spec
+
+    checked = [s for s in specs if s.backward is not None]
+    problems = [p for s in checked for p in check_spec(s)]
+    for p in problems:
+        click.secho(p, fg="red", err=True)
+    if problems:
+        sys.exit(EXIT_USAGE)
+    click.echo(f"gradcheck: {len(checked)} backward specs, oracle gradients agree with finite differences")
 
 
 @main.command("list")

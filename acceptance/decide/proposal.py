@@ -107,6 +107,8 @@ class Observation:
     threshold: float
     source: str
     spec_file: str
+    output_name: str | None = None
+    """The output's name where the spec names it (a gradient ``grad[x]``); such an output gets its own proposal."""
 
 
 def _scalar(x) -> float | None:
@@ -157,6 +159,7 @@ def observations(cases: Iterable[CaseResult]) -> list[Observation]:
                     threshold,
                     c.source,
                     case.spec_file,
+                    c.output_name,
                 )
             )
     return out
@@ -260,6 +263,13 @@ class Proposal:
     flaky: str | None = None
     loose: str | None = None
     margin: float = MARGIN
+    output: str | None = None
+    """The named output it is for (a gradient ``grad[x]``); ``None``: the operator's unnamed outputs together."""
+
+    @property
+    def criterion(self) -> str:
+        """The criterion in words: ``diff1`` or, for a named output, ``diff1[grad[x]]``."""
+        return f"{self.metric}[{self.output}]" if self.output else self.metric
 
     def proposed_at(self, symbols: dict[str, int]) -> float:
         """The proposed threshold for a case."""
@@ -356,15 +366,17 @@ def propose(group: list[Observation], *, margin: float = MARGIN, loose: float = 
         flaky,
         wide,
         margin,
+        first.output_name,
     )
     return p
 
 
 def proposals(obs: Iterable[Observation], *, margin: float = MARGIN, loose: float = LOOSE) -> list[Proposal]:
-    """One :class:`Proposal` per operator x dtype x metric, in first-seen order."""
-    groups: dict[tuple[str, str, str], list[Observation]] = defaultdict(list)
+    """One :class:`Proposal` per operator x dtype x metric, and per named output (each gradient of a ``backward``
+    spec on its own), in first-seen order."""
+    groups: dict[tuple[str, str, str, str | None], list[Observation]] = defaultdict(list)
     for o in obs:
-        groups[(o.operator, o.dtype, o.metric)].append(o)
+        groups[(o.operator, o.dtype, o.metric, o.output_name)].append(o)
     return [propose(g, margin=margin, loose=loose) for g in groups.values()]
 
 
@@ -385,7 +397,7 @@ class TuneResult:
         for p in self.proposals:
             for kind, text in (("flaky", p.flaky), ("loose", p.loose)):
                 if text:
-                    out.append(f"{p.operator} {p.dtype} {p.metric}: {kind}: {text}")
+                    out.append(f"{p.operator} {p.dtype} {p.criterion}: {kind}: {text}")
         return out
 
     @property
@@ -416,7 +428,7 @@ class TuneResult:
                 (
                     p.operator,
                     p.dtype,
-                    f"{p.metric} <=",
+                    f"{p.criterion} <=",
                     p.current_text,
                     p.source,
                     fmt(p.impl.max),

@@ -64,9 +64,17 @@ from acceptance.records import (
     Summary,
     UlpStats,
     Verdict,
+    WorstElement,
 )
 from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
-from acceptance.wording import criterion_text, criterion_worst_text, fmt, fmt_value, worst_element_text
+from acceptance.wording import (
+    criterion_text,
+    criterion_worst_text,
+    fmt,
+    fmt_value,
+    output_label,
+    worst_element_text,
+)
 
 _T = TypeVar("_T")
 
@@ -429,6 +437,7 @@ def dual_delta_criterion(rec: DualDeltaRecord, source: str) -> Criterion:
         kind="dual_delta",
         metric=rec.metric,
         output=rec.output,
+        output_name=rec.output_name,
         value=rec.ratio.median if rec.ratio is not None else None,
         threshold=rec.factor,
         comparison="non-inferior",
@@ -438,12 +447,23 @@ def dual_delta_criterion(rec: DualDeltaRecord, source: str) -> Criterion:
     )
 
 
+_Named = TypeVar("_Named", Criterion, DualDeltaRecord, WorstElement)
+
+
+def named(items: list[_Named], names: list[str]) -> list[_Named]:
+    """Each record with ``output_name`` set where the case names its output (``names[output]`` non-empty)."""
+    return [
+        x.model_copy(update={"output_name": names[x.output]}) if x.output < len(names) and names[x.output] else x
+        for x in items
+    ]
+
+
 def tolerance_to_pass(criteria: list[Criterion]) -> dict[str, float]:
     """For each failing ``<=``/``==`` threshold, the smallest threshold that would pass: the worst value itself."""
     out: dict[str, float] = {}
     for c in criteria:
         if c.passed is False and c.comparison in ("<=", "==") and isinstance(c.value, (int, float)):
-            key = c.metric if not c.output else f"{c.metric}[{c.output}]"
+            key = c.metric if not c.output else f"{c.metric}[{c.output_name or c.output}]"
             out[key] = max(out.get(key, 0.0), float(c.value))
     return out
 
@@ -626,6 +646,8 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     if case.error is not None:
         verdict, reasons = _error_verdict(case, rules)
         return CaseResult.model_validate({**_flat(case), "verdict": verdict, "reasons": reasons})
+    if case.worst is not None and case.output_names:
+        case = case.model_copy(update={"worst": named([case.worst], case.output_names)[0]})
     outputs = case.outputs
     criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
@@ -634,14 +656,15 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     criteria += invariant_criteria(outputs, rules)
     if rules.diff4:
         criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
+    criteria = named(criteria, case.output_names)
     reasons = [criterion_text(c) for c in criteria if c.passed is False]
-    records = [dual_delta_gate(rec) for rec in case.dual_delta]
+    records = named([dual_delta_gate(rec) for rec in case.dual_delta], case.output_names)
     defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
     for rec in records:
         source = f"{rules.category} default" if rec.metric in defaults else "spec override"
         source = rules.dual_delta.sources.get(rec.metric, source) if rules.dual_delta else source
         criteria.append(dual_delta_criterion(rec, source))
-        where = f" [output {rec.output}]" if rec.output else ""
+        where = f" [{output_label(rec.output, rec.output_name)}]" if rec.output or rec.output_name else ""
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
     rule_criteria = vacuity_criteria(case, strict=strict) + determinism_criteria(case)
     criteria += rule_criteria

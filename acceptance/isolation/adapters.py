@@ -232,6 +232,10 @@ class Adapter:
         self._compiled: _Compiled | None = None
         self._notes: list[str] = []
         self._calls = 0
+        self.trainable: tuple[str, ...] = ()
+        """Parameters of a module built with ``requires_grad`` (the gradients a ``backward`` spec checks)."""
+        self.module: torch.nn.Module | None = None
+        """The module the last setup built (``None``: not a module declaration, or not set up yet)."""
 
     def __repr__(self) -> str:
         kind = next((k for k in ("module", "onnx", "fn") if k in self.decl), "fn")
@@ -263,7 +267,11 @@ class Adapter:
         floating = next((t for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
         device = tensors[0].device if tensors else torch.device("cpu")
         module = copy.deepcopy(self._master).to(device)
-        return module.to(floating.dtype) if floating is not None else module
+        module = module.to(floating.dtype) if floating is not None else module
+        for name, p in module.named_parameters():
+            p.requires_grad_(name in self.trainable)
+        self.module = module
+        return module
 
     def _onnx(self) -> Callable:
         try:

@@ -57,7 +57,7 @@ from acceptance.records import (
     UlpStats,
 )
 from acceptance.records.base import JSON
-from acceptance.spec import Case, Rules
+from acceptance.spec import Case, Rules, backward
 from acceptance.spec.defaults import DualDeltaSettings
 from acceptance.spec.inputs import Recipe
 
@@ -463,6 +463,7 @@ class _Fold:
         """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras."""
         if not self.outputs:
             self.outputs = [_Output(self.case.dtype) for _ in t.impl]
+            self.peers.names = backward.output_names(self.case.spec.backward, len(t.impl))
         self.extras.add(t)
         for again in t.repeats if self.atomic else ():
             for a, e in zip(again, t.impl, strict=False):
@@ -497,6 +498,9 @@ class _Fold:
             atomic_spread=self.spread if self.atomic else None,
             dual_delta=records,
             timing=timing,
+            output_names=backward.output_names(self.case.spec.backward, len(outputs))
+            if self.case.spec.backward
+            else [],
             **self.extras.fields(),
             warnings=warnings,
         )

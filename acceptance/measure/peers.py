@@ -67,6 +67,8 @@ class Peers:
     elements: int = 0
     dynamo: list[str] = field(default_factory=list)
     flash: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    """Output names where the spec names them (``grad[x]``; ``""``: by index)."""
 
     def add(
         self,
@@ -80,7 +82,8 @@ class Peers:
     ) -> None:
         """Fold in one trial of one output; ``eo``/``bo`` are the metrics of impl and baseline against the oracle;
         ``f64``: where float64 copies of e and b may already be."""
-        where = f"trial {trial}" + (f", output {out}" if out else "")
+        name = self.names[out] if out < len(self.names) else ""
+        where = f"trial {trial}" + (f", {name}" if name else f", output {out}" if out else "")
         rtol, atol = ASSERT_CLOSE_TOLERANCES.get(self.dtype, (0.0, 0.0))
         bad = _mismatches(e, b, rtol, atol, f64)
         self.close_fail += bad > 0

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 from acceptance.formats import presets
 from acceptance.formats.layouts import LayoutRef
 from acceptance.formats.roleref import RoleRef, fresh
+from acceptance.isolation import grad
 from acceptance.isolation.adapters import AdapterRef, default_roles
 from acceptance.measure import determinism
 from acceptance.measure.engine import Trial
@@ -53,7 +54,9 @@ def layouts(case: Case) -> dict[str, str]:
 
 
 def wrap_roles(impl: RoleRef, baseline: RoleRef, oracle: RoleRef, case: Case) -> tuple[RoleRef, ...]:
-    """(impl, baseline, oracle) references of ``case`` with its layouts and emulation applied."""
+    """(impl, baseline, oracle) references of ``case`` with its gradients
+    (:func:`acceptance.isolation.grad.wrap_roles`), layouts and emulation applied."""
+    impl, baseline, oracle = grad.wrap_roles(impl, baseline, oracle, case)
     if layouts(case):
         impl = LayoutRef(impl, tuple(inp.layout for inp in case.spec.inputs))
     return emulation.wrap_roles(impl, baseline, oracle, case.spec.emulate.get(case.dtype))

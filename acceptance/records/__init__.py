@@ -159,6 +159,8 @@ class Criterion(_Model):
     """The metric (for 'dual_delta', the metric of the record)."""
     output: int = 0
     """Output index of the operator."""
+    output_name: str | None = None
+    """The output's name where the spec names it (a gradient: ``grad[x]``); null: reported as ``output k``."""
     value: MetricValue = None
     """The worst value over trials (diff3: [m1, m2]; diff4: [p1, p2, n]; dual_delta: the median paired ratio
     delta_1/delta_2)."""
@@ -186,6 +188,8 @@ class WorstElement(_Model):
 
     output: int = 0
     """Output index."""
+    output_name: str | None = None
+    """The output's name where the spec names it (a gradient: ``grad[x]``)."""
     trial: int
     """Trial it occurred in."""
     index: list[int]
@@ -251,6 +255,8 @@ class DualDeltaRecord(_Model):
     """The error metric (a scalar error of the metric registry)."""
     output: int = 0
     """Output index."""
+    output_name: str | None = None
+    """The output's name where the spec names it (a gradient: ``grad[x]``)."""
     trials: int
     """Trials analysed."""
     delta_impl: list[JFloat]
@@ -464,6 +470,9 @@ class MeasuredCase(_Model):
     oracle_range: str | None = None
     """Where the oracle leaves the test dtype's range, in words."""
     layouts: dict[str, str] = {}
+    output_names: list[str] = []
+    """Per output, its name where the spec names it (``grad[x]`` for a ``backward`` spec's gradients; ``""`` for
+    a forward output); empty: no output is named."""
     """Inputs the impl got in a non-contiguous memory layout."""
     dual_delta: list[DualDeltaRecord] = []
     """Dual-delta analyses, one per (output, metric), not yet gated (Holm over the run comes later)."""
@@ -551,6 +560,9 @@ class CaseResult(_Model):
     oracle_range: str | None = None
     """Where the oracle leaves the test dtype's range (overflow, underflow, subnormal results), in words."""
     layouts: dict[str, str] = {}
+    output_names: list[str] = []
+    """Per output, its name where the spec names it (``grad[x]`` for a ``backward`` spec's gradients; ``""`` for
+    a forward output); empty: no output is named."""
     """Inputs the impl got in a non-contiguous memory layout: input name -> layout."""
     diff4_counts: list[Diff4Counts] = []
     """Per output: the counts behind the diff4 rule."""

@@ -35,7 +35,16 @@ from acceptance.records import VERDICT_ORDER, CaseResult, Criterion, DualDeltaRe
 from acceptance.report import perf, svg
 from acceptance.report.buckets import bucket_table
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
-from acceptance.wording import counted, criterion_text, fmt, fmt_value, metric_name, params_text, visible_controls
+from acceptance.wording import (
+    counted,
+    criterion_text,
+    fmt,
+    fmt_value,
+    metric_name,
+    output_label,
+    params_text,
+    visible_controls,
+)
 from acceptance.wording import full as full_precision
 
 #: What a template renders from: names to values (records, strings, markup, lists of rows).
@@ -238,7 +247,7 @@ def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> TemplateCont
         ]
     )
     return {
-        "title": f"{d.metric} (output {d.output}, {counted(d.trials, 'trial')})",
+        "title": f"{d.metric} ({output_label(d.output, d.output_name)}, {counted(d.trials, 'trial')})",
         "passed": d.passed,
         "conclusion": d.conclusion,
         "full": full,
@@ -296,7 +305,7 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> T
         "worst": None
         if w is None
         else [
-            ("output", str(w.output)),
+            ("output", w.output_name or str(w.output)),
             ("trial", str(w.trial)),
             ("index", str(w.index)),
             ("impl", full_precision(w.evaluated)),

@@ -10,7 +10,16 @@ from __future__ import annotations
 import math
 
 from acceptance.records import CaseResult, Criterion, Results
-from acceptance.wording import counted, criterion_text, fmt, one_line, params_text, visible_controls, worst_element_text
+from acceptance.wording import (
+    counted,
+    criterion_text,
+    fmt,
+    one_line,
+    output_label,
+    params_text,
+    visible_controls,
+    worst_element_text,
+)
 
 
 def margin(criterion: Criterion) -> float | None:
@@ -170,7 +179,7 @@ def case_details(case: CaseResult) -> str:
         lines.append("impl input layouts: " + ", ".join(f"{k}: {v}" for k, v in case.layouts.items()))
     for d in case.dual_delta:
         lines.append(
-            f"dual-delta {d.metric} (output {d.output}, {counted(d.trials, 'trial')}): "
+            f"dual-delta {d.metric} ({output_label(d.output, d.output_name)}, {counted(d.trials, 'trial')}): "
             f"{'pass' if d.passed else 'FAIL'}"
             f" - {d.conclusion} (factor {fmt(d.factor)}, alpha {fmt(d.alpha)}, p {fmt(d.p_value)},"
             f" Holm-adjusted p {fmt(d.p_adjusted)})"

@@ -31,6 +31,7 @@ import torch
 
 from acceptance.errors import CaseError
 from acceptance.formats.roleref import RoleRef, fresh
+from acceptance.isolation import grad
 from acceptance.isolation.protocol import ObjectRef
 from acceptance.isolation.worker import Worker
 from acceptance.measure import case as measuring
@@ -164,6 +165,12 @@ def _budget(case: Case, options: TimerOptions) -> float:
     return case.spec.timeout * calls + options.warmup_time + options.min_time
 
 
+def _with_gradients(ref: CallableRef, case: Case, role: str) -> RoleRef:
+    """``ref`` as a ``backward`` spec's role runs (forward and gradients: what is timed); ``ref`` otherwise."""
+    impl, baseline, _ = grad.wrap_roles(ref, ref, ref, case)
+    return impl if role == "impl" else baseline
+
+
 def time_case(case: Case, bencher: Bencher, copy_gbps: float | None) -> PerfRecord:
     """Time the impl of a case (and its ``perf.baseline``) on the impl's inputs of trial 0."""
     made = generate(case, 0)
@@ -171,13 +178,12 @@ def time_case(case: Case, bencher: Bencher, copy_gbps: float | None) -> PerfReco
     spec = case.spec
     budget = _budget(case, bencher.options)
     # the timing loop takes a module:attr impl; a declared one fails where the worker resolves it (the case's error)
-    impl = cast(str, spec.impl)
-    warm, runs = bencher.time("impl", CallableRef(impl, str(spec.path)), args, case.params_for("impl"), timeout=budget)
+    impl = _with_gradients(CallableRef(cast(str, spec.impl), str(spec.path)), case, "impl")
+    warm, runs = bencher.time("impl", impl, args, case.params_for("impl"), timeout=budget)
     baseline_runs = None
     if spec.perf and spec.perf.get("baseline"):
-        _, baseline_runs = bencher.time(
-            "perf baseline", CallableRef(spec.perf["baseline"], str(spec.path)), args, case.params, timeout=budget
-        )
+        perf_baseline = _with_gradients(CallableRef(spec.perf["baseline"], str(spec.path)), case, "baseline")
+        _, baseline_runs = bencher.time("perf baseline", perf_baseline, args, case.params, timeout=budget)
     return perf_record(case, bencher.device, warm, runs, baseline_runs, copy_gbps)
 
 

@@ -85,10 +85,20 @@ def apply(text: str, edits: Iterable[Edit]) -> str:
 
 
 def edits_for(proposals: Iterable[Proposal]) -> dict[Path, list[Edit]]:
-    """Per spec file, the edits that set every proposal."""
-    out: dict[Path, list[Edit]] = {}
+    """Per spec file, the edits that set every proposal. A spec's threshold holds for every output, so the
+    proposals of one dtype and metric for several outputs (a ``backward`` spec's gradients) become one edit:
+    the largest number among them (an expression, when one is proposed, is kept as the first proposed)."""
+    chosen: dict[tuple[Path, str, str], float | str] = {}
     for p in proposals:
-        out.setdefault(Path(p.spec_file), []).append(Edit(p.dtype, p.metric, p.proposed))
+        key = (Path(p.spec_file), p.dtype, p.metric)
+        old = chosen.get(key)
+        if old is None or (isinstance(old, float) and isinstance(p.proposed, float) and p.proposed > old):
+            chosen[key] = p.proposed
+        elif isinstance(old, float) and isinstance(p.proposed, str):
+            chosen[key] = p.proposed
+    out: dict[Path, list[Edit]] = {}
+    for (path, dtype, metric), value in chosen.items():
+        out.setdefault(path, []).append(Edit(dtype, metric, value))
     return out
 
 

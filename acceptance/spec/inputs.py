@@ -52,6 +52,7 @@ import torch
 from acceptance.formats import dtypes, quant
 from acceptance.spec import Case, Choice, Dist, Normal, RandInt, Sparse, Specials, Uniform, value_of
 from acceptance.spec.axes import preset_dist
+from acceptance.spec.backward import cotangent_seed
 
 
 def case_seed(spec_seed: int, case_id: str, trial: int) -> int:
@@ -113,7 +114,8 @@ def generate(case: Case, trial: int) -> list[torch.Tensor] | RoleInputs:
     Float inputs are in the test dtype (drawn in float64, rounded once with
     round-to-nearest-even); integer/bool inputs are in their fixed dtype.
     Bit-identical on every machine for the same spec, case id and trial.
-    A spec with a quantized input gets a :class:`RoleInputs` pair instead.
+    A spec with a quantized input gets a :class:`RoleInputs` pair instead. A spec with ``backward`` gets one
+    more tensor last: the trial's cotangent seed (int64, one element; :func:`acceptance.spec.backward.cotangent_seed`).
     """
     seed = case_seed(case.spec.seed, case.id, trial)
     tensors = []
@@ -132,6 +134,9 @@ def generate(case: Case, trial: int) -> list[torch.Tensor] | RoleInputs:
             flat = torch.from_numpy(values.astype(np.int64)).to(dtypes.torch_dtype(inp.dtype))
         # an empty draw gets fresh row-major strides (numpy gives empty results stride 0)
         tensors.append(flat.reshape(shape) if flat.numel() else torch.empty(shape, dtype=flat.dtype))
+        reference.append(tensors[-1])
+    if case.spec.backward is not None:  # the trial's cotangent seed, drawn by every role alike (spec/backward.py)
+        tensors.append(torch.tensor([cotangent_seed(seed)], dtype=torch.int64))
         reference.append(tensors[-1])
     if any(inp.quant is not None for inp in case.spec.inputs):
         return RoleInputs(tensors, reference)

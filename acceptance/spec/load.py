@@ -9,6 +9,7 @@ from typing import Annotated, cast
 
 from pydantic import TypeAdapter, ValidationError
 
+from acceptance.spec import backward
 from acceptance.spec import emulation as emulate_section
 from acceptance.spec.axes import case_specs
 from acceptance.spec.checks import (
@@ -88,6 +89,7 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
         deterministic=model.deterministic,
         tier=model.tier,
+        backward=backward.build(model),
         perf=cast(PerfSection, {k: v for k, v in dict(model.perf).items() if v is not None})
         if model.perf is not None
         else None,
@@ -185,6 +187,8 @@ def _validate(
             + memory_problems(spec)
             + override_problems(spec)
             + perf_problems(spec)
+            + backward.backward_problems(spec)
+            + backward.impl_backward_problems(model)
             + emulate_section.emulation_problems(
                 model.emulate, spec.dtypes, spec.params, [c.params for c in spec.cases]
             )

@@ -192,6 +192,21 @@ class PerfSection(TypedDict, total=False):
 
 
 @dataclass(frozen=True)
+class Backward:
+    """The ``backward`` section: the gradients checked besides the forward outputs.
+
+    ``wrt``: input names, or parameter names of an ``nn.Module`` impl, in the order the gradient outputs
+    ``grad[name]`` follow the forward outputs; ``cotangent``: the distribution the output gradients are
+    drawn from (rounded once to the test dtype, as inputs are); ``impl_backward``: ``module:attr`` of a
+    hand-written backward ``fn(dy, *inputs, **params)`` returning one gradient per ``wrt`` entry (``None``:
+    autograd through the impl)."""
+
+    wrt: tuple[str, ...]
+    cotangent: Dist
+    impl_backward: str | None = None
+
+
+@dataclass(frozen=True)
 class OperatorSpec:
     """A validated spec file. ``impl``/``baseline`` are ``module:attr`` references
     (resolve with :func:`resolve_callable`); ``oracle`` is a reference, a mapping
@@ -235,6 +250,8 @@ class OperatorSpec:
     """The spec's ``invariants`` section as written (``None``: the built-in function's defaults)."""
     role_params: dict[str, dict[str, JSONValue]] = field(default_factory=dict)
     """``impl_params``/``baseline_params``/``oracle_params`` of the spec, by role (roles without any left out)."""
+    backward: Backward | None = None
+    """The gradients checked besides the forward outputs (:mod:`acceptance.spec.backward`); ``None``: forward only."""
 
 
 @dataclass(frozen=True)

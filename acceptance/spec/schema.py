@@ -462,6 +462,18 @@ class _OverrideModel(_Model):
         return self
 
 
+# --------------------------------------------------------------------------- backward (gradient kernels)
+
+
+class _BackwardModel(_Model):
+    """``backward:``: the gradients checked (``wrt``: input names, or parameter names of a module impl) and how
+    the output gradients are drawn (``cotangent``, a distribution; default ``normal: [0, 1]``). The meaning
+    and the checks against the rest of the spec are :mod:`acceptance.spec.backward`'s."""
+
+    wrt: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    cotangent: _DistModel | None = None
+
+
 class SpecModel(_Model):
     """A whole spec file."""
 
@@ -496,3 +508,5 @@ class SpecModel(_Model):
     deterministic: bool | None = None
     tier: Annotated[str, AfterValidator(_check_tier)] = "default"
     perf: _PerfModel | None = None
+    backward: _BackwardModel | None = None
+    impl_backward: Ref | None = None
