@@ -290,12 +290,16 @@ def _ulp_elements_criterion(out: int, u: UlpStats, rules: Rules) -> Criterion:
     )
 
 
-def invariant_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[Criterion]:
-    """The output invariants (:mod:`acceptance.numerics.invariants`), one criterion per output when any is
-    declared: value = 1 when the impl broke one (``note`` = the first violating element), 0 otherwise. A broken
-    invariant fails the case whatever the floors and factors allow: no rounding leaves a function's range."""
+def invariant_criteria(
+    outputs: list[OutputMeasurement], rules: Rules, names: list[str] | None = None
+) -> list[Criterion]:
+    """The output invariants (:mod:`acceptance.numerics.invariants`), one criterion per forward output when any
+    is declared (``names``: the outputs' names, a gradient's ``grad[x]`` has no invariant): value = 1 when the
+    impl broke one (``note`` = the first violating element), 0 otherwise. A broken invariant fails the case
+    whatever the floors and factors allow: no rounding leaves a function's range."""
     if not rules.invariants.any():
         return []
+    names = names or [""] * len(outputs)
     return [
         Criterion(
             kind="invariant",
@@ -309,6 +313,7 @@ def invariant_criteria(outputs: list[OutputMeasurement], rules: Rules) -> list[C
             note=o.invariant,
         )
         for out, o in enumerate(outputs)
+        if not (names[out] if out < len(names) else "")
     ]
 
 
@@ -653,7 +658,7 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     if rules.ulp_check:
         per_trial = case.compared // max(case.trials * len(outputs), 1) if case.compared is not None else None
         criteria += ulp_criteria(outputs, rules, per_trial)
-    criteria += invariant_criteria(outputs, rules)
+    criteria += invariant_criteria(outputs, rules, case.output_names)
     if rules.diff4:
         criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
     criteria = named(criteria, case.output_names)

@@ -116,6 +116,7 @@ class _Output:
     oracle_constant: bool = True
     element_worst: dict[str, CriterionWorst] = field(default_factory=dict)
     invariant: str | None = None
+    forward: bool = True  # the op's own output: its invariants hold; a gradient (``grad[x]``) has none
 
     def __post_init__(self) -> None:
         self.diagnosis = Diagnosis(self.dtype)
@@ -163,7 +164,7 @@ class _Output:
             if held is None or w.error > held.error:
                 self.element_worst[measure] = w
         peers.add(t.index, out, e, b, eo, bo, batch.float64)
-        if self.invariant is None and rules.invariants.any():
+        if self.forward and self.invariant is None and rules.invariants.any():
             x = t.inputs[0] if len(t.inputs) == 1 else None
             found = invariants.first_violation(rules.invariants, e, o, self.dtype, x)
             self.invariant = f"trial {t.index}: {found}" if found else None
@@ -462,8 +463,8 @@ class _Fold:
     def add(self, t: engine.Trial) -> None:
         """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras."""
         if not self.outputs:
-            self.outputs = [_Output(self.case.dtype) for _ in t.impl]
             self.peers.names = backward.output_names(self.case.spec.backward, len(t.impl))
+            self.outputs = [_Output(self.case.dtype, forward=not name) for name in self.peers.names]
         self.extras.add(t)
         for again in t.repeats if self.atomic else ():
             for a, e in zip(again, t.impl, strict=False):
