@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import torch
 
 from acceptance.errors import CaseError
-from acceptance.isolation import WORKER_THREADS
+from acceptance.isolation import WORKER_THREADS, reaper
 from acceptance.isolation.forkserver import signal_name
 from acceptance.isolation.protocol import (
     Answer,
@@ -179,10 +179,12 @@ class Worker:
         if proc is not None:
             try:
                 if proc.pid is not None:  # always, once started
+                    reaper.kill_descendants(proc.pid)  # what the code under test started, daemons included
                     os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             proc.join(5)
+            reaper.sweep_workers_parent()  # what it left behind if it had died first
         if conn is not None:
             conn.close()
         self._proc = self._conn = None
@@ -411,6 +413,8 @@ class Batch:
             if isinstance(answer, InputsFailed):
                 raise CaseError(answer.cause)
             if isinstance(answer, Broke):
+                if answer.ended:
+                    self.worker.close()
                 raise CaseError(f"{role} {answer.cause} in trial {trial}")
             if isinstance(answer, Wrote):
                 files = answer.files

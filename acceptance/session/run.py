@@ -23,6 +23,7 @@ import torch
 from acceptance.cache import ReferenceCache
 from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
+from acceptance.isolation import reaper
 from acceptance.isolation.worker import WORKER_THREADS
 from acceptance.protocols import CaseObserver, Executor
 from acceptance.records import CaseResult, MeasuredCase, Results
@@ -196,6 +197,8 @@ class Session:
                         self.measured.append((result, rules_for(case)))
         except KeyboardInterrupt as exc:
             self.stopped = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        finally:
+            reaper.sweep_workers_parent()  # anything the code under test left behind dead workers
 
     # ------------------------------------------------------------------ after the loop
 
