@@ -173,6 +173,8 @@ def run(
     session = Session(options)
     session.prepare(paths)
     cases, done = session.cases, len(session.measured)
+    for note in session.notes:  # journaled cases measured from other content, journal lines skipped
+        click.secho(note, fg="yellow", err=True)
     if done:
         click.echo(f"resuming: {done} of {len(cases)} cases already in {out_dir / JOURNAL}", err=True)
     progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done)

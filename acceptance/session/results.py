@@ -21,7 +21,7 @@ import re
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 from acceptance.errors import OutputError, ResultsError
 from acceptance.isolation import JOURNAL, LOCK
@@ -216,26 +216,41 @@ class OutputFolder:
         self._lock.flush()
         for name in ("results.json", *stale) + (() if resume else (JOURNAL,)):
             (self.path / name).unlink(missing_ok=True)
-        self._journal: TextIO | None = None
+        self._journal: BinaryIO | None = None
 
-    def journaled(self) -> list[MeasuredCase]:
-        """The measured cases of the journal (a line cut short by a crash is dropped)."""
+    def journaled(self) -> tuple[list[tuple[MeasuredCase, dict[str, Any] | None]], list[int]]:
+        """The journal's entries, each a measured case with the content key it was measured from (``None`` in a
+        journal written before keys were), and the numbers (from 1) of the lines that hold no entry (cut short
+        by a crash, or corrupt), which are skipped."""
         path = self.path / JOURNAL
         if not path.exists():
-            return []
-        out = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(MeasuredCase.model_validate_json(line))
-            except ValueError:
+            return [], []
+        out: list[tuple[MeasuredCase, dict[str, Any] | None]] = []
+        bad: list[int] = []
+        for number, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
+            if not line.strip():
                 continue
-        return out
+            try:
+                data = json.loads(line)
+                if isinstance(data, dict) and set(data) == {"key", "case"} and isinstance(data["key"], dict):
+                    out.append((MeasuredCase.model_validate(data["case"]), data["key"]))
+                else:  # a line of a journal written before content keys
+                    out.append((MeasuredCase.model_validate(data), None))
+            except ValueError:  # json.JSONDecodeError, pydantic.ValidationError
+                bad.append(number)
+        return out, bad
 
-    def append(self, case: MeasuredCase) -> None:
-        """Add a measured case to the journal, on disk before this returns."""
+    def append(self, case: MeasuredCase, key: dict[str, Any] | None = None) -> None:
+        """Add a measured case and its content key to the journal, on disk (fsync) before this returns."""
         if self._journal is None:
-            self._journal = open(self.path / JOURNAL, "a", encoding="utf-8")
-        self._journal.write(case.model_dump_json() + "\n")
+            self._journal = open(self.path / JOURNAL, "a+b")
+            if self._journal.tell() > 0:  # a line an earlier run's kill cut short stays a line of its own
+                self._journal.seek(-1, os.SEEK_END)
+                if self._journal.read(1) != b"\n":
+                    self._journal.write(b"\n")
+        measured = case.model_dump_json()
+        line = measured if key is None else f'{{"key": {json.dumps(key, sort_keys=True)}, "case": {measured}}}'
+        self._journal.write(line.encode() + b"\n")
         self._journal.flush()
         os.fsync(self._journal.fileno())
 

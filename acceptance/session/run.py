@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from acceptance.isolation.worker import WORKER_THREADS
 from acceptance.protocols import CaseObserver, Executor
 from acceptance.records import CaseResult, MeasuredCase, Results
 from acceptance.report import REPORTERS, Context
-from acceptance.session import startup
+from acceptance.session import resume, startup
 from acceptance.session.executors import Settings, cache_settings, default_jobs, executor_for
 from acceptance.session.load import load, select_cases, select_tiers
 from acceptance.session.observers import FolderGuard, Journal, Sanitizer
@@ -86,6 +87,7 @@ class Session:
         self.messages: list[str] = []  # what went wrong without stopping the run (a reporter that broke)
         self.stopped: int | None = None  # the exit code of an interrupted run
         self._reports_loading = False  # the reports' modules are being imported in a thread
+        self.notes: list[str] = []  # what a resumed run says about the journal (cases re-run, lines skipped)
 
     # ------------------------------------------------------------------ before the loop
 
@@ -138,8 +140,23 @@ class Session:
             self.close()
             raise
         if o.resume and self.folder is not None:
-            journaled = {c.id: c for c in self.folder.journaled()}
-            self.measured = [(journaled[c.id], rules_for(c)) for c in self.cases if c.id in journaled]
+            self._resume(self.folder)
+
+    def _resume(self, folder: OutputFolder) -> None:
+        """Reuse the journaled cases whose content is unchanged (:func:`acceptance.session.resume.reuse`); say
+        why the others run again, and which journal lines were skipped, in :attr:`notes`."""
+        entries, bad = folder.journaled()
+        if bad:
+            shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+            self.notes.append(f"resume: {len(bad)} journal line(s) skipped: not a journal record (line {shown})")
+        reused, self.notes[len(self.notes) :] = resume.reuse(self.cases, entries, self.keys)
+        by_id = {m.id: m for m in reused}
+        self.measured = [(by_id[c.id], rules_for(c)) for c in self.cases if c.id in by_id]
+
+    @functools.cached_property
+    def keys(self) -> resume.Keys:
+        """The content keys of this run's cases (:class:`acceptance.session.resume.Keys`), for the journal."""
+        return resume.Keys(self.options, self.device)
 
     @property
     def todo(self) -> list[Case]:
@@ -169,7 +186,7 @@ class Session:
         if not o.isolate and o.out is not None:  # a worker checks the folder around each of its calls itself
             own.append(FolderGuard(o.out))
         if self.folder is not None:
-            own.append(Journal(self.folder))
+            own.append(Journal(self.folder, self.keys))
         return own + self.observers
 
     # ------------------------------------------------------------------ the loop
