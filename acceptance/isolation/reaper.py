@@ -116,6 +116,16 @@ def _reap() -> None:
             return
 
 
+def _reap_all(deadline: float) -> None:
+    """Reap this process's children until none is left (those just killed exit within moments), so that none is
+    left a zombie for the code under test's next ``os.wait()`` to collect instead of its own child."""
+    while time.monotonic() <= deadline:
+        _reap()
+        if not children(os.getpid()):
+            return
+        time.sleep(0.001)
+
+
 def kill_descendants(root: int | None = None) -> list[int]:
     """``SIGKILL`` every process below ``root`` (default: this process, which then also reaps them), round after
     round until none is left (a killed process's children are handed up, to ``root`` when it is a subreaper); the
@@ -129,6 +139,8 @@ def kill_descendants(root: int | None = None) -> list[int]:
             _reap()
         found = descendants(root)
         if not found or time.monotonic() > deadline:
+            if mine and killed:
+                _reap_all(deadline)
             return sorted(killed)
         for pid in found:
             try:

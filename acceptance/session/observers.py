@@ -69,7 +69,12 @@ class Journal(Observer):
 
     def __init__(self, folder: OutputFolder, keys: Callable[[Case], dict[str, JSONValue]] | None = None):
         self.folder, self.keys = folder, keys
+        #: the cases journaled by this run, in order: a signal that stops the loop after a case is journaled but
+        #: before the loop kept it loses nothing (:meth:`acceptance.session.run.Session.measure`)
+        self.recorded: list[tuple[Case, MeasuredCase]] = []
 
     def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
-        self.folder.append(result, self.keys(case) if self.keys is not None else None)
+        key = self.keys(case) if self.keys is not None else None
+        self.recorded.append((case, result))  # first: a signal in the middle of the write keeps it too
+        self.folder.append(result, key)
         return result

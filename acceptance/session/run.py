@@ -13,7 +13,9 @@ import dataclasses
 import functools
 import hashlib
 import importlib
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
@@ -214,8 +216,20 @@ class Session:
                         self.measured.append((result, rules_for(case)))
         except KeyboardInterrupt as exc:
             self.stopped = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+            self._keep_journaled(observers)
         finally:
             reaper.sweep_workers_parent()  # anything the code under test left behind dead workers
+
+    def _keep_journaled(self, observers: list[CaseObserver]) -> None:
+        """After a stop: every case the journal holds from this run is kept, also one whose observers the signal
+        interrupted after its journal line was written (the journal is what ``--resume`` trusts, and the record
+        must not hold less)."""
+        kept = {m.id for m, _ in self.measured}
+        for journal in (o for o in observers if isinstance(o, Journal)):
+            for case, result in journal.recorded:
+                if result.id not in kept:
+                    self.measured.append((result, rules_for(case)))
+                    kept.add(result.id)
 
     # ------------------------------------------------------------------ after the loop
 
@@ -279,13 +293,48 @@ class Session:
             startup.meanwhile(_prepare_reports)  # the reports' modules and template, ready when the run ends
         startup.freeze()
         try:
-            self.measure(executor, around)
-            res = self.results(self.decide(), start=start, end=provenance.now())
+            with _signals(Terminated):
+                self.measure(executor, around)
+            with _signals(self._stop_later):  # the finished cases are recorded whatever comes now
+                res = self.results(self.decide(), start=start, end=provenance.now())
+                self.write(res)
         except BaseException:
             self.close()
             raise
-        self.write(res)
         return res
+
+    def _stop_later(self, signum: int) -> None:
+        """A SIGINT or SIGTERM once the measuring is over: the run is recorded as stopped (when its record is not
+        made yet), and its results and reports are still written."""
+        if self.stopped is None:
+            self.stopped = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+
+
+@contextlib.contextmanager
+def _signals(action: Callable[[int], object] | type[Terminated]) -> Iterator[None]:
+    """SIGTERM (what CI sends on cancel) and, but for :class:`Terminated`, SIGINT handled by ``action`` while the
+    block runs (``Terminated``: raised, so that the case loop stops as on Ctrl-C); in the main thread only, and
+    only where the signal has no handler of the caller's. The handlers before are restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if action is Terminated:
+            raise Terminated()
+        action(signum)
+
+    previous = {}
+    wanted = (signal.SIGTERM,) if action is Terminated else (signal.SIGTERM, signal.SIGINT)
+    for sig in wanted:
+        current = signal.getsignal(sig)
+        if current in (signal.SIG_DFL, signal.default_int_handler) or action is not Terminated:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _prepare_reports() -> None:

@@ -30,16 +30,37 @@ def _late_writer(name: str) -> None:
     (_traces() / f"{name}.wrote").write_text("late")
 
 
+def _started(name: str) -> None:
+    """Wait until the process left behind as ``name`` has recorded its pid (so that a test can look for it)."""
+    deadline = time.monotonic() + 10
+    while not (_traces() / f"{name}.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def good(x):
     return x * 2
 
 
+#: The factor of :func:`counted`; a test rewrites this line to change the kernel's code.
+SCALE = 2.0
+
+
 def counted(x):
-    """``x * LIFECYCLE_SCALE`` (default 2), one line appended to ``LIFECYCLE_DIR/calls`` per call."""
+    """``x * SCALE``; appends the call's input size to ``LIFECYCLE_DIR/calls`` (one line per call)."""
     with open(_traces() / "calls", "a") as fh:
-        fh.write("call\n")
+        fh.write(f"{x.numel()}\n")
     time.sleep(float(os.environ.get("LIFECYCLE_SLEEP", "0")))
-    return x * float(os.environ.get("LIFECYCLE_SCALE", "2"))
+    return x * SCALE
+
+
+def reports_its_job(x):
+    """Records the pid of the job process measuring it (its worker's parent) the first time, then waits long
+    enough for a test to kill that job."""
+    mark = _traces() / "job.pid"
+    if not mark.exists():
+        mark.write_text(str(os.getppid()))
+        time.sleep(60)
+    return x * 2
 
 
 def double_fork_daemon(x):
@@ -53,6 +74,7 @@ def double_fork_daemon(x):
                 os._exit(0)
         os._exit(0)
     os.wait()
+    _started("daemon")
     return x * 2
 
 
@@ -60,6 +82,7 @@ def background_child(x):
     """A plain child process left running."""
     code = "import lifecycle; lifecycle._late_writer('child')"
     subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(__file__))
+    _started("child")
     return x * 2
 
 
@@ -74,6 +97,7 @@ def stubborn_grandchild(x):
                 os._exit(0)
         os._exit(0)
     os.wait()
+    _started("grandchild")
     return x * 2
 
 
