@@ -62,7 +62,7 @@ def fork_here() -> None:
     (Linux); elsewhere the job launches its own server."""
     global _forks_itself
     _forks_itself = sys.platform.startswith("linux")
-    reaper.become_subreaper()  # what a worker of this job leaves behind is handed up here (reaper.sweep)
+    reaper.become_subreaper(workers_here=_forks_itself)  # what its dead workers leave is handed up here
 
 
 def start(more: tuple[str, ...] = ()) -> None:

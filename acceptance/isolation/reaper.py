@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -35,11 +36,18 @@ PR_SET_CHILD_SUBREAPER = 36
 GIVE_UP_AFTER = 5.0
 
 
-def become_subreaper() -> bool:
+#: Whether this process forks its workers itself (a job process), rather than from the fork server.
+_workers_here = False
+
+
+def become_subreaper(*, workers_here: bool = False) -> bool:
     """Mark this process a child subreaper: orphaned descendants are re-parented to it, not to init. Whether the
-    platform allowed it (Linux only)."""
+    platform allowed it (Linux only). ``workers_here``: this process forks its workers itself (a job process:
+    :func:`sweep_workers_parent` then looks at its own children)."""
+    global _workers_here
     if not sys.platform.startswith("linux"):
         return False
+    _workers_here = workers_here
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
@@ -190,9 +198,7 @@ def _reap_these(pids: list[int]) -> None:
 def workers_parent() -> int | None:
     """The process this one starts its workers from: itself in a job process
     (:func:`acceptance.isolation.forkserver.fork_here`), else the fork server, when it runs."""
-    from acceptance.isolation import forkserver
-
-    if forkserver._forks_itself:
+    if _workers_here:
         return os.getpid()
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     return getattr(server, "_forkserver_pid", None)
