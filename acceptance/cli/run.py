@@ -64,7 +64,11 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     is_flag=True,
     help="Fail vacuous cases too: nothing compared, or a constant answer where the oracle varies.",
 )
-@click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep the cases already in DIR's journal whose content is unchanged, and run the rest.",
+)
 @click.option(
     "--no-isolation",
     is_flag=True,
