@@ -106,7 +106,7 @@ def test_nothing_the_impl_spawns_outlives_its_case_or_writes_after_it(tmp_path, 
     specs = write_specs(
         tmp_path / "specs",
         {"good": spec_text("good", "good"), "late_thread": spec_text("late_thread", "late_thread")}
-        | {impl: spec_text(impl, impl) for impl in LEFT_BEHIND},
+        | {impl: spec_text(impl, impl) for impl in [*LEFT_BEHIND, "daemon_then_crash"]},
     )
     out, traces = tmp_path / "out", tmp_path / "traces"
     proc = acceptance("run", specs, "--out", out, "--jobs", jobs, "--no-cache", env=env_for(traces, out))
@@ -120,7 +120,9 @@ def test_nothing_the_impl_spawns_outlives_its_case_or_writes_after_it(tmp_path, 
     late = by_op["late_thread"]
     assert late["verdict"] == "error"
     assert "impl left 1 thread(s) running ('Thread-1 (write)'); the worker was ended" in late["error"]
-    pids = {name: int((traces / f"{name}.pid").read_text()) for name in LEFT_BEHIND.values()}
+    # a daemon whose worker then died is handed up past it (to the fork server or the job), and killed there
+    assert by_op["daemon_then_crash"]["error"] == "impl ended the worker process with exit status 3 in trial 0"
+    pids = {name: int((traces / f"{name}.pid").read_text()) for name in [*LEFT_BEHIND.values(), "orphan"]}
     assert not [name for name, pid in pids.items() if running(pid)], "left-behind processes outlived the run"
     time.sleep(4.0)  # past the moment they would have written (lifecycle.LATER = 3 s after they started)
     assert sorted(p.name for p in traces.glob("*.wrote")) == []

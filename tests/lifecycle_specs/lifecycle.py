@@ -111,3 +111,18 @@ def late_thread(x):
 
     threading.Thread(target=write, daemon=True).start()
     return x * 2
+
+
+def daemon_then_crash(x):
+    """A double-forked daemon, then the worker's own end: the daemon is handed up past the dead worker."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            try:
+                _late_writer("orphan")
+            finally:
+                os._exit(0)
+        os._exit(0)
+    os.wait()
+    _started("orphan")
+    os._exit(3)
