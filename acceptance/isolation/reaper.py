@@ -25,6 +25,7 @@ import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import select
 import signal
 import sys
 import time
@@ -193,6 +194,22 @@ def _reap_these(pids: list[int]) -> None:
             os.waitpid(pid, 0)
         except OSError:
             pass
+
+
+def exit_fd(pid: int) -> int | None:
+    """A pidfd of process ``pid`` (Linux 5.3+), readable once it has exited: unlike a pipe it inherited, which a
+    process it forked keeps open after it ends; ``None`` where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def wait_exit(fd: int | None, timeout: float) -> None:
+    """Wait at most ``timeout`` seconds for the process of pidfd ``fd`` (:func:`exit_fd`) to exit (so that what
+    it leaves has been handed up when :func:`sweep` looks); at once for ``None``."""
+    if fd is not None:
+        select.select([fd], [], [], timeout)
 
 
 def workers_parent() -> int | None:
