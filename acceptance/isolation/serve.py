@@ -411,11 +411,20 @@ def _answer(
     return Wrote(", ".join(written)) if written else answer
 
 
+#: Thread names of libraries' idle pools, which run only what is submitted to them and outlive a call by design
+#: (``torch.compile`` leaves both): not counted as threads left running.
+POOL_THREADS = ("ThreadPoolExecutor-", "tqdm_monitor")
+
+
+def _pool_thread(thread: threading.Thread) -> bool:
+    return thread.name.startswith(POOL_THREADS)
+
+
 def _left_threads(before: set[threading.Thread]) -> str:
     """What a call left running of the threads it started, in words ("" when none): such a thread could go on
     writing (to the output folder, to files the run reads) after its case is recorded, so the worker ends (the
     runner kills it at once, and a fresh one takes the next call)."""
-    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive() and not _pool_thread(t)]
     if not left:
         return ""
     names = ", ".join(repr(t.name) for t in left[:5]) + (", ..." if len(left) > 5 else "")
