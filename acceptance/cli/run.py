@@ -82,7 +82,11 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     is_flag=True,
     help="Fail vacuous cases too: nothing compared, or a constant answer where the oracle varies.",
 )
-@click.option("--resume", is_flag=True, help="Keep the cases already in DIR's journal and run only the rest.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep the cases already in DIR's journal whose content is unchanged, and run the rest.",
+)
 @click.option(
     "--no-isolation",
     is_flag=True,
@@ -205,6 +209,8 @@ def run(
     session = Session(options)
     session.prepare(paths)
     cases, done = session.cases, len(session.measured)
+    for note in session.notes:  # journaled cases measured from other content, journal lines skipped
+        click.secho(note, fg="yellow", err=True)
     if done:
         click.echo(f"resuming: {done} of {len(cases)} cases already in {out_dir / JOURNAL}", err=True)
     progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done, strict=strict)

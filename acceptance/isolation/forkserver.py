@@ -14,9 +14,11 @@ import os
 import signal
 import sys
 import time
+import warnings
 from multiprocessing.context import BaseContext
 
 from acceptance.errors import UsageError
+from acceptance.isolation import reaper
 
 #: Modules the fork server imports before it forks anything: this one first (it gives the server its quick exit,
 #: :func:`_quick_exit`), then the spec package (workers and the import check resolve callables with it).
@@ -60,6 +62,7 @@ def fork_here() -> None:
     (Linux); elsewhere the job launches its own server."""
     global _forks_itself
     _forks_itself = sys.platform.startswith("linux")
+    reaper.become_subreaper(workers_here=_forks_itself)  # what its dead workers leave is handed up here
 
 
 def start(more: tuple[str, ...] = ()) -> None:
@@ -135,6 +138,8 @@ def _quick_exit() -> None:  # pragma: no cover - runs in the fork server
 if os.environ.get(SERVER_MARK) == str(os.getppid()):  # imported by the fork server (first of its preload)
     del os.environ[SERVER_MARK]  # not for the processes it forks
     atexit.register(_quick_exit)  # registered first, run last: after every other exit handler
+    reaper.become_subreaper()  # what a dead worker leaves behind is handed up here, where reaper.sweep finds it
+    warnings.filterwarnings("ignore", "forkserver: waitpid returned unexpected pid")  # those orphans, reaped
 
 
 #: The OpenMP settings the fork server starts with, unless the environment sets them: workers and jobs set

@@ -131,6 +131,9 @@ class Broke:
 
     cause: str
     sent_at: float = 0.0
+    ended: bool = False
+    """The worker must not take another call (the code under test left threads running in it): the runner
+    ends it."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import torch
 import xxhash
 
 from acceptance.formats import dtypes
-from acceptance.isolation import RUN_FILES
+from acceptance.isolation import RUN_FILES, reaper
 from acceptance.isolation.protocol import (
     SAME,
     Answer,
@@ -84,58 +84,6 @@ def _changed(now: torch.Tensor, before: torch.Tensor) -> int:
     if now.is_floating_point():
         return int((dtypes.bits_view(now.contiguous()) != dtypes.bits_view(before.contiguous())).sum())
     return int((now != before).sum())
-
-
-def _listed_children() -> list[str] | None:
-    """This process's children from ``/proc/self/task/*/children`` (one small file per thread, ~0.1 ms in all,
-    where scanning all of /proc takes ~20 ms on a busy host); ``None`` where the kernel does not offer it."""
-    me = os.getpid()
-    try:
-        tasks = os.listdir(f"/proc/{me}/task")
-        pids: list[str] = []
-        for task in tasks:
-            try:
-                with open(f"/proc/{me}/task/{task}/children") as fh:
-                    pids += fh.read().split()
-            except FileNotFoundError:
-                if task == str(me):
-                    return None  # no CONFIG_PROC_CHILDREN
-        return pids
-    except OSError:
-        return None
-
-
-def _children() -> list[int]:
-    """Kill the live child processes of this worker (Linux /proc); their pids. One ``waitpid`` when the worker
-    has no child at all, the usual case (children that already exited are reaped on the way)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return []
-        except OSError:
-            break
-        if pid == 0:  # a child is still running
-            break
-    me, found = str(os.getpid()), list[int]()
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return found
-    listed = _listed_children()
-    for entry in (proc / pid for pid in listed) if listed is not None else proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z":
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-                found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def snapshot(folder: Path | None) -> dict[str, tuple[int, int]]:
@@ -277,6 +225,7 @@ def die_with(pid: int) -> None:  # pragma: no cover - runs in a worker or a job 
                     break
                 except PermissionError:
                     pass
+        reaper.kill_descendants()  # the code under test's processes, daemons included
         if os.getpgid(0) == os.getpid():  # a worker: its children go too
             os.killpg(0, signal.SIGKILL)
         os._exit(1)
@@ -297,6 +246,7 @@ def serve(
     for held in foreign:
         held.close()
     os.setsid()
+    reaper.become_subreaper()  # a daemon the code under test starts (fork, setsid, fork) stays below this process
     if owner is not None:
         die_with(owner)
     if threads:
@@ -380,9 +330,12 @@ def _run_batch(
             answer = Broke(f"returned outputs that cannot be sent back ({type(exc).__name__}: {exc})")
             data = dumps(dataclasses.replace(answer, sent_at=time.monotonic()))
         stop = not isinstance(answer, Answered) or bool(answer.changed)  # the runner stops reading this batch here
+        ended = isinstance(answer, Broke) and answer.ended
         del answer  # the outputs live on in the message only
         send(conn, data)
         del data
+        if ended:  # threads of the code under test run on: they end with this process, now
+            os._exit(0)
         if stop:
             break
 
@@ -432,6 +385,7 @@ def _answer(
     writes (copies made for this call alone)."""
     if watch is not None:
         watch.start()
+    threads = set(threading.enumerate())
     try:
         answer = _called(cache, ref, args, params, device, digests if digests is not None else {}, check)
     except SystemExit as exc:
@@ -442,13 +396,39 @@ def _answer(
             answer = Broke(f"exceeded the worker's memory limit of {memory_limit / 2**30:.3g} GiB ({text})")
         else:
             answer = Broke(f"raised {text}")
-    left = _children()
+    left = reaper.kill_descendants()  # daemons and grandchildren too: this worker is their subreaper
     if left and isinstance(answer, Answered):
         answer = Broke(
             f"left {len(left)} child process(es) running (pid {', '.join(map(str, left))}); they were killed"
         )
     written = watch.written() if watch is not None else []
+    threads_left = _left_threads(threads)
+    if threads_left:  # only the worker's end stops them: the answer says it ends
+        if isinstance(answer, Broke):
+            return dataclasses.replace(answer, ended=True)
+        wrote = f"; it wrote to the output folder ({', '.join(written)}), the files were removed" if written else ""
+        return Broke(threads_left + wrote, ended=True)
     return Wrote(", ".join(written)) if written else answer
+
+
+#: Thread names of libraries' idle pools, which run only what is submitted to them and outlive a call by design
+#: (``torch.compile`` leaves both): not counted as threads left running.
+POOL_THREADS = ("ThreadPoolExecutor-", "tqdm_monitor")
+
+
+def _pool_thread(thread: threading.Thread) -> bool:
+    return thread.name.startswith(POOL_THREADS)
+
+
+def _left_threads(before: set[threading.Thread]) -> str:
+    """What a call left running of the threads it started, in words ("" when none): such a thread could go on
+    writing (to the output folder, to files the run reads) after its case is recorded, so the worker ends (the
+    runner kills it at once, and a fresh one takes the next call)."""
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive() and not _pool_thread(t)]
+    if not left:
+        return ""
+    names = ", ".join(repr(t.name) for t in left[:5]) + (", ..." if len(left) > 5 else "")
+    return f"left {len(left)} thread(s) running ({names}); the worker was ended"
 
 
 def _called(

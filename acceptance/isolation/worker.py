@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import torch
 
 from acceptance.errors import CaseError
-from acceptance.isolation import WORKER_THREADS
+from acceptance.isolation import WORKER_THREADS, reaper
 from acceptance.isolation.forkserver import signal_name
 from acceptance.isolation.protocol import (
     Answer,
@@ -145,6 +145,7 @@ class Worker:
         #: work for this process while an answer is not ready (one piece per call; whether there was one)
         self.idle: Callable[[], bool] | None = None
         self._conn: multiprocessing.connection.Connection | None = None
+        self._exited: int | None = None  # a pidfd of the process (reaper.exit_fd)
         #: warnings of the code under test (e.g. torch.compile graph breaks), appended call after call
         self.notes: list[str] = []
 
@@ -170,6 +171,7 @@ class Worker:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+        self._exited = reaper.exit_fd(proc.pid) if proc.pid is not None else None
         self._recipe = None
         self._generation += 1
 
@@ -179,13 +181,18 @@ class Worker:
         if proc is not None:
             try:
                 if proc.pid is not None:  # always, once started
+                    reaper.kill_descendants(proc.pid)  # what the code under test started, daemons included
                     os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            reaper.wait_exit(self._exited, 5.0)
+            reaper.sweep_workers_parent()  # what it left behind if it had died first
             proc.join(5)
         if conn is not None:
             conn.close()
-        self._proc = self._conn = None
+        if self._exited is not None:
+            os.close(self._exited)
+        self._proc = self._conn = self._exited = None
         self._generation += 1
 
     def finish(self, timeout: float = 10.0) -> None:
@@ -378,7 +385,9 @@ class Batch:
             pass
         proc, conn = w._running()
         wait = None if math.isinf(timeout) else max(self._started + max(timeout, 0.0) - time.monotonic(), 0.0)
-        ready = multiprocessing.connection.wait([conn, proc.sentinel], wait)
+        # the pidfd tells a worker's end even while a process it left holds its pipe and sentinel open
+        exited = [w._exited] if w._exited is not None else []
+        ready = multiprocessing.connection.wait([conn, proc.sentinel, *exited], wait)
         if not ready:
             self._finish()
             w.close()
@@ -390,6 +399,7 @@ class Batch:
             answer = None
         if answer is None:
             self._finish()
+            reaper.sweep_workers_parent()  # what it left behind (which may hold its sentinel open), first
             proc.join(5)
             code = proc.exitcode
             w.close()
@@ -411,6 +421,8 @@ class Batch:
             if isinstance(answer, InputsFailed):
                 raise CaseError(answer.cause)
             if isinstance(answer, Broke):
+                if answer.ended:
+                    self.worker.close()
                 raise CaseError(f"{role} {answer.cause} in trial {trial}")
             if isinstance(answer, Wrote):
                 files = answer.files

@@ -6,6 +6,7 @@ Progress on standard error is the command line's observer (:mod:`acceptance.cli.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from acceptance.isolation.serve import remove_written, snapshot
@@ -13,6 +14,7 @@ from acceptance.measure import sanitize
 from acceptance.records import MeasuredCase
 from acceptance.session.results import OutputFolder
 from acceptance.spec import Case
+from acceptance.spec.kinds import JSONValue
 
 
 class Observer:
@@ -61,11 +63,18 @@ class FolderGuard(Observer):
 
 
 class Journal(Observer):
-    """Every finished case on disk the moment it finishes (:meth:`acceptance.session.results.OutputFolder.append`)."""
+    """Every finished case on disk the moment it finishes (:meth:`acceptance.session.results.OutputFolder.append`),
+    with the content key it was measured from (``keys``: :class:`acceptance.session.resume.Keys`), so that
+    ``--resume`` reuses it only while that content is unchanged."""
 
-    def __init__(self, folder: OutputFolder):
-        self.folder = folder
+    def __init__(self, folder: OutputFolder, keys: Callable[[Case], dict[str, JSONValue]] | None = None):
+        self.folder, self.keys = folder, keys
+        #: the cases journaled by this run, in order: a signal that stops the loop after a case is journaled but
+        #: before the loop kept it loses nothing (:meth:`acceptance.session.run.Session.measure`)
+        self.recorded: list[tuple[Case, MeasuredCase]] = []
 
     def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
-        self.folder.append(result)
+        key = self.keys(case) if self.keys is not None else None
+        self.recorded.append((case, result))  # first: a signal in the middle of the write keeps it too
+        self.folder.append(result, key)
         return result

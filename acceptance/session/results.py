@@ -33,7 +33,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from acceptance.errors import EXIT_FAIL, OutputError, ResultsError
 from acceptance.isolation import JOURNAL, LOCK
@@ -427,7 +427,7 @@ class OutputFolder:
         self._lock.flush()
         for name in ("results.json", *stale) + (() if resume else (JOURNAL,)):
             (self.path / name).unlink(missing_ok=True)
-        self._journal: TextIO | None = None
+        self._journal: BinaryIO | None = None
 
     def _open_lock(self) -> TextIO:
         """The lock file, opened without following a symbolic link (:func:`_open_here`)."""
@@ -437,38 +437,48 @@ class OutputFolder:
             raise OutputError(f"--out {self.path}: cannot open {LOCK}: {exc.strerror or exc}") from None
         return open(fd, "r+", encoding="utf-8")
 
-    def journaled(self) -> list[MeasuredCase]:
-        """The measured cases of the journal. A line cut short by a crash is dropped; a line that is not UTF-8
-        or not a measured case is skipped with a warning naming its line number."""
+    def journaled(self) -> tuple[list[tuple[MeasuredCase, dict[str, Any] | None]], list[int]]:
+        """The journal's entries, each a measured case with the content key it was measured from (``None`` in a
+        journal written before keys were), and the numbers (from 1) of the lines that hold no entry (cut short
+        by a crash, not UTF-8, or corrupt), which are skipped. The journal is opened without following a
+        symbolic link (:func:`_open_here`)."""
         path = self.path / JOURNAL
         if not path.exists():
-            return []
+            return [], []
         try:
             with open(_open_here(path, os.O_RDONLY), "rb") as fh:
                 raw = fh.read()
         except OSError as exc:
             raise OutputError(f"{path}: cannot read the journal: {exc.strerror or exc}") from None
-        lines = raw.split(b"\n")
-        out = []
-        for number, line in enumerate(lines, 1):
+        out: list[tuple[MeasuredCase, dict[str, Any] | None]] = []
+        bad: list[int] = []
+        for number, line in enumerate(raw.split(b"\n"), 1):
             if not line.strip():
                 continue
             try:
-                out.append(MeasuredCase.model_validate_json(line.decode("utf-8")))
-            except (UnicodeDecodeError, ValueError) as exc:
-                if number < len(lines) or line.endswith(b"}"):  # not the last line a crash cut short
-                    why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not a measured case"
-                    self.warn(f"{path}: line {number} skipped ({why}); its case runs again")
-        return out
+                data = json.loads(line.decode("utf-8"))
+                if isinstance(data, dict) and set(data) == {"key", "case"} and isinstance(data["key"], dict):
+                    out.append((MeasuredCase.model_validate(data["case"]), data["key"]))
+                else:  # a line of a journal written before content keys
+                    out.append((MeasuredCase.model_validate(data), None))
+            except ValueError:  # UnicodeDecodeError, json.JSONDecodeError, pydantic.ValidationError
+                bad.append(number)
+        return out, bad
 
-    def append(self, case: MeasuredCase) -> None:
-        """Add a measured case to the journal, on disk before this returns; a write that fails (a full disk)
-        is an :class:`OutputError` (the lines before it stay in the journal)."""
+    def append(self, case: MeasuredCase, key: dict[str, Any] | None = None) -> None:
+        """Add a measured case and its content key to the journal, on disk (fsync) before this returns; a write
+        that fails (a full disk) is an :class:`OutputError` (the lines before it stay in the journal)."""
         path = self.path / JOURNAL
+        measured = case.model_dump_json()
+        line = measured if key is None else f'{{"key": {json.dumps(key, sort_keys=True)}, "case": {measured}}}'
         try:
             if self._journal is None:
-                self._journal = open(_open_here(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a", encoding="utf-8")
-            self._journal.write(case.model_dump_json() + "\n")
+                self._journal = open(_open_here(path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+b")
+                if self._journal.tell() > 0:  # a line an earlier run's kill cut short stays a line of its own
+                    self._journal.seek(-1, os.SEEK_END)
+                    if self._journal.read(1) != b"\n":
+                        self._journal.write(b"\n")
+            self._journal.write(line.encode() + b"\n")
             self._journal.flush()
             os.fsync(self._journal.fileno())
         except OSError as exc:

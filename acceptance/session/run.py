@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
@@ -23,11 +26,12 @@ import torch
 from acceptance.cache import ReferenceCache
 from acceptance.decide.limits import MAX_SLOWDOWN, check_max_slowdown
 from acceptance.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_TERMINATED, OutputError, Terminated, UsageError
+from acceptance.isolation import reaper
 from acceptance.isolation.worker import WORKER_THREADS
 from acceptance.protocols import CaseObserver, Executor
 from acceptance.records import CaseResult, MeasuredCase, Plan, Results
 from acceptance.report import REPORTERS, Context
-from acceptance.session import startup
+from acceptance.session import resume, startup
 from acceptance.session.executors import Settings, cache_settings, default_jobs, executor_for
 from acceptance.session.load import load, plan_cases, select_tiers
 from acceptance.session.observers import FolderGuard, Journal, Sanitizer
@@ -86,6 +90,7 @@ class Session:
         self.messages: list[str] = []  # what went wrong without stopping the run (a reporter that broke)
         self.stopped: int | None = None  # the exit code of an interrupted run
         self._reports_loading = False  # the reports' modules are being imported in a thread
+        self.notes: list[str] = []  # what a resumed run says about the journal (cases re-run, lines skipped)
 
     # ------------------------------------------------------------------ before the loop
 
@@ -139,8 +144,23 @@ class Session:
             self.close()
             raise
         if o.resume and self.folder is not None:
-            journaled = {c.id: c for c in self.folder.journaled()}
-            self.measured = [(journaled[c.id], rules_for(c)) for c in self.cases if c.id in journaled]
+            self._resume(self.folder)
+
+    def _resume(self, folder: OutputFolder) -> None:
+        """Reuse the journaled cases whose content is unchanged (:func:`acceptance.session.resume.reuse`); say
+        why the others run again, and which journal lines were skipped, in :attr:`notes`."""
+        entries, bad = folder.journaled()
+        if bad:
+            shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+            self.notes.append(f"resume: {len(bad)} journal line(s) skipped: not a journal record (line {shown})")
+        reused, self.notes[len(self.notes) :] = resume.reuse(self.cases, entries, self.keys)
+        by_id = {m.id: m for m in reused}
+        self.measured = [(by_id[c.id], rules_for(c)) for c in self.cases if c.id in by_id]
+
+    @functools.cached_property
+    def keys(self) -> resume.Keys:
+        """The content keys of this run's cases (:class:`acceptance.session.resume.Keys`), for the journal."""
+        return resume.Keys(self.options, self.device)
 
     @property
     def todo(self) -> list[Case]:
@@ -170,7 +190,7 @@ class Session:
         if not o.isolate and o.out is not None:  # a worker checks the folder around each of its calls itself
             own.append(FolderGuard(o.out))
         if self.folder is not None:
-            own.append(Journal(self.folder))
+            own.append(Journal(self.folder, self.keys))
         return own + self.observers
 
     # ------------------------------------------------------------------ the loop
@@ -202,8 +222,22 @@ class Session:
                             break
         except KeyboardInterrupt as exc:
             self.stopped = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+            self._keep_journaled(observers)
+        finally:
+            reaper.sweep_workers_parent()  # anything the code under test left behind dead workers
         if self.options.exitfirst and self.stopped is None and len(self.measured) < len(self.cases):
             self.stopped = EXIT_FAIL
+
+    def _keep_journaled(self, observers: list[CaseObserver]) -> None:
+        """After a stop: every case the journal holds from this run is kept, also one whose observers the signal
+        interrupted after its journal line was written (the journal is what ``--resume`` trusts, and the record
+        must not hold less)."""
+        kept = {m.id for m, _ in self.measured}
+        for journal in (o for o in observers if isinstance(o, Journal)):
+            for case, result in journal.recorded:
+                if result.id not in kept:
+                    self.measured.append((result, rules_for(case)))
+                    kept.add(result.id)
 
     # ------------------------------------------------------------------ after the loop
 
@@ -268,13 +302,48 @@ class Session:
             startup.meanwhile(_prepare_reports)  # the reports' modules and template, ready when the run ends
         startup.freeze()
         try:
-            self.measure(executor, around)
-            res = self.results(self.decide(), start=start, end=provenance.now())
+            with _signals(Terminated):
+                self.measure(executor, around)
+            with _signals(self._stop_later):  # the finished cases are recorded whatever comes now
+                res = self.results(self.decide(), start=start, end=provenance.now())
+                self.write(res)
         except BaseException:
             self.close()
             raise
-        self.write(res)
         return res
+
+    def _stop_later(self, signum: int) -> None:
+        """A SIGINT or SIGTERM once the measuring is over: the run is recorded as stopped (when its record is not
+        made yet), and its results and reports are still written."""
+        if self.stopped is None:
+            self.stopped = EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
+
+
+@contextlib.contextmanager
+def _signals(action: Callable[[int], object] | type[Terminated]) -> Iterator[None]:
+    """SIGTERM (what CI sends on cancel) and, but for :class:`Terminated`, SIGINT handled by ``action`` while the
+    block runs (``Terminated``: raised, so that the case loop stops as on Ctrl-C); in the main thread only, and
+    only where the signal has no handler of the caller's. The handlers before are restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if action is Terminated:
+            raise Terminated()
+        action(signum)
+
+    previous = {}
+    wanted = (signal.SIGTERM,) if action is Terminated else (signal.SIGTERM, signal.SIGINT)
+    for sig in wanted:
+        current = signal.getsignal(sig)
+        if current in (signal.SIG_DFL, signal.default_int_handler) or action is not Terminated:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def run_plan(everything: Sequence[Case], cases: Sequence[Case], shard: tuple[int, int] | None) -> Plan:
