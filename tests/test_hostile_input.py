@@ -105,7 +105,7 @@ def test_a_full_disk_while_journaling_is_one_line_and_keeps_the_journal(tmp_path
     errors = [line for line in r.output.splitlines() if "No space left on device" in line]
     assert len(errors) == 1 and str(out / JOURNAL) in errors[0] and "--resume" in errors[0]
     lines = (out / JOURNAL).read_text().splitlines()
-    assert len(lines) >= 2 and all(json.loads(line)["id"].startswith("six[") for line in lines[:2])
+    assert len(lines) >= 2 and all(json.loads(line)["case"]["id"].startswith("six[") for line in lines[:2])
 
 
 def test_a_full_disk_while_writing_reports_keeps_results_json(tmp_path, monkeypatch):
@@ -141,19 +141,16 @@ def test_journal_lines_that_are_not_utf8_are_skipped_naming_the_line(tmp_path):
     good = (out / JOURNAL).read_bytes().splitlines(keepends=True)
     assert len(good) == 6
     (out / JOURNAL).write_bytes(good[0] + b'{"id": "\xff\xfe"}\n' + good[1] + b"not json at all\n" + good[2])
-    warnings: list[str] = []
-    folder = results_mod.OutputFolder(out, resume=True, warn=warnings.append)
+    folder = results_mod.OutputFolder(out, resume=True)
     try:
-        kept = folder.journaled()
+        kept, bad = folder.journaled()
     finally:
         folder.close()
-    assert [c.id for c in kept] == [json.loads(line)["id"] for line in good[:3]]
-    assert warnings == [
-        f"{out / JOURNAL}: line 2 skipped (not UTF-8); its case runs again",
-        f"{out / JOURNAL}: line 4 skipped (not a measured case); its case runs again",
-    ]
+    assert [c.id for c, _ in kept] == [json.loads(line)["case"]["id"] for line in good[:3]]
+    assert bad == [2, 4]
     r = invoke("run", SPECS / "six.yaml", "--out", out, "--no-isolation", "--jobs", "1", "--resume")
-    assert r.exit_code == 0 and "line 2 skipped (not UTF-8)" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 0 and "2 journal lines skipped" in r.output and "line 2, 4)" in r.output
+    assert "Traceback" not in r.output
     assert len(results_mod.load(out / "results.json").cases) == 6
 
 

@@ -178,7 +178,10 @@ def test_corrupt_journal_lines_are_skipped_with_a_warning(tmp_path):
     (out / "journal.jsonl").write_text("\n".join([lines[0], lines[1], "not json", *lines[2:]]) + "\n")
     resumed = counted_run(specs, out, traces, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    assert "resume: 2 journal line(s) skipped: not a journal record (line 2, 3)" in resumed.stderr
+    assert (
+        "resume: 2 journal lines skipped: not a journal record (cut short, not UTF-8 or corrupt: line 2, 3)"
+        in resumed.stderr
+    )
     assert calls(traces) and set(calls(traces)) == {SIZES[1]}  # only the case whose line was cut is measured again
     assert len(json.loads((out / "results.json").read_text())["cases"]) == 3
 

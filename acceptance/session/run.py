@@ -38,6 +38,7 @@ from acceptance.session.observers import FolderGuard, Journal, Sanitizer
 from acceptance.session.options import RunOptions
 from acceptance.session.results import OutputFolder
 from acceptance.spec import Case, OperatorSpec, Rules, rules_for
+from acceptance.wording import counted
 
 
 def resolved_device(device: str | torch.device, option: str = "--device") -> torch.device:
@@ -152,7 +153,10 @@ class Session:
         entries, bad = folder.journaled()
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-            self.notes.append(f"resume: {len(bad)} journal line(s) skipped: not a journal record (line {shown})")
+            lines = counted(len(bad), "journal line")
+            self.notes.append(
+                f"resume: {lines} skipped: not a journal record (cut short, not UTF-8 or corrupt: line {shown})"
+            )
         reused, self.notes[len(self.notes) :] = resume.reuse(self.cases, entries, self.keys)
         by_id = {m.id: m for m in reused}
         self.measured = [(by_id[c.id], rules_for(c)) for c in self.cases if c.id in by_id]
