@@ -127,10 +127,13 @@ class Answered:
 
 @dataclass(frozen=True)
 class Broke:
-    """A call that broke: ``cause`` completes "<role> ... in trial t" (e.g. "raised ValueError: ... (k.py:3)")."""
+    """A call that broke: ``cause`` completes "<role> ... in trial t" (e.g. "raised ValueError: ... (k.py:3)").
+    ``restart``: the worker's process is no longer fit to compute anything (a reference worker whose global
+    state changed): the runner replaces it."""
 
     cause: str
     sent_at: float = 0.0
+    restart: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 finishes; the case loop around them (:class:`acceptance.session.Session`) is the same for all.
 
 - :class:`InProcess`: the callables run in this process (``--no-isolation``, debugging; a crash ends the run).
-- :class:`OneWorker`: the callables run in one worker process (:class:`acceptance.isolation.worker.Worker`);
-  while a case is measured here, the worker already computes the next case's first trial.
-- :class:`Jobs`: ``--jobs N``: N job processes, each measuring whole cases with a worker of its own, so the CPU
+- :class:`OneWorker`: the callables run in worker processes (:class:`acceptance.isolation.split.RolePool`): the
+  impl in a fresh worker per spec, baseline and oracle in a reference worker that never imports an impl; while a
+  case is measured here, the workers already compute the next case's first trial.
+- :class:`Jobs`: ``--jobs N``: N job processes, each measuring whole cases with workers of its own, so the CPU
   work of measuring one case overlaps with the callables of the others. A case's inputs depend only on the spec
   seed, its id and the trial, and every metric of a case is computed inside one process, so a case's record is
   the same whichever job measured it (timings aside). A job process that dies (the code under test can kill its
@@ -31,7 +32,8 @@ import torch
 from acceptance.cache import ReferenceCache
 from acceptance.isolation import forkserver
 from acceptance.isolation.serve import die_with
-from acceptance.isolation.worker import INHERITED, WORKER_THREADS, Worker
+from acceptance.isolation.split import RolePool, RoleWorkers
+from acceptance.isolation.worker import INHERITED, WORKER_THREADS
 from acceptance.measure import case as measuring
 from acceptance.measure.references import RunReferences
 from acceptance.records import MeasuredCase
@@ -62,15 +64,12 @@ class Settings:
         return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled)
 
 
-def worker_for(current: Worker | None, case: Case, settings: Settings) -> Worker:
-    """The worker to measure ``case`` with: ``current`` when its memory limit is the case's, else a fresh one (the
-    current one finished first, so that it writes what it made for the cache)."""
-    limit = measuring.worker_limit(case)
-    if current is not None and current.memory_limit == limit:
-        return current
-    if current is not None:
-        current.finish()
-    return Worker(memory_limit=limit, threads=settings.threads, guard=settings.guard)
+def workers_for(pool: RolePool, case: Case) -> RoleWorkers:
+    """The workers to measure ``case`` with (:meth:`acceptance.isolation.split.RolePool.workers`): its spec's impl
+    worker and the reference worker, of the case's memory limit; the impl workers of other specs are ended."""
+    found = pool.workers(str(case.spec.path), measuring.worker_limit(case))
+    pool.retire(keep=found)
+    return found
 
 
 def cache_settings(cache: ReferenceCache | None) -> tuple[Path, int, bool] | None:
@@ -146,19 +145,20 @@ class _WorkerRun:
     def __init__(self, settings: Settings, references: RunReferences):
         self.settings, self.references = settings, references
         self.todo: list[Case] = []
-        self.worker: Worker | None = None
+        self.pool = RolePool(settings.threads, settings.guard)
+        self.pool.idle = references.cache.write_next  # a worker waited on writes queued cache entries meanwhile
+        self.prefetched = False
         self.ahead: measuring.Begun | None = None  # the next case, its first trial sent while this one is measured
         # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
         # measured in full (and to decide): imported while the worker starts and while this process waits on it
         startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
 
-    def _ready_for(self, i: int) -> Worker:
-        worker = worker_for(self.worker, self.todo[i], self.settings)
-        if worker is not self.worker:  # a fresh one: it writes queued cache entries while idle
-            worker.idle = self.references.cache.write_next
-            self.references.prefetch(measuring.known_roles(self.todo[i:]), worker)
-            self.worker = worker
-        return worker
+    def _ready_for(self, i: int) -> RoleWorkers:
+        reference = self.pool.reference
+        workers = workers_for(self.pool, self.todo[i])
+        if workers.reference is not reference:  # a fresh reference worker: the fingerprints in one batch
+            self.references.prefetch(measuring.known_roles(self.todo[i:]), workers)
+        return workers
 
     def measure(self, i: int) -> MeasuredCase:
         case, s = self.todo[i], self.settings
@@ -176,10 +176,11 @@ class _WorkerRun:
             then=lambda: self._send_ahead(following, worker),
         )
 
-    def _send_ahead(self, following: Case | None, worker: Worker) -> None:
-        """Send the next case's first trial to the worker once every trial of this one is sent."""
+    def _send_ahead(self, following: Case | None, worker: RoleWorkers) -> None:
+        """Send the next case's first trial to its workers once every trial of this one is sent (a case of another
+        spec gets its impl worker now)."""
         s = self.settings
-        if following is None or not s.ahead or worker.memory_limit != measuring.worker_limit(following):
+        if following is None or not s.ahead or not self.pool.fits(measuring.worker_limit(following)):
             return
         try:
             started = measuring.begin(
@@ -187,7 +188,7 @@ class _WorkerRun:
                 s.device,
                 rules_for(following),
                 trials=s.trials,
-                worker=worker,
+                worker=self.pool.workers(str(following.spec.path), measuring.worker_limit(following)),
                 references=self.references,
                 ahead=True,
             )
@@ -197,12 +198,10 @@ class _WorkerRun:
             self.ahead = started
 
     def finish(self) -> None:
-        if self.worker is not None:
-            self.worker.finish()
+        self.pool.finish()
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
+        self.pool.close()
 
 
 # ----------------------------------------------------------------------------- --jobs N
@@ -389,16 +388,17 @@ def _job_main(  # pragma: no cover - runs in a job process
     INHERITED.append(conn)  # not for its workers: only the job answers the runner
     settings = Settings(device, trials, threads, guard, cache)
     references = RunReferences(settings.reference_cache())
-    worker: Worker | None = None
+    pool = RolePool(threads, guard)
     while True:
         try:
             case = conn.recv()
         except (EOFError, OSError):
             break
-        worker = worker_for(worker, case, settings)
-        conn.send(measuring.measure(case, device, rules_for(case), trials=trials, worker=worker, references=references))
-    if worker is not None:
-        worker.finish()  # it writes the inputs it made for the cache, then exits
+        workers = workers_for(pool, case)
+        conn.send(
+            measuring.measure(case, device, rules_for(case), trials=trials, worker=workers, references=references)
+        )
+    pool.finish()
     os._exit(0)
 
 
