@@ -57,11 +57,13 @@ class Settings:
     cache: tuple[Path, int, bool] | None = None
     ahead: bool = True
 
-    def reference_cache(self) -> ReferenceCache | None:
+    def reference_cache(self, *, read_only: bool = False) -> ReferenceCache | None:
+        """The run's reference cache; ``read_only`` where the references are computed in the process that runs
+        the code under test (:class:`InProcess`): only a pristine reference worker's references are stored."""
         if self.cache is None:
             return None
         root, max_bytes, enabled = self.cache
-        return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled)
+        return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled, read_only=read_only)
 
 
 def workers_for(pool: RolePool, case: Case) -> RoleWorkers:
@@ -78,14 +80,15 @@ def cache_settings(cache: ReferenceCache | None) -> tuple[Path, int, bool] | Non
 
 
 class InProcess:
-    """Calls the code under test in this process, case after case."""
+    """Calls the code under test in this process, case after case: no separation at all (an impl's patch of torch
+    reaches the baseline, one spec's global state the next), so the reference cache is only read."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
 
     def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, MeasuredCase], None, None]:
         s = self.settings
-        references = RunReferences(s.reference_cache())
+        references = RunReferences(s.reference_cache(read_only=True))
         startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
         references.cache.defer()
         try:
@@ -97,10 +100,12 @@ class InProcess:
 
 
 class OneWorker:
-    """Measures in this process, the callables in one worker process (replaced when a case needs another memory
-    limit, or after the code under test broke it); the next case's first trial is sent to the worker once every
-    trial of the case being measured is sent (:func:`acceptance.measure.case.begin` with ``ahead``). ``keep``: the
-    worker outlives a :meth:`measure` call (the pytest plugin measures one case per call) until :meth:`close`."""
+    """Measures in this process, the callables in worker processes (:class:`acceptance.isolation.split.RolePool`):
+    each spec's impl in a fresh worker of its own, baselines and oracles in one reference worker (replaced when a
+    case needs another memory limit, or after the code under test broke it); the next case's first trial is sent
+    once every trial of the case being measured is sent (:func:`acceptance.measure.case.begin` with ``ahead``).
+    ``keep``: the workers outlive a :meth:`measure` call (the pytest plugin measures one case per call) until
+    :meth:`close`."""
 
     def __init__(self, settings: Settings, *, keep: bool = False):
         self.settings, self.keep = settings, keep
@@ -140,7 +145,7 @@ class OneWorker:
 
 
 class _WorkerRun:
-    """The worker of a :class:`OneWorker` run and the case sent ahead to it."""
+    """The workers of a :class:`OneWorker` run and the case sent ahead to them."""
 
     def __init__(self, settings: Settings, references: RunReferences):
         self.settings, self.references = settings, references
