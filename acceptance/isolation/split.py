@@ -105,7 +105,9 @@ class RoleWorkers:
 
 
 class SplitBatch:
-    """The answers of a :meth:`RoleWorkers.submit`: the impl worker's, then the reference worker's, in order."""
+    """The answers of a :meth:`RoleWorkers.submit`: the impl worker's, then the reference worker's, in order. An
+    impl call that breaks gives the reference calls up too (their worker is replaced if it may still answer
+    them: nothing else may be asked of it before)."""
 
     def __init__(self, impl: Batch, reference: Batch):
         self.impl, self.reference = impl, reference
@@ -113,8 +115,13 @@ class SplitBatch:
     def next(
         self, *, timeout: float = math.inf, limit: float | None = None, names: list[str] | None = None
     ) -> tuple[Tensors, float]:
-        batch = self.impl if not self.impl.done else self.reference
-        return batch.next(timeout=timeout, limit=limit, names=names)
+        if self.impl.done:
+            return self.reference.next(timeout=timeout, limit=limit, names=names)
+        try:
+            return self.impl.next(timeout=timeout, limit=limit, names=names)
+        except BaseException:
+            self.reference.discard()
+            raise
 
     def discard(self) -> None:
         self.impl.discard()
