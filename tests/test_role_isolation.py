@@ -233,3 +233,91 @@ def test_references_computed_while_an_impl_patched_the_baseline_are_not_reused(t
     second, _ = cached_run(clean, "o2")  # the same case, its references read from the cache
     assert second["verdict"] == "fail"
     assert diff1(second) == pytest.approx(0.01, rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- what a reference worker compares
+
+
+def _changes():
+    """(what is changed, a phrase :func:`changes` must report, how to change it, how to undo it)."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    silu, exp, cwd, err = F.silu, np.exp, os.getcwd(), np.geterr()
+    threads, path = torch.get_num_threads(), list(sys.path)
+    return [
+        (
+            "F.silu",
+            "torch.nn.functional.silu replaced",
+            lambda: setattr(F, "silu", abs),
+            lambda: setattr(F, "silu", silu),
+        ),
+        (
+            "Tensor.sigmoid",
+            "torch.Tensor.sigmoid replaced",
+            lambda: setattr(torch.Tensor, "sigmoid", abs),
+            lambda: delattr(torch.Tensor, "sigmoid"),  # inherited from the C base class: not in Tensor's namespace
+        ),
+        (
+            "Tensor.new",
+            "torch.Tensor.my_method replaced",
+            lambda: setattr(torch.Tensor, "my_method", abs),
+            lambda: delattr(torch.Tensor, "my_method"),
+        ),
+        ("np.exp", "numpy.exp replaced", lambda: setattr(np, "exp", abs), lambda: setattr(np, "exp", exp)),
+        (
+            "flush",
+            "torch flush-denormal False -> True",
+            lambda: torch.set_flush_denormal(True),
+            lambda: torch.set_flush_denormal(False),
+        ),
+        (
+            "dtype",
+            "torch default dtype torch.float32 -> torch.float64",
+            lambda: torch.set_default_dtype(torch.float64),
+            lambda: torch.set_default_dtype(torch.float32),
+        ),
+        (
+            "threads",
+            f"torch intra-op threads {threads} -> {threads + 1}",
+            lambda: torch.set_num_threads(threads + 1),
+            lambda: torch.set_num_threads(threads),
+        ),
+        ("cwd", "working directory", lambda: os.chdir("/"), lambda: os.chdir(cwd)),
+        (
+            "env",
+            "environment variable(s) ACCEPTANCE_PROBE",
+            lambda: os.environ.__setitem__("ACCEPTANCE_PROBE", "1"),
+            lambda: os.environ.pop("ACCEPTANCE_PROBE"),
+        ),
+        ("path", "sys.path", lambda: sys.path.insert(0, "/x"), lambda: sys.path.__setitem__(slice(None), path)),
+        (
+            "mkldnn",
+            "torch.backends.mkldnn.enabled True -> False",
+            lambda: setattr(torch.backends.mkldnn, "enabled", False),
+            lambda: setattr(torch.backends.mkldnn, "enabled", True),
+        ),
+        ("seterr", "numpy error handling", lambda: np.seterr(all="raise"), lambda: np.seterr(**err)),
+    ]
+
+
+def test_the_reference_workers_state_check_sees_each_change_and_nothing_else():
+    import torch
+    import torch.nn.functional as F
+
+    from acceptance.isolation import pristine
+
+    before = pristine.capture()
+    F.gelu(torch.randn(8))  # ordinary work changes nothing it compares
+    import torch.utils.data  # noqa: F401  # nor does a submodule imported late
+
+    assert pristine.changes(before) == []
+    for what, phrase, change, undo in _changes():
+        change()
+        try:
+            found = pristine.changes(before)
+        finally:
+            undo()
+        assert any(phrase in line for line in found), (what, found)
+        assert pristine.changes(before) == [], what

@@ -61,8 +61,6 @@ BACKEND_FLAGS = (
     ("torch.backends.cuda.matmul", "allow_fp16_reduced_precision_reduction"),
     ("torch.backends.cuda.matmul", "allow_bf16_reduced_precision_reduction"),
     ("torch.backends.mkldnn", "enabled"),
-    ("torch.backends.mkl", "enabled"),
-    ("torch.backends.openmp", "enabled"),
 )
 
 
