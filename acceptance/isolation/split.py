@@ -157,7 +157,10 @@ class RolePool:
         if self.reference is None:
             self.reference = self._worker(limit, reference=True)
         found = self.views.get(spec)
-        if found is None or found.impl.memory_limit != limit:
+        if found is not None and found.impl.memory_limit != limit:
+            found.impl.close()
+            found = None
+        if found is None:
             found = self.views[spec] = RoleWorkers(self._worker(limit, reference=False), self.reference)
         return found
 
