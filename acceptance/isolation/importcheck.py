@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from acceptance.errors import SpecError
-from acceptance.isolation import forkserver, transport
+from acceptance.isolation import decode, forkserver
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkContext, ForkServerContext
@@ -165,14 +165,14 @@ class ImportCheck:
         proc, conn = self._running()
         try:
             if conn.poll(timeout):
-                answer = transport.plain(conn.recv_bytes())  # str | None from a process that ran the module
+                answer = decode.plain(conn.recv_bytes())  # str | None from a process that ran the module
                 if answer is not None and not isinstance(answer, str):
-                    raise transport.Refused(f"an answer of type {type(answer).__name__}")
+                    raise decode.Refused(f"an answer of type {type(answer).__name__}")
                 self._answers[key] = answer
                 self._sent.popleft()
                 return
             problem = f"{ref!r}: importing {module!r} did not finish within {self.timeout:g} s; it was stopped"
-        except transport.Refused as exc:  # the module's import changed what the child sends back
+        except decode.Refused as exc:  # the module's import changed what the child sends back
             problem = f"{ref!r}: importing {module!r} made the checking process answer {exc}"
         except (EOFError, OSError):  # the child ended while importing
             proc.join(5)

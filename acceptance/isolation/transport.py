@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from acceptance.isolation.decode import Refused, Restricted, load
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
@@ -53,11 +55,6 @@ def _tensor_from(dtype: torch.dtype, shape: tuple[int, ...], raw: bytes | bytear
     return torch.frombuffer(raw if isinstance(raw, bytearray) else bytearray(raw), dtype=dtype).reshape(shape)
 
 
-class Refused(pickle.UnpicklingError):
-    """A message from a worker that holds something else than the protocol's records, plain tensors and
-    builtin containers (a tensor subclass, an object with a reducer of its own)."""
-
-
 #: The globals a message from a worker may name, as (module, name): the protocol's answer records, this
 #: module's tensor rebuild function, ``torch.device``; and every ``torch.<dtype>`` (checked by type).
 ALLOWED = frozenset(
@@ -73,20 +70,15 @@ ALLOWED = frozenset(
 )
 
 
-class _Restricted(pickle.Unpickler):
-    """The unpickler of a worker's answers: a global outside :data:`ALLOWED` (or a torch dtype) is refused;
-    with ``plain``, every global (builtin values and containers only)."""
+class _Restricted(Restricted):
+    """The unpickler of a worker's answers: the globals of :data:`ALLOWED` and torch's dtypes, nothing else."""
 
-    plain = False
-
-    def find_class(self, module: str, name: str) -> Any:  # the allowed class or function, by name
-        if self.plain:
-            raise Refused(f"a message naming {module}.{name} where plain values were expected")
+    def allowed(self, module: str, name: str) -> Any:  # the allowed class or function, or None
         if (module, name) in ALLOWED:
-            return super().find_class(module, name)
+            return super(Restricted, self).find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
-        raise Refused(f"a message naming {module}.{name}, which is not a plain tensor or a protocol record")
+        return None
 
 
 class _Pickler(pickle.Pickler):
@@ -144,25 +136,7 @@ def recv(conn: multiprocessing.connection.Connection) -> Any:  # a pickled paylo
     """Receive one message of :func:`send` from a worker: each buffer read into a fresh ``bytearray``, then
     unpickled by the restricted unpickler (:class:`Refused` for anything outside :data:`ALLOWED`)."""
     payload, buffers = _read(conn)
-    try:
-        return _Restricted(io.BytesIO(payload), buffers=buffers).load()
-    except Refused:
-        raise
-    except Exception as exc:  # a malformed message: whatever the unpickler raised, it is refused
-        raise Refused(f"a message that does not decode ({type(exc).__name__}: {exc})") from None
-
-
-def plain(data: bytes) -> object:
-    """A pickle of builtin values only (str, numbers, None, containers), as a child process that imports the code
-    under test answers (:mod:`acceptance.isolation.importcheck`); :class:`Refused` for anything naming a global."""
-    unpickler = _Restricted(io.BytesIO(data))
-    unpickler.plain = True
-    try:
-        return unpickler.load()
-    except Refused:
-        raise
-    except Exception as exc:
-        raise Refused(f"a message that does not decode ({type(exc).__name__}: {exc})") from None
+    return load(_Restricted(io.BytesIO(payload), buffers=buffers))
 
 
 def recv_request(conn: multiprocessing.connection.Connection) -> Any:  # a pickled payload: its reader checks it
