@@ -102,17 +102,25 @@ class ReferenceCache:
     until the first write. ``max_bytes``: size cap in bytes, enforced by
     least-recently-used eviction (see the module docstring). ``enabled=False``:
     :meth:`get` always misses and :meth:`put` writes nothing (``info``/``clear``
-    still work on the folder). Safe to share between threads and processes.
+    still work on the folder). ``read_only=True``: :meth:`get` reads, :meth:`put` writes nothing (a run whose
+    references are computed where the code under test could reach them, ``--no-isolation``). Safe to share
+    between threads and processes.
     """
 
     def __init__(
-        self, root: Path | str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES, enabled: bool = True
+        self,
+        root: Path | str | None = None,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        enabled: bool = True,
+        read_only: bool = False,
     ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ValueError(f"max_bytes: expected a positive integer number of bytes, got {max_bytes!r}")
         self.root = Path(root).expanduser() if root is not None else default_root()
         self.max_bytes = max_bytes
         self.enabled = bool(enabled)
+        self.read_only = bool(read_only)
         self._dir = self.root / f"reference-v{FORMAT_VERSION}"
         self._lock = threading.Lock()
         self._total: int | None = None  # bytes on disk: last scan plus own writes since
@@ -194,7 +202,7 @@ class ReferenceCache:
         an I/O error (counted in ``write_errors`` and logged, never raised)."""
         path = self.path(key)
         tensors = prepare(tensors)
-        if not self.enabled:
+        if not self.enabled or self.read_only:
             return False
         header = entry_header(key, tensors)
         size = entry_size(header, tensors)
@@ -290,7 +298,7 @@ class ReferenceCache:
         (:meth:`defer`). At most :data:`QUEUED_BYTES` of tensors wait: beyond that the oldest is written first
         (by the thread: this call waits for it). The queue holds the tensors themselves: the caller must not
         change them afterwards."""
-        if not (self._deferring or self._writer is not None) or not self.enabled:
+        if not (self._deferring or self._writer is not None) or not self.enabled or self.read_only:
             self.put(key, tensors)
             return
         size = sum(nbytes(t.dtype, t.shape) for t in tensors)

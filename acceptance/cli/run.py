@@ -90,7 +90,9 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
 @click.option(
     "--no-isolation",
     is_flag=True,
-    help="Call the code under test in this process (debugging; a crash or exit then ends the run).",
+    help="Call the code under test in this process (debugging): no separation at all (the impl shares the process "
+    "and its global state with the baseline, the oracle and every other spec; the reference cache is only read), "
+    "and a crash or exit ends the run.",
 )
 @click.option(
     "--compare-to",

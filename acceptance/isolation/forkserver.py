@@ -21,8 +21,20 @@ from acceptance.errors import UsageError
 from acceptance.isolation import reaper
 
 #: Modules the fork server imports before it forks anything: this one first (it gives the server its quick exit,
-#: :func:`_quick_exit`), then the spec package (workers and the import check resolve callables with it).
-PRELOAD = ["acceptance.isolation.forkserver", "torch", "acceptance.isolation.worker", "acceptance.spec"]
+#: :func:`_quick_exit`), then the spec package (workers and the import check resolve callables with it), and what
+#: a worker's first call imports (the role wrappers, the oracle's and the emulation's references, input
+#: generation): a spec's impl gets a fresh worker, which would import them again (~0.4 s of a core each time).
+PRELOAD = [
+    "acceptance.isolation.forkserver",
+    "torch",
+    "acceptance.isolation.worker",
+    "acceptance.spec",
+    "acceptance.isolation.adapters",
+    "acceptance.numerics.oracle",
+    "acceptance.numerics.emulate.roles",
+    "acceptance.formats.layouts",
+    "acceptance.spec.inputs",
+]
 
 
 #: What the server preloads (set by the first :func:`start` of this process).

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from acceptance.errors import SpecError
-from acceptance.isolation import forkserver
+from acceptance.isolation import decode, forkserver
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkContext, ForkServerContext
@@ -165,10 +165,15 @@ class ImportCheck:
         proc, conn = self._running()
         try:
             if conn.poll(timeout):
-                self._answers[key] = conn.recv()
+                answer = decode.plain(conn.recv_bytes())  # str | None from a process that ran the module
+                if answer is not None and not isinstance(answer, str):
+                    raise decode.Refused(f"an answer of type {type(answer).__name__}")
+                self._answers[key] = answer
                 self._sent.popleft()
                 return
             problem = f"{ref!r}: importing {module!r} did not finish within {self.timeout:g} s; it was stopped"
+        except decode.Refused as exc:  # the module's import changed what the child sends back
+            problem = f"{ref!r}: importing {module!r} made the checking process answer {exc}"
         except (EOFError, OSError):  # the child ended while importing
             proc.join(5)
             problem = (

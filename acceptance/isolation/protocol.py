@@ -127,13 +127,17 @@ class Answered:
 
 @dataclass(frozen=True)
 class Broke:
-    """A call that broke: ``cause`` completes "<role> ... in trial t" (e.g. "raised ValueError: ... (k.py:3)")."""
+    """A call that broke: ``cause`` completes "<role> ... in trial t" (e.g. "raised ValueError: ... (k.py:3)").
+    ``restart``: the worker's process is no longer fit to compute anything (a reference worker whose global
+    state changed): the runner replaces it."""
 
     cause: str
     sent_at: float = 0.0
     ended: bool = False
     """The worker must not take another call (the code under test left threads running in it): the runner
     ends it."""
+    restart: bool = False
+    """The worker's global state changed (a reference worker no longer pristine): the runner replaces it."""
 
 
 @dataclass(frozen=True)

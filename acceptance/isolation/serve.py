@@ -29,7 +29,7 @@ import torch
 import xxhash
 
 from acceptance.formats import dtypes
-from acceptance.isolation import RUN_FILES, reaper
+from acceptance.isolation import RUN_FILES, pristine, reaper
 from acceptance.isolation.protocol import (
     SAME,
     Answer,
@@ -45,7 +45,7 @@ from acceptance.isolation.protocol import (
     Which,
     Wrote,
 )
-from acceptance.isolation.transport import dumps, recv, send
+from acceptance.isolation.transport import dumps, recv_request, send
 
 if TYPE_CHECKING:
     from acceptance.spec.inputs import Recipe, RoleInputs
@@ -240,9 +240,12 @@ def serve(
     guard: str | None = None,
     owner: int | None = None,
     foreign: tuple[multiprocessing.connection.Connection, ...] = (),
+    reference: bool = False,
 ) -> None:  # pragma: no cover
     """The worker's loop (runs in the child): each message is one :class:`Batch` of calls, answered call by call.
-    ``foreign``: connections of the process this one was forked from, closed first."""
+    ``foreign``: connections of the process this one was forked from, closed first. ``reference``: a reference
+    worker (baselines, oracles, fingerprints; never an impl): its global state is captured once it is set up and
+    checked around its calls (:class:`Pristine`)."""
     for held in foreign:
         held.close()
     os.setsid()
@@ -266,9 +269,10 @@ def serve(
     cache: dict[Hashable, Callable] = {}
     recipe: Recipe | None = None
     watch = FolderWatch(guard) if guard else None
+    kept = Pristine() if reference else None
     while True:
         try:
-            request: Request = recv(conn)
+            request: Request = recv_request(conn)
         except EOFError:  # the runner is done with this worker
             from acceptance.cache.store import settle_shared
 
@@ -283,7 +287,7 @@ def serve(
             except Exception as exc:  # a spec whose inputs cannot be made: the batch ends here
                 send(conn, dumps(InputsFailed(f"{type(exc).__name__}: {exc}", time.monotonic())))
                 continue
-        _run_batch(conn, cache, sets, request.calls, memory_limit, watch)
+        _run_batch(conn, cache, sets, request.calls, memory_limit, watch, kept)
         del request, sets  # the batch's tensors are not held while waiting for the next
         if recipe is not None:
             try:
@@ -299,12 +303,17 @@ def _run_batch(
     calls: tuple[Call[RoleRef], ...],
     memory_limit: int | None,
     watch: FolderWatch | None,
+    kept: Pristine | None = None,
 ) -> None:  # pragma: no cover - runs in a worker
     """Make a batch's calls in order, each answer sent as it is ready; the batch stops at the first answer that is
-    not :class:`Answered`, or that reports an input changed."""
+    not :class:`Answered`, or that reports an input changed. ``kept``: a reference worker's state, checked before
+    the batch's last answer and after each call that is not a trial's (a fingerprint, a setup); a change is that
+    answer's :class:`Broke` (with ``restart``), and this process ends once it is sent."""
     digests: dict[int, int] = {}  # of the batch's input tensors, as the previous call left them
     last: dict[str, Tensors] = {}  # role -> the outputs of the batch's previous call, of at most SAME_BYTES
-    for call in calls:
+    if kept is not None:
+        pristine.reseed()
+    for k, call in enumerate(calls):
         # float64 copies are the call's own: nothing else reads them, so they need no digest
         answer = _answer(
             cache,
@@ -331,13 +340,43 @@ def _run_batch(
             data = dumps(dataclasses.replace(answer, sent_at=time.monotonic()))
         stop = not isinstance(answer, Answered) or bool(answer.changed)  # the runner stops reading this batch here
         ended = isinstance(answer, Broke) and answer.ended
+        if kept is not None and (stop or k == len(calls) - 1 or call.role not in ("baseline", "oracle")):
+            changed = kept.changes()
+            if changed:
+                answer = Broke(kept.cause(changed), restart=True)
+                data, stop = dumps(dataclasses.replace(answer, sent_at=time.monotonic())), True
         del answer  # the outputs live on in the message only
         send(conn, data)
         del data
         if ended:  # threads of the code under test run on: they end with this process, now
             os._exit(0)
+        if kept is not None and kept.broken:
+            os._exit(0)  # nothing more is computed in a changed state: the runner replaces this worker
         if stop:
             break
+
+
+class Pristine:
+    """A reference worker's global state as it started (:mod:`acceptance.isolation.pristine`), compared after its
+    calls; ``broken`` once a change was found."""
+
+    def __init__(self) -> None:
+        pristine.remember()
+        self.start = pristine.capture()
+        self.broken = False
+
+    def changes(self) -> list[str]:
+        found = pristine.changes(self.start)
+        self.broken = self.broken or bool(found)
+        return found
+
+    @staticmethod
+    def cause(changed: list[str]) -> str:
+        """The :class:`Broke` cause of a change: it completes "<role> ... in trial t"."""
+        return (
+            f"ran in a reference worker whose global state a baseline or oracle call changed "
+            f"({'; '.join(changed[:4])}); its answer was dropped and the worker replaced"
+        )
 
 
 #: Largest outputs (bytes) of a call that the worker keeps to compare with the next call of the same role:
@@ -459,10 +498,18 @@ def _called(
     if not all(isinstance(o, torch.Tensor) for o in outs):
         k = next(i for i, o in enumerate(outs) if not isinstance(o, torch.Tensor))
         return Broke(f"returned {type(outs[k]).__name__} at output {k}")
+    outs = tuple(o.detach().cpu() for o in outs)
+    odd = next((k for k, o in enumerate(outs) if type(o) is not torch.Tensor), None)
+    if odd is not None:
+        kind = type(outs[odd])
+        return Broke(
+            f"returned a tensor subclass ({kind.__module__}.{kind.__qualname__}) at output {odd}: only plain "
+            "torch.Tensor outputs are sent back"
+        )
     after = [_digest(a) for a in args] if check else []
     changed = tuple(
         (i, a.detach().cpu()) for i, (a, d, e) in enumerate(zip(args, before, after, strict=False)) if e != d
     )
     # never a copy's id: it could name another tensor once the copy is freed
     digests.update((id(a), e) for a, h, e in zip(args, held, after, strict=False) if a is h)
-    return Answered(tuple(o.detach().cpu() for o in outs), changed, seconds, tuple(take_notes(fn)))
+    return Answered(outs, changed, seconds, tuple(take_notes(fn)))

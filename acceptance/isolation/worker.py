@@ -77,7 +77,7 @@ from acceptance.isolation.protocol import (
     Wrote,
 )
 from acceptance.isolation.serve import RUN_FILES, _changed, _input_sets, call_inputs, remove_written, serve, snapshot
-from acceptance.isolation.transport import dumps, recv, send, size
+from acceptance.isolation.transport import Refused, dumps, recv, send, size
 
 if TYPE_CHECKING:
     from acceptance.spec.inputs import Recipe
@@ -129,13 +129,22 @@ class Worker:
     ``threads``: torch's intra-op threads in the worker (``None``: torch's default).
     ``guard``: the run's output folder: a call during which a file there appears or changes (but the run's own
     :data:`RUN_FILES`) is an error naming the role, the trial and the files, which are removed.
+    ``reference``: a reference worker, for baselines, oracles and their fingerprints only: its global state is
+    checked around its calls (:class:`acceptance.isolation.serve.Pristine`), and it is replaced when one changed it.
     """
 
     #: the calls run in another process: the engine may send a trial while it measures the previous one
     concurrent = True
 
-    def __init__(self, memory_limit: int | None = None, threads: int | None = None, guard: Path | None = None):
-        self.memory_limit, self.threads, self.guard = memory_limit, threads, guard
+    def __init__(
+        self,
+        memory_limit: int | None = None,
+        threads: int | None = None,
+        guard: Path | None = None,
+        *,
+        reference: bool = False,
+    ):
+        self.memory_limit, self.threads, self.guard, self.reference = memory_limit, threads, guard, reference
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._pending: deque[Batch] = deque()  # submitted batches not finished, in submission order; those sent
         # to the current process are a prefix of it
@@ -166,6 +175,7 @@ class Worker:
                 str(self.guard) if self.guard is not None else None,
                 os.getpid(),
                 foreign,
+                self.reference,
             ),
         )
         proc.start()
@@ -277,6 +287,36 @@ class Worker:
     def in_flight(self) -> int:
         """Batches submitted whose answers are not all read."""
         return len(self._pending)
+
+
+def _plain_tensors(value: object) -> bool:
+    return isinstance(value, tuple) and all(type(t) is torch.Tensor for t in value)
+
+
+def malformed(answer: object) -> str | None:
+    """What is wrong with an answer as decoded (the types its fields must have; its decoder allowed only the
+    protocol's records, builtin values and plain tensors), or ``None``."""
+    if isinstance(answer, Answered):
+        if not (isinstance(answer.outputs, Same) or _plain_tensors(answer.outputs)):
+            return f"outputs of type {type(answer.outputs).__name__}"
+        changed = answer.changed
+        if not isinstance(changed, tuple) or not all(
+            isinstance(c, tuple) and len(c) == 2 and type(c[0]) is int and type(c[1]) is torch.Tensor for c in changed
+        ):
+            return "a malformed list of changed inputs"
+        if not isinstance(answer.notes, tuple) or not all(isinstance(n, str) for n in answer.notes):
+            return "malformed notes"
+        numbers: tuple[object, ...] = (answer.seconds, answer.sent_at)
+    elif isinstance(answer, (Broke, Wrote, InputsFailed)):
+        text = answer.cause if isinstance(answer, (Broke, InputsFailed)) else answer.files
+        if not isinstance(text, str):
+            return f"a message of type {type(text).__name__}"
+        numbers = (answer.sent_at,)
+    else:
+        return f"a {type(answer).__name__} where an answer was expected"
+    if not all(type(x) in (int, float) for x in numbers):
+        return "a malformed time"
+    return None
 
 
 def _ready(conn: multiprocessing.connection.Connection) -> bool:
@@ -393,10 +433,19 @@ class Batch:
             w.close()
             shown = limit if limit is not None else timeout
             raise CaseError(f"{role} exceeded the {shown:g} s timeout in trial {trial}; the worker was killed")
+        problem: str | None = None
         try:
             answer = recv(conn) if conn in ready or conn.poll() else None
         except (EOFError, OSError):
             answer = None
+        except (Refused, MemoryError) as exc:  # what the code under test sent back is not plain tensors
+            answer, problem = None, str(exc)
+        else:
+            problem = malformed(answer) if answer is not None else None
+        if problem is not None:
+            self._finish()
+            w.close()
+            raise CaseError(f"{role} sent back something that is not plain tensors in trial {trial}: {problem}")
         if answer is None:
             self._finish()
             reaper.sweep_workers_parent()  # what it left behind (which may hold its sentinel open), first
@@ -421,7 +470,7 @@ class Batch:
             if isinstance(answer, InputsFailed):
                 raise CaseError(answer.cause)
             if isinstance(answer, Broke):
-                if answer.ended:
+                if answer.ended or answer.restart:
                     self.worker.close()
                 raise CaseError(f"{role} {answer.cause} in trial {trial}")
             if isinstance(answer, Wrote):

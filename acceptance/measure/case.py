@@ -27,6 +27,7 @@ import torch
 
 from acceptance.errors import CaseError
 from acceptance.formats import dtypes
+from acceptance.isolation.split import RoleWorkers
 from acceptance.isolation.worker import Worker
 from acceptance.measure import engine
 from acceptance.measure import roles as faithful
@@ -60,6 +61,9 @@ from acceptance.records.base import JSON
 from acceptance.spec import Case, Rules, backward
 from acceptance.spec.defaults import DualDeltaSettings
 from acceptance.spec.inputs import Recipe
+
+#: What measures a case's callables in worker processes: its roles' workers, or one worker for every role.
+Workers = RoleWorkers | Worker
 
 # ----------------------------------------------------------------------------- one output over trials
 
@@ -286,7 +290,7 @@ class Begun:
     identity: _Identity
     timing: Timing
     started: float
-    executor: Worker | engine.InProcess
+    executor: Workers | engine.InProcess
     trials: engine.TrialRun
 
 
@@ -297,7 +301,7 @@ def begin(
     rules: Rules,
     *,
     trials: int | None = None,
-    worker: Worker | None = None,
+    worker: Workers | None = None,
     references: RunReferences | None = None,
     ahead: Literal[False] = False,
 ) -> Begun | MeasuredCase: ...
@@ -310,7 +314,7 @@ def begin(
     rules: Rules,
     *,
     trials: int | None = None,
-    worker: Worker | None = None,
+    worker: Workers | None = None,
     references: RunReferences | None = None,
     ahead: bool,
 ) -> Begun | MeasuredCase | None: ...
@@ -322,7 +326,7 @@ def begin(
     rules: Rules,
     *,
     trials: int | None = None,
-    worker: Worker | None = None,
+    worker: Workers | None = None,
     references: RunReferences | None = None,
     ahead: bool = False,
 ) -> Begun | MeasuredCase | None:
@@ -393,7 +397,7 @@ def measure(
     rules: Rules,
     *,
     trials: int | None = None,
-    worker: Worker | None = None,
+    worker: Workers | None = None,
     references: RunReferences | None = None,
     begun: Begun | None = None,
     then: Callable[[], None] | None = None,

@@ -5,8 +5,9 @@ call :func:`acceptance.dual_delta`. Per trial ``t``:
 
 1. ``inputs = make_inputs(t)``: CPU tensors in the test dtype (a
    :class:`acceptance.spec.inputs.RoleInputs` pair when the impl gets other tensors
-   than the baseline, e.g. quantized blocks), made by the worker itself when
-   ``make_inputs`` is a picklable :class:`acceptance.spec.inputs.Recipe`;
+   than the baseline, e.g. quantized blocks), made by the executor when
+   ``make_inputs`` is a picklable :class:`acceptance.spec.inputs.Recipe` (a single worker makes them itself;
+   :class:`acceptance.isolation.split.RoleWorkers` makes them in the runner, never in the impl's process);
 2. impl on copies of the inputs on the impl's device (``repeats`` more runs
    on the same inputs where run-to-run spread is measured);
 3. baseline on the CPU inputs;

@@ -53,6 +53,7 @@ from acceptance.cache.store import QUEUED_BYTES, shared
 from acceptance.errors import CaseError
 from acceptance.formats import dtypes
 from acceptance.formats.roleref import RoleRef
+from acceptance.isolation.split import RoleWorkers
 from acceptance.isolation.worker import IMPL, Call, Worker
 from acceptance.spec import CallableRef, Case
 from acceptance.spec.inputs import Recipe, RoleInputs
@@ -61,6 +62,9 @@ if TYPE_CHECKING:
     from acceptance.measure.engine import Roles
 
 Tensors = tuple[torch.Tensor, ...]
+
+#: Where fingerprints are computed: a case's roles' workers (the reference worker's), or one worker.
+Workers = RoleWorkers | Worker
 
 #: Spec fields that cannot change an input, a baseline output or an oracle output.
 NOT_IN_KEY = frozenset(
@@ -380,7 +384,7 @@ class RunReferences:
         self.cache = cache if cache is not None else ReferenceCache(enabled=False)
         self._fps: dict[Hashable, str | None] = {}  # RoleRef (worker), id of a callable (in process) -> fingerprint
 
-    def _fingerprint(self, role: str, ref: RoleRef | Callable[..., object], worker: Worker | None) -> str | None:
+    def _fingerprint(self, role: str, ref: RoleRef | Callable[..., object], worker: Workers | None) -> str | None:
         """Fingerprint of a role's callable: resolved in the worker (``ref`` a
         :class:`acceptance.formats.roleref.RoleRef`) or, without one, ``ref`` is the callable itself. ``None``
         when it cannot be identified."""
@@ -407,7 +411,7 @@ class RunReferences:
         self._fps[memo] = found
         return found
 
-    def prefetch(self, roles: Iterable[Roles], worker: Worker | None) -> None:
+    def prefetch(self, roles: Iterable[Roles], worker: Workers | None) -> None:
         """Fingerprint the baseline and oracle callables of every :class:`acceptance.measure.engine.Roles` in ``roles``
         (worker references) not known yet, in one batch to the idle ``worker``: one round trip at the start of
         a run instead of one whenever a case names a callable first, and every case can then get ready while
@@ -437,14 +441,14 @@ class RunReferences:
                 batch.discard()
                 return
 
-    def known(self, roles: Roles, worker: Worker | None = None) -> bool:
+    def known(self, roles: Roles, worker: Workers | None = None) -> bool:
         """Whether :meth:`for_case` for ``roles`` needs no call (the cache is off, or both fingerprints are
         known), so that it may run while the worker is busy with another case."""
         if not self.cache.enabled:
             return True
         return all((ref if worker is not None else id(ref)) in self._fps for ref in (roles.baseline, roles.oracle))
 
-    def for_case(self, case: Case, roles: Roles, worker: Worker | None = None) -> CaseReferences:
+    def for_case(self, case: Case, roles: Roles, worker: Workers | None = None) -> CaseReferences:
         """The references of ``case`` whose callables are ``roles`` (an :class:`acceptance.measure.engine.Roles` of
         references when ``worker`` runs them, of callables otherwise)."""
         if not self.cache.enabled:

@@ -33,7 +33,7 @@ from acceptance.errors import CaseError
 from acceptance.formats.roleref import RoleRef, fresh
 from acceptance.isolation import grad
 from acceptance.isolation.protocol import ObjectRef
-from acceptance.isolation.worker import Worker
+from acceptance.isolation.split import RolePool, RoleWorkers
 from acceptance.measure import case as measuring
 from acceptance.measure import engine
 from acceptance.measure.timing import TimedRef, TimerOptions, copy_probe, timer_of
@@ -125,7 +125,8 @@ def perf_record(
 
 @dataclass
 class Bencher:
-    """Times callables on ``device`` through an executor: a :class:`Worker` (``isolate``) or in this process."""
+    """Times callables on ``device`` through an executor: worker processes (``isolate``: a spec's impl in its own,
+    see :class:`acceptance.isolation.split.RolePool`) or this process."""
 
     device: torch.device
     options: TimerOptions
@@ -133,12 +134,19 @@ class Bencher:
     memory_limit: int | None = None
 
     def __post_init__(self) -> None:
-        self.worker: Worker | None = Worker(memory_limit=self.memory_limit) if self.isolate else None
+        self.pool = RolePool() if self.isolate else None
+        self.worker: RoleWorkers | None = self.pool.workers("", self.memory_limit) if self.pool is not None else None
         self.executor: engine.Executes = self.worker if self.worker is not None else engine.InProcess()
 
+    def for_case(self, case: Case) -> None:
+        """Time (and measure) ``case`` with its spec's impl worker from now on."""
+        if self.pool is not None:
+            self.worker = self.executor = self.pool.workers(str(case.spec.path), self.memory_limit)
+            self.pool.retire(keep=self.worker)
+
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
+        if self.pool is not None:
+            self.pool.close()
 
     def time(
         self, role: str, ref: RoleRef, args: tuple, params: dict, *, timeout: float
@@ -209,6 +217,7 @@ class Bench:
                 self.copy_gbps = None
             for case in cases:
                 started(case)
+                bencher.for_case(case)
                 result = measuring.measure(
                     case, self.device, rules_for(case), trials=self.trials, worker=bencher.worker
                 )

@@ -2,9 +2,10 @@
 finishes; the case loop around them (:class:`acceptance.session.Session`) is the same for all.
 
 - :class:`InProcess`: the callables run in this process (``--no-isolation``, debugging; a crash ends the run).
-- :class:`OneWorker`: the callables run in one worker process (:class:`acceptance.isolation.worker.Worker`);
-  while a case is measured here, the worker already computes the next case's first trial.
-- :class:`Jobs`: ``--jobs N``: N job processes, each measuring whole cases with a worker of its own, so the CPU
+- :class:`OneWorker`: the callables run in worker processes (:class:`acceptance.isolation.split.RolePool`): the
+  impl in a fresh worker per spec, baseline and oracle in a reference worker that never imports an impl; while a
+  case is measured here, the workers already compute the next case's first trial.
+- :class:`Jobs`: ``--jobs N``: N job processes, each measuring whole cases with workers of its own, so the CPU
   work of measuring one case overlaps with the callables of the others. A case's inputs depend only on the spec
   seed, its id and the trial, and every metric of a case is computed inside one process, so a case's record is
   the same whichever job measured it (timings aside). A job process that dies (the code under test can kill its
@@ -31,7 +32,8 @@ import torch
 from acceptance.cache import ReferenceCache
 from acceptance.isolation import forkserver
 from acceptance.isolation.serve import die_with
-from acceptance.isolation.worker import INHERITED, WORKER_THREADS, Worker
+from acceptance.isolation.split import RolePool, RoleWorkers
+from acceptance.isolation.worker import INHERITED, WORKER_THREADS
 from acceptance.measure import case as measuring
 from acceptance.measure.references import RunReferences
 from acceptance.records import MeasuredCase
@@ -55,22 +57,21 @@ class Settings:
     cache: tuple[Path, int, bool] | None = None
     ahead: bool = True
 
-    def reference_cache(self) -> ReferenceCache | None:
+    def reference_cache(self, *, read_only: bool = False) -> ReferenceCache | None:
+        """The run's reference cache; ``read_only`` where the references are computed in the process that runs
+        the code under test (:class:`InProcess`): only a pristine reference worker's references are stored."""
         if self.cache is None:
             return None
         root, max_bytes, enabled = self.cache
-        return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled)
+        return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled, read_only=read_only)
 
 
-def worker_for(current: Worker | None, case: Case, settings: Settings) -> Worker:
-    """The worker to measure ``case`` with: ``current`` when its memory limit is the case's, else a fresh one (the
-    current one finished first, so that it writes what it made for the cache)."""
-    limit = measuring.worker_limit(case)
-    if current is not None and current.memory_limit == limit:
-        return current
-    if current is not None:
-        current.finish()
-    return Worker(memory_limit=limit, threads=settings.threads, guard=settings.guard)
+def workers_for(pool: RolePool, case: Case) -> RoleWorkers:
+    """The workers to measure ``case`` with (:meth:`acceptance.isolation.split.RolePool.workers`): its spec's impl
+    worker and the reference worker, of the case's memory limit; the impl workers of other specs are ended."""
+    found = pool.workers(str(case.spec.path), measuring.worker_limit(case))
+    pool.retire(keep=found)
+    return found
 
 
 def cache_settings(cache: ReferenceCache | None) -> tuple[Path, int, bool] | None:
@@ -79,14 +80,15 @@ def cache_settings(cache: ReferenceCache | None) -> tuple[Path, int, bool] | Non
 
 
 class InProcess:
-    """Calls the code under test in this process, case after case."""
+    """Calls the code under test in this process, case after case: no separation at all (an impl's patch of torch
+    reaches the baseline, one spec's global state the next), so the reference cache is only read."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
 
     def measure(self, cases: Sequence[Case], started: Started) -> Generator[tuple[Case, MeasuredCase], None, None]:
         s = self.settings
-        references = RunReferences(s.reference_cache())
+        references = RunReferences(s.reference_cache(read_only=True))
         startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
         references.cache.defer()
         try:
@@ -98,10 +100,12 @@ class InProcess:
 
 
 class OneWorker:
-    """Measures in this process, the callables in one worker process (replaced when a case needs another memory
-    limit, or after the code under test broke it); the next case's first trial is sent to the worker once every
-    trial of the case being measured is sent (:func:`acceptance.measure.case.begin` with ``ahead``). ``keep``: the
-    worker outlives a :meth:`measure` call (the pytest plugin measures one case per call) until :meth:`close`."""
+    """Measures in this process, the callables in worker processes (:class:`acceptance.isolation.split.RolePool`):
+    each spec's impl in a fresh worker of its own, baselines and oracles in one reference worker (replaced when a
+    case needs another memory limit, or after the code under test broke it); the next case's first trial is sent
+    once every trial of the case being measured is sent (:func:`acceptance.measure.case.begin` with ``ahead``).
+    ``keep``: the workers outlive a :meth:`measure` call (the pytest plugin measures one case per call) until
+    :meth:`close`."""
 
     def __init__(self, settings: Settings, *, keep: bool = False):
         self.settings, self.keep = settings, keep
@@ -141,24 +145,25 @@ class OneWorker:
 
 
 class _WorkerRun:
-    """The worker of a :class:`OneWorker` run and the case sent ahead to it."""
+    """The workers of a :class:`OneWorker` run and the case sent ahead to them."""
 
     def __init__(self, settings: Settings, references: RunReferences):
         self.settings, self.references = settings, references
         self.todo: list[Case] = []
-        self.worker: Worker | None = None
+        self.pool = RolePool(settings.threads, settings.guard)
+        self.pool.idle = references.cache.write_next  # a worker waited on writes queued cache entries meanwhile
+        self.prefetched = False
         self.ahead: measuring.Begun | None = None  # the next case, its first trial sent while this one is measured
         # the metrics engines (numba kernels loaded, ~1 s) and scipy.stats (~1 s) are needed only where a case is
         # measured in full (and to decide): imported while the worker starts and while this process waits on it
         startup.imported_meanwhile("acceptance.numerics.metrics.many", "acceptance.numerics.stats")
 
-    def _ready_for(self, i: int) -> Worker:
-        worker = worker_for(self.worker, self.todo[i], self.settings)
-        if worker is not self.worker:  # a fresh one: it writes queued cache entries while idle
-            worker.idle = self.references.cache.write_next
-            self.references.prefetch(measuring.known_roles(self.todo[i:]), worker)
-            self.worker = worker
-        return worker
+    def _ready_for(self, i: int) -> RoleWorkers:
+        reference = self.pool.reference
+        workers = workers_for(self.pool, self.todo[i])
+        if workers.reference is not reference:  # a fresh reference worker: the fingerprints in one batch
+            self.references.prefetch(measuring.known_roles(self.todo[i:]), workers)
+        return workers
 
     def measure(self, i: int) -> MeasuredCase:
         case, s = self.todo[i], self.settings
@@ -176,10 +181,11 @@ class _WorkerRun:
             then=lambda: self._send_ahead(following, worker),
         )
 
-    def _send_ahead(self, following: Case | None, worker: Worker) -> None:
-        """Send the next case's first trial to the worker once every trial of this one is sent."""
+    def _send_ahead(self, following: Case | None, worker: RoleWorkers) -> None:
+        """Send the next case's first trial to its workers once every trial of this one is sent (a case of another
+        spec gets its impl worker now)."""
         s = self.settings
-        if following is None or not s.ahead or worker.memory_limit != measuring.worker_limit(following):
+        if following is None or not s.ahead or not self.pool.fits(measuring.worker_limit(following)):
             return
         try:
             started = measuring.begin(
@@ -187,7 +193,7 @@ class _WorkerRun:
                 s.device,
                 rules_for(following),
                 trials=s.trials,
-                worker=worker,
+                worker=self.pool.workers(str(following.spec.path), measuring.worker_limit(following)),
                 references=self.references,
                 ahead=True,
             )
@@ -197,12 +203,10 @@ class _WorkerRun:
             self.ahead = started
 
     def finish(self) -> None:
-        if self.worker is not None:
-            self.worker.finish()
+        self.pool.finish()
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
+        self.pool.close()
 
 
 # ----------------------------------------------------------------------------- --jobs N
@@ -389,16 +393,17 @@ def _job_main(  # pragma: no cover - runs in a job process
     INHERITED.append(conn)  # not for its workers: only the job answers the runner
     settings = Settings(device, trials, threads, guard, cache)
     references = RunReferences(settings.reference_cache())
-    worker: Worker | None = None
+    pool = RolePool(threads, guard)
     while True:
         try:
             case = conn.recv()
         except (EOFError, OSError):
             break
-        worker = worker_for(worker, case, settings)
-        conn.send(measuring.measure(case, device, rules_for(case), trials=trials, worker=worker, references=references))
-    if worker is not None:
-        worker.finish()  # it writes the inputs it made for the cache, then exits
+        workers = workers_for(pool, case)
+        conn.send(
+            measuring.measure(case, device, rules_for(case), trials=trials, worker=workers, references=references)
+        )
+    pool.finish()
     os._exit(0)
 
 
