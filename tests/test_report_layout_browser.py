@@ -111,3 +111,37 @@ def test_one_trial_is_a_table_of_values_not_an_empty_chart(browser, report):
     assert box is not None and box["width"] > 100 and box["height"] > 40
     assert "0.83" in section.locator("table.values").inner_text()
     page.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_criteria_notes_read_as_sentences_under_their_row(browser, tmp_path, width):
+    """A criterion with a note of a few hundred characters: the note is a row of its own spanning the table (as
+    wide as the criterion's row), the criterion's row stays a few lines tall, and the table fits its case."""
+    results = mixed_results()
+    case = next(c for c in results.cases if c.verdict == "fail" and c.criteria)
+    note = "material magnitude bias; mean shift against the oracle: " + "impl -0.357 ulp additive, " * 12
+    criteria = [c.model_copy(update={"note": note}) if c.passed is False else c for c in case.criteria]
+    results.cases[results.cases.index(case)] = case.model_copy(update={"criteria": criteria})
+    path = tmp_path / "report.html"
+    path.write_text(render_html(results, results_sha256="ab" * 32), encoding="utf-8")
+    page = open_at(browser, path, width)
+    details = page.locator("details.case", has=page.locator("table.criteria tr.note")).first
+    details.evaluate("d => d.open = true")
+    table = details.locator("table.criteria")
+    rows = table.evaluate(
+        """t => [...t.querySelectorAll('tbody tr')].map(r => ({note: r.classList.contains('note'),
+            height: r.getBoundingClientRect().height, width: r.getBoundingClientRect().width,
+            text: r.textContent}))"""
+    )
+    line = 20  # px: one line of the table's 13 px text with its padding, generously
+    notes = [r for r in rows if r["note"]]
+    assert any(note.strip() == r["text"].strip() for r in notes)
+    for r in rows:
+        if not r["note"]:
+            assert r["height"] <= 5 * line, r  # a criterion's row: metric, figures, source in a few lines
+    widths = {round(r["width"]) for r in rows}
+    assert len(widths) == 1  # every note row spans the whole table
+    box, case_box = table.bounding_box(), details.bounding_box()
+    assert box is not None and case_box is not None and box["x"] + box["width"] <= case_box["x"] + case_box["width"] + 1
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    page.close()
