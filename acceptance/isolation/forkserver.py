@@ -8,6 +8,7 @@ cores the two overlap; a run's first case no longer waits for it).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -15,7 +16,9 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 
 from acceptance.errors import UsageError
 from acceptance.isolation import reaper
@@ -64,6 +67,28 @@ def context() -> BaseContext:
     found.set_forkserver_preload(_preload)
     _launch()
     return found
+
+
+def start_process(proc: BaseProcess) -> None:
+    """``proc.start()``, also when the caller's ``__main__`` came from no file (``python - < script``, an
+    embedding host): multiprocessing then asks each new process to import the main module from its path
+    (``'<stdin>'``), which fails there; such a main module holds nothing a worker could need."""
+    with _main_without_missing_file():
+        proc.start()
+
+
+@contextlib.contextmanager
+def _main_without_missing_file() -> Iterator[None]:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str) or getattr(main, "__spec__", None) is not None or os.path.exists(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def fork_here() -> None:

@@ -194,7 +194,7 @@ class ImportCheck:
             ctx = cast("ForkServerContext | ForkContext", forkserver.context())
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_check, args=(child, os.getpid()), daemon=True, name="acceptance-import-check")
-            proc.start()
+            forkserver.start_process(proc)
             child.close()
         except BaseException as exc:  # raised to the caller by settle
             self._failed = exc

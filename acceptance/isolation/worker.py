@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import torch
 
 from acceptance.errors import CaseError
-from acceptance.isolation import WORKER_THREADS, reaper
+from acceptance.isolation import WORKER_THREADS, forkserver, reaper
 from acceptance.isolation.forkserver import signal_name
 from acceptance.isolation.protocol import (
     Answer,
@@ -178,7 +178,7 @@ class Worker:
                 self.reference,
             ),
         )
-        proc.start()
+        forkserver.start_process(proc)
         child.close()
         self._proc, self._conn = proc, parent
         self._exited = reaper.exit_fd(proc.pid) if proc.pid is not None else None

@@ -290,7 +290,7 @@ class _JobPool:
             args=(theirs, device, s.trials, s.cache, s.threads, s.guard, os.getpid()),
             daemon=False,
         )
-        process.start()
+        forkserver.start_process(process)
         theirs.close()
         return _Job(process, mine)
 
