@@ -294,7 +294,7 @@ def test_every_spec_field_is_either_keyed_or_named_as_harmless():
     from acceptance.measure.references import NOT_IN_KEY
     from acceptance.spec import OperatorSpec
 
-    keyed = {"baseline", "oracle", "inputs", "params", "seed", "emulate", "role_params"}
+    keyed = {"baseline", "oracle", "inputs", "params", "seed", "emulate", "role_params", "backward"}
     fields = {f.name for f in dataclasses.fields(OperatorSpec)}
     assert fields == keyed | NOT_IN_KEY and not keyed & NOT_IN_KEY
 
@@ -523,7 +523,7 @@ dual_delta: {trials: 12}
 
 
 def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, monkeypatch):
-    """``run`` decides the measured cases once (the runner's decision is the run's), in case order, with every
+    """``run`` decides the measured cases together once (the runner's decision is the run's), in case order, with every
     p-value adjusted by Holm over the whole run: recomputed here from the recorded raw p-values by the step-down
     formula adj_(i) = min(1, max_{j<=i} (m - j + 1) p_(j))."""
     from acceptance.decide import run as deciding
@@ -535,12 +535,13 @@ def test_a_run_decides_each_case_once_with_holm_over_the_whole_run(tmp_path, mon
     )
     calls = []
     decide_all = deciding.decide_all
-    monkeypatch.setattr(deciding, "decide_all", lambda *a, **k: calls.append(1) or decide_all(*a, **k))
+    monkeypatch.setattr(deciding, "decide_all", lambda *a, **k: calls.append(len(a[0])) or decide_all(*a, **k))
     r = CliRunner().invoke(
         main, ["run", str(tmp_path / "s"), "--out", str(tmp_path / "out"), "--jobs", "1"], catch_exceptions=False
     )
     assert r.exit_code in (0, 1), r.output
-    assert len(calls) == 1
+    # one decision over the whole run; the per-case status lines of a log decide each case alone (size 1)
+    assert sorted(calls) == [1, 1, 1, 1, 4]
     cases = json.loads((tmp_path / "out" / "results.json").read_text())["cases"]
     assert [c["id"] for c in cases] == [f"scaled_exp[{d}-N={n}]" for d in ("float16", "float32") for n in (64, 9)]
     family = [

@@ -28,10 +28,12 @@ reported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from acceptance.formats import dtypes
+
+if TYPE_CHECKING:  # the spec loader reads Invariants without torch; the checks import it when they run
+    import torch
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ def sum_tolerance(n: int, dtype: str) -> float | None:
 
 
 def _first(bad: torch.Tensor, y: torch.Tensor, o: torch.Tensor, what: str) -> str | None:
+    import torch
+
     if not bool(bad.any()):
         return None
     i = int(torch.nonzero(bad.reshape(-1))[0])
@@ -66,6 +70,8 @@ def _first(bad: torch.Tensor, y: torch.Tensor, o: torch.Tensor, what: str) -> st
 
 
 def _sum_violation(inv: Invariants, y: torch.Tensor, dtype: str) -> str | None:
+    import torch
+
     if inv.sum_to is None or y.dim() == 0 or y.numel() == 0:
         return None
     dim = -1 if inv.dim is None else inv.dim
@@ -88,6 +94,8 @@ def _sum_violation(inv: Invariants, y: torch.Tensor, dtype: str) -> str | None:
 
 
 def _monotone_violation(inv: Invariants, x: torch.Tensor | None, y: torch.Tensor) -> str | None:
+    import torch
+
     if inv.monotone is None or x is None or x.shape != y.shape or y.numel() < 2:
         return None
     xs, order = x.reshape(-1).to(torch.float64).sort()
@@ -109,6 +117,8 @@ def first_violation(
 ) -> str | None:
     """The first invariant ``y`` (an impl output) breaks, in words, or ``None``; ``oracle`` is the float64
     oracle of the same shape, ``x`` the single input of an elementwise spec (for ``monotone``)."""
+    import torch
+
     if not y.is_floating_point():
         return None
     y = y.detach().cpu().to(torch.float64)

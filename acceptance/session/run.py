@@ -139,6 +139,11 @@ class Session:
             else:
                 loaded = load([p for p in specs if isinstance(p, Path)], meanwhile)
             self.specs = select_tiers(loaded, o.tiers)
+            if loaded and not self.specs:
+                tiers = sorted({s.tier for s in loaded})
+                raise UsageError(
+                    f"no case matches: every spec given is of tier {', '.join(tiers)}; run it with --tier {tiers[0]}"
+                )
             everything, self.cases = plan_cases(self.specs, o)
             self.plan = run_plan(everything, self.cases, o.shard)
         except BaseException:
