@@ -536,7 +536,12 @@ def determinism_criteria(case: MeasuredCase) -> list[Criterion]:
     d = case.determinism
     if d is None:
         return []
-    if d.impl == "varying":
+    if d.impl == "varying" and d.impl_spread_ulp is not None:
+        note = (
+            f"{d.impl_varying} elements vary over {d.runs} runs on the same inputs, spread up to "
+            f"{d.impl_spread_ulp:.4g} ulp of the oracle; criteria on the worst of the {d.worst_of} runs of each trial"
+        )
+    elif d.impl == "varying":
         note = (
             f"{d.impl_differing} elements differ between {d.runs} runs on the same inputs "
             f"(max |run_i - run_1| = {d.impl_spread:.6g})"

@@ -314,6 +314,13 @@ class Determinism(_Model):
     """Baseline runs per trial."""
     required: bool = True
     """Whether the case fails when the impl varies (every category but atomic_add, unless the spec says)."""
+    impl_spread_ulp: JFloat | None = None
+    """Where variation is allowed: max over elements of (max − min over the runs) in ulp of the output's dtype
+    at the oracle (``None``: the impl must be deterministic)."""
+    impl_varying: int | None = None
+    """Where variation is allowed: elements whose value differs between any two runs, summed over trials."""
+    worst_of: int = 1
+    """The criteria are evaluated on the worst of this many runs of each trial (1: on the first run)."""
 
 
 class Timing(_Model):

@@ -1,0 +1,89 @@
+"""Reruns of an impl whose run-to-run results vary (atomic_add, ``deterministic: false``): how many runs, the
+spread recorded (checked against numpy in float64), which run the criteria see, and verdicts that hold over
+reruns of the whole case."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from click.testing import CliRunner
+
+from acceptance.cli import main
+from acceptance.measure import determinism
+from tests.mutant_kernels import index_add_random_order
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_runs_per_trial():
+    assert determinism.impl_runs("atomic_add", None, None) == 5
+    assert determinism.impl_runs("atomic_add", None, None, atomic_runs=8) == 8
+    assert determinism.impl_runs("atomic_add", None, 3) == 3
+    assert determinism.impl_runs("elementwise", False, None) == 5
+    assert determinism.impl_runs("elementwise", None, 7) == 2  # must be deterministic: two runs suffice
+    assert determinism.impl_runs("atomic_add", True, 7) == 2
+
+
+def _runs(r: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    index = torch.randint(0, 64, (4096,), generator=g)
+    src = torch.randn(4096, generator=g)
+    runs = [index_add_random_order(index, src) for _ in range(r)]
+    oracle = torch.zeros(64, dtype=torch.float64).index_add_(0, index, src.double())
+    return runs, oracle
+
+
+def test_spread_against_numpy():
+    runs, oracle = _runs(7)
+    x = np.stack([r.numpy().astype(np.float64) for r in runs])
+    o = oracle.numpy()
+    ulp = np.spacing(np.abs(o.astype(np.float32))).astype(np.float64)  # float32 spacing at the rounded oracle
+    gap = x.max(0) - x.min(0)
+    assert (gap > 0).sum() > 0  # the random order does change the last bits
+    spread, varying = determinism.spread_ulp(runs, oracle)
+    assert varying == int((gap > 0).sum())
+    assert spread == float((gap / ulp).max())
+
+
+def test_worst_run_is_the_farthest_on_average():
+    oracle = torch.tensor([1.0, 2.0, 4.0, 8.0], dtype=torch.float64)
+    u = np.spacing(np.float32([1.0, 2.0, 4.0, 8.0])).astype(np.float64)  # 2^-23 * 2^k
+    exact = oracle.float()
+    off = [
+        torch.tensor(oracle.numpy() + k * u, dtype=torch.float32) for k in ([1, 0, 0, 0], [0, 3, 0, 0], [1, 1, 1, 0])
+    ]
+    # mean ulp errors 0.25, 0.75, 0.75: the second run (the first of the largest) is the worst
+    rr = determinism.Reruns()
+    (worst,) = rr.worst((exact,), ((off[0],), (off[1],), (off[2],)), (oracle,))
+    assert torch.equal(worst, off[1])
+    assert rr.runs == 4 and rr.varying == 3 and rr.spread_ulp == 3.0  # elements 0-2 vary; element 1 by 3 ulp
+    nan = exact.clone()
+    nan[3] = float("nan")
+    (worst,) = determinism.Reruns().worst((exact,), ((nan,), (off[1],)), (oracle,))
+    assert torch.isnan(worst[3])  # a non-finite error outranks any finite mean
+
+
+def _spec(folder: Path) -> Path:
+    folder.mkdir()
+    text = (ROOT / "tests" / "mutation_specs" / "legit_random_order_atomics.yaml").read_text(encoding="utf-8")
+    text = text.replace("../", f"{ROOT / 'tests'}/").replace("trials: 20", "trials: 12").replace("U: 2048", "U: 512")
+    (folder / "s.yaml").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_reruns_option_and_stable_verdict(tmp_path):
+    specs = _spec(tmp_path / "specs")
+    verdicts = set()
+    for k in range(6):
+        out = tmp_path / f"r{k}"
+        args = ["run", str(specs), "--out", str(out), "--no-isolation", "--reruns", "4"]
+        CliRunner().invoke(main, args, catch_exceptions=False)
+        (case,) = json.loads((out / "results.json").read_text())["cases"]
+        det = case["determinism"]
+        assert (det["runs"], det["worst_of"], det["required"]) == (4, 4, False)
+        assert det["impl_spread_ulp"] > 0 and det["impl_varying"] > 0
+        verdicts.add(case["verdict"])
+    assert verdicts == {"pass"}
