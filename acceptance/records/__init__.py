@@ -376,6 +376,8 @@ class Bias(_Model):
     """The same for the baseline."""
     baseline_magnitude: JFloat = 0.0
     """The same for the baseline."""
+    baseline_abs: JFloat = 0.0
+    """Mean of |b - o|/ulp: the baseline's own mean error, which scales the material-bias floor."""
 
 
 class Advisory(_Model):
