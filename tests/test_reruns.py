@@ -48,22 +48,30 @@ def test_spread_against_numpy():
     assert spread == float((gap / ulp).max())
 
 
-def test_worst_run_is_the_farthest_on_average():
+def test_the_median_run_decides_unless_the_worst_is_gross():
     oracle = torch.tensor([1.0, 2.0, 4.0, 8.0], dtype=torch.float64)
-    u = np.spacing(np.float32([1.0, 2.0, 4.0, 8.0])).astype(np.float64)  # 2^-23 * 2^k
+    u = np.spacing(np.float32([1.0, 2.0, 4.0, 8.0])).astype(np.float64)  # float32 ulp at each: 2^-23 * 2^k
     exact = oracle.float()
-    off = [
-        torch.tensor(oracle.numpy() + k * u, dtype=torch.float32) for k in ([1, 0, 0, 0], [0, 3, 0, 0], [1, 1, 1, 0])
-    ]
-    # mean ulp errors 0.25, 0.75, 0.75: the second run (the first of the largest) is the worst
+
+    def off(steps: list[float]) -> torch.Tensor:
+        return torch.tensor(oracle.numpy() + np.array(steps) * u, dtype=torch.float32)
+
+    runs = [off([1, 0, 0, 0]), off([0, 3, 0, 0]), off([1, 1, 1, 0])]
+    # mean ulp errors 0, 0.25, 0.75, 0.75: ranked exact, runs[0], runs[1], runs[2]; the lower median is runs[0];
+    # the worst (max 1 ulp) is not gross against it (50 x max(1, 1) ulp)
     rr = determinism.Reruns()
-    (worst,) = rr.worst((exact,), ((off[0],), (off[1],), (off[2],)), (oracle,))
-    assert torch.equal(worst, off[1])
+    (chosen,) = rr.chosen((exact,), tuple((r,) for r in runs), (oracle,))
+    assert torch.equal(chosen, runs[0])
     assert rr.runs == 4 and rr.varying == 3 and rr.spread_ulp == 3.0  # elements 0-2 vary; element 1 by 3 ulp
     nan = exact.clone()
     nan[3] = float("nan")
-    (worst,) = determinism.Reruns().worst((exact,), ((nan,), (off[1],)), (oracle,))
-    assert torch.isnan(worst[3])  # a non-finite error outranks any finite mean
+    (chosen,) = determinism.Reruns().chosen((exact,), ((nan,), (runs[1],)), (oracle,))
+    assert torch.isnan(chosen[3])  # more non-finite errors than the median run: gross, it decides
+    lost, near = off([0, 0, 51, 0]), off([0, 0, 49, 0])  # 51 > 50 x 1 ulp: gross; 49 is not
+    (chosen,) = determinism.Reruns().chosen((exact,), ((lost,), (exact,)), (oracle,))
+    assert torch.equal(chosen, lost)
+    (chosen,) = determinism.Reruns().chosen((exact,), ((near,), (exact,)), (oracle,))
+    assert torch.equal(chosen, exact)
 
 
 def _spec(folder: Path) -> Path:
@@ -83,7 +91,7 @@ def test_reruns_option_and_stable_verdict(tmp_path):
         CliRunner().invoke(main, args, catch_exceptions=False)
         (case,) = json.loads((out / "results.json").read_text())["cases"]
         det = case["determinism"]
-        assert (det["runs"], det["worst_of"], det["required"]) == (4, 4, False)
+        assert (det["runs"], det["chosen_from"], det["required"]) == (4, 4, False)
         assert det["impl_spread_ulp"] > 0 and det["impl_varying"] > 0
         verdicts.add(case["verdict"])
     assert verdicts == {"pass"}

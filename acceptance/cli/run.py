@@ -57,7 +57,7 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     "--reruns",
     type=click.IntRange(min=1, max=1000),
     help="Impl runs per trial where run-to-run variation is allowed (atomic_add, `deterministic: false`); "
-    "criteria see the worst run of each trial (overrides the specs; default 5).",
+    "criteria see the median run of each trial, the worst where gross (overrides the specs; default 5).",
 )
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
 @click.option(

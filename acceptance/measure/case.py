@@ -473,7 +473,7 @@ class _Fold:
             for a, e in zip(again, t.impl, strict=False):
                 self.spread = max(self.spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
         if self.reruns is not None and t.repeats:
-            t = dataclasses.replace(t, impl=self.reruns.worst(t.impl, t.repeats, t.oracle))
+            t = dataclasses.replace(t, impl=self.reruns.chosen(t.impl, t.repeats, t.oracle))
         for out, acc in enumerate(self.outputs):
             acc.add(t, out, self.rules, self.dd_metrics, self.peers)
 

@@ -21,10 +21,12 @@ Reruns (:func:`impl_runs`, :class:`Reruns`): where run-to-run variation is
 allowed, the impl runs ``R`` times per trial on the same inputs (the spec's
 ``reruns``, the run's ``--reruns``, default :data:`DEFAULT_RERUNS`; a case that
 must be deterministic runs :data:`DETERMINISM_RUNS` times) and every criterion is
-evaluated on the worst of the ``R`` runs of each trial (:func:`run_score`: the
-most non-finite errors, then the largest mean ulp error at the oracle; ties to
-the earliest run). A whole run, not an element-wise composite: the dual-delta
-comparison then sets one real run against the baseline's (docs/verdicts.md,
+evaluated on one run per trial (:func:`pick`): the median run by
+:func:`run_score` (the most non-finite errors, then the largest mean ulp error
+at the oracle), unless the worst run is gross against it (more non-finite
+errors, or a max ulp error over ``GROSS_FACTOR`` × max(the median run's, 1 ulp)),
+then the worst. A whole run, not an element-wise composite: the dual-delta
+comparison sets one real run against the baseline's (docs/verdicts.md,
 "Stable verdicts for nondeterministic kernels"). The spread recorded is, per element,
 ``(max_r run_r − min_r run_r) / ulp(oracle)`` (ulp: :func:`acceptance.formats.dtypes.spacing_at`
 of the output's dtype at the oracle) maximised over elements, trials and
@@ -41,6 +43,7 @@ import numpy as np
 import torch
 
 from acceptance.formats import dtypes
+from acceptance.numerics.factors import GROSS_FACTOR
 from acceptance.records import Determinism
 
 #: Impl runs per trial where variation is allowed and neither the spec nor the run says how many.
@@ -126,11 +129,11 @@ def _distance(run: torch.Tensor, oracle: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(gap, nan=math.inf, posinf=math.inf)
 
 
-def run_score(outputs: tuple, oracle: tuple | None) -> tuple[int, float]:
+def run_score(outputs: tuple, oracle: tuple | None) -> tuple[int, float, float]:
     """How far one run's outputs are from the oracle: (elements at an infinite distance (:func:`_distance`: NaN,
-    ±inf against a number), then the mean over elements of ``|run − oracle| / ulp(oracle)``, summed over the
-    float outputs). ``(0, 0.0)`` without an oracle."""
-    far, mean = 0, 0.0
+    ±inf against a number), the mean over elements of ``|run − oracle| / ulp(oracle)`` summed over the float
+    outputs, the max of that ratio over them). ``(0, 0.0, 0.0)`` without an oracle."""
+    far, mean, top = 0, 0.0, 0.0
     for k, out in enumerate(outputs):
         o = oracle[k] if oracle is not None and k < len(oracle) else None
         if o is None or not out.is_floating_point() or o.shape != out.shape or not out.numel():
@@ -140,8 +143,21 @@ def run_score(outputs: tuple, oracle: tuple | None) -> tuple[int, float]:
         finite = np.isfinite(dist)
         far += int((~finite).sum())
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean += float(np.where(finite, dist / unit, 0.0).mean())
-    return far, mean
+            ulps = np.where(finite, dist / unit, 0.0)
+        mean, top = mean + float(ulps.mean()), max(top, float(ulps.max()))
+    return far, mean, top
+
+
+def pick(scores: list[tuple[int, float, float]]) -> int:
+    """The run the criteria see, of runs scored by :func:`run_score`: the median (the lower one of an even
+    count; ranked by non-finite count, then mean ulp; ties by run order), or the worst run where it is gross
+    against the median: more non-finite errors, or a max ulp error over ``GROSS_FACTOR`` × max(the median
+    run's, 1)."""
+    order = sorted(range(len(scores)), key=lambda r: (scores[r][0], scores[r][1], r))
+    median, worst = order[(len(order) - 1) // 2], order[-1]
+    (far_m, _, top_m), (far_w, _, top_w) = scores[median], scores[worst]
+    gross = far_w > far_m or top_w > GROSS_FACTOR * max(top_m, 1.0)
+    return worst if gross else median
 
 
 def spread_ulp(runs: list[torch.Tensor], oracle: torch.Tensor | None) -> tuple[float, int]:
@@ -176,15 +192,14 @@ def _signs_differ(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Reruns:
-    """The worst of the impl's runs on each trial, and their spread over the case."""
+    """The run of each trial the criteria see (:func:`pick`), and the runs' spread over the case."""
 
     spread_ulp: float = 0.0
     varying: int = 0
     runs: int = 1
 
-    def worst(self, impl: tuple, repeats: tuple, oracle: tuple | None) -> tuple:
-        """The outputs of the trial's worst run (the largest :func:`run_score`, ties to the earliest run), the
-        spread of every run folded in."""
+    def chosen(self, impl: tuple, repeats: tuple, oracle: tuple | None) -> tuple:
+        """The outputs of the run the criteria see (:func:`pick`), the spread of every run folded in."""
         self.runs = max(self.runs, 1 + len(repeats))
         for k, first in enumerate(impl):
             runs = [first, *(again[k] for again in repeats if k < len(again))]
@@ -193,12 +208,12 @@ class Reruns:
             self.spread_ulp, self.varying = max(self.spread_ulp, spread), self.varying + varying
         every = (impl, *repeats)
         scores = [run_score(run, oracle) for run in every]
-        return every[scores.index(max(scores))]
+        return every[pick(scores)]
 
     def annotate(self, record: Determinism) -> Determinism:
         """``record`` with the spread in ulp, the count of varying elements and the runs the criteria saw."""
         return record.model_copy(
-            update={"impl_spread_ulp": self.spread_ulp, "impl_varying": self.varying, "worst_of": self.runs}
+            update={"impl_spread_ulp": self.spread_ulp, "impl_varying": self.varying, "chosen_from": self.runs}
         )
 
 

@@ -319,8 +319,9 @@ class Determinism(_Model):
     at the oracle (``None``: the impl must be deterministic)."""
     impl_varying: int | None = None
     """Where variation is allowed: elements whose value differs between any two runs, summed over trials."""
-    worst_of: int = 1
-    """The criteria are evaluated on the worst of this many runs of each trial (1: on the first run)."""
+    chosen_from: int = 1
+    """The criteria see one run per trial chosen from this many: the median, or the worst where it is gross
+    (:func:`acceptance.measure.determinism.pick`; 1: the first run)."""
 
 
 class Timing(_Model):
