@@ -95,3 +95,39 @@ def test_reruns_option_and_stable_verdict(tmp_path):
         assert det["impl_spread_ulp"] > 0 and det["impl_varying"] > 0
         verdicts.add(case["verdict"])
     assert verdicts == {"pass"}
+
+
+_COUNTING = '''
+import torch
+
+CALLS = [0]
+
+
+def exp_counting(x):
+    """exp, with element 0 moved up by (calls mod 4) float32 ulps: any 4 consecutive calls differ by 0-3 ulp."""
+    CALLS[0] += 1
+    y = torch.exp(x).contiguous()
+    y.view(torch.int32)[0] += CALLS[0] % 4
+    return y
+'''
+
+
+def test_reported_spread_matches_an_impl_of_known_spread(tmp_path):
+    """4 runs per trial of an impl whose element 0 takes 4 consecutive ulp steps: the record says 3 ulp of the
+    oracle (exp(x) in [1.28, 1.42], one binade, so the float32 ulp is 2^-23 throughout) and one varying element
+    per trial."""
+    (tmp_path / "counting.py").write_text(_COUNTING, encoding="utf-8")
+    spec = (
+        "name: exp_counting\ncategory: activation\ndeterministic: false\n"
+        f"impl: {tmp_path / 'counting.py'}:exp_counting\nbaseline: torch:exp\ndtypes: [float32]\n"
+        "inputs:\n  - {name: x, shape: [64], dist: {uniform: [0.25, 0.35]}}\ncases:\n  - {}\ntrials: 5\nseed: 0\n"
+    )
+    (tmp_path / "s.yaml").write_text(spec, encoding="utf-8")
+    out = tmp_path / "out"
+    args = ["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-isolation", "--reruns", "4"]
+    CliRunner().invoke(main, args, catch_exceptions=False)
+    (case,) = json.loads((out / "results.json").read_text())["cases"]
+    det = case["determinism"]
+    x = np.float32([1.284, 1.419])
+    assert (np.spacing(x) == 2.0**-23).all()  # one binade: the spread in ulp is the count of steps
+    assert (det["runs"], det["chosen_from"], det["impl_varying"], det["impl_spread_ulp"]) == (4, 4, 5, 3.0)
