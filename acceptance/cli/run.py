@@ -53,6 +53,12 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
 @device_option
 @click.option("--trials", type=click.IntRange(min=1), help="Trials per case (overrides the specs).")
 @click.option("--seed", type=int, help="Seed (overrides the specs).")
+@click.option(
+    "--reruns",
+    type=click.IntRange(min=1, max=1000),
+    help="Impl runs per trial where run-to-run variation is allowed (atomic_add, `deterministic: false`); "
+    "criteria see the median run of each trial, the worst where gross (overrides the specs; default 5).",
+)
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
 @click.option(
     "-k",
@@ -170,6 +176,7 @@ def run(
     max_slowdown: float = MAX_SLOWDOWN,
     threads: int = 1,
     annotations: bool = False,
+    reruns: int | None = None,
 ) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     # on GitHub Actions: workflow commands off while the code under test can write to the log, on at the end
@@ -191,6 +198,7 @@ def run(
         trials=trials,
         seed=seed,
         seeds=seeds,
+        reruns=reruns,
         only=only,
         keyword=keyword,
         exitfirst=exitfirst,

@@ -66,7 +66,13 @@ from acceptance.records import (
     Verdict,
     WorstElement,
 )
-from acceptance.spec.defaults import DIFF4_MIN_POINTS, Rules, default_factor
+from acceptance.spec.defaults import (
+    BIAS_BASELINE_FACTOR,
+    BIAS_SCALED_CAP_ULP,
+    DIFF4_MIN_POINTS,
+    Rules,
+    default_factor,
+)
 from acceptance.wording import (
     criterion_text,
     criterion_worst_text,
@@ -326,22 +332,33 @@ def _invariant_words(rules: Rules) -> str:
     return ", ".join(words)
 
 
+def bias_floor_of(bias: Bias | None, bias_floor: float) -> float:
+    """The material-bias floor of one output, ulp: ``max(bias_floor, min(K · m_b, C))`` with ``m_b`` the
+    baseline's mean |b − o|/ulp(o) (:attr:`acceptance.records.Bias.baseline_abs`), ``K`` =
+    ``BIAS_BASELINE_FACTOR`` and ``C`` = ``BIAS_SCALED_CAP_ULP`` (docs/verdicts.md, "Material bias")."""
+    scaled = min(BIAS_BASELINE_FACTOR * bias.baseline_abs, BIAS_SCALED_CAP_ULP) if bias is not None else 0.0
+    return max(bias_floor, scaled)
+
+
 def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor: float) -> Criterion:
     """The diff4 rule as a material-bias test.
 
     MLU-OPS's counts (p1, p2, n) of impl against baseline are the value; the case fails only when the impl's
     mean signed error against the oracle (additive or of magnitude, in ulp) exceeds the baseline's by more
-    than ``bias_floor`` ulp. Elements where impl and oracle are both below the smallest normal count as a
-    flush, not a bias.
+    than the floor (:func:`bias_floor_of`: ``bias_floor`` ulp, or the baseline's own mean |error| where that
+    is larger). Elements where impl and oracle are both below the smallest normal count as a flush, not a
+    bias. Fewer than ``DIFF4_MIN_POINTS`` elements compared decide nothing (``passed`` is ``None``).
     """
     p1, p2, n = diff4_value(counts.above, counts.below)
+    floor = bias_floor_of(bias, bias_floor)
+    scaled = f" = the baseline's mean |error| {fmt(bias.baseline_abs)} ulp" if bias and floor > bias_floor else ""
     crit = dict(
         kind="diff4",
         metric="diff4",
         output=out,
         value=[p1, p2, float(n)],
         comparison="two-sided",
-        source=f"diff4 material-bias rule (floor {fmt(bias_floor)} ulp)",
+        source=f"diff4 material-bias rule (floor {fmt(floor)} ulp{scaled})",
     )
     if bias is None or bias.n < DIFF4_MIN_POINTS:
         got = 0 if bias is None else bias.n
@@ -351,7 +368,7 @@ def diff4_criterion(out: int, counts: Diff4Counts, bias: Bias | None, bias_floor
         "additive": (bias.impl_value, bias.baseline_value),
         "magnitude": (bias.impl_magnitude, bias.baseline_magnitude),
     }
-    material = [k for k, (i, b) in shifts.items() if abs(i) > abs(b) + bias_floor]
+    material = [k for k, (i, b) in shifts.items() if abs(i) > abs(b) + floor]
     one_sided = n >= DIFF4_MIN_POINTS and (counts.above == 0 or counts.below == 0)
     words = [
         f"mean shift against the oracle: impl {fmt(bias.impl_value)} ulp additive, "
@@ -541,7 +558,13 @@ def determinism_criteria(case: MeasuredCase) -> list[Criterion]:
     d = case.determinism
     if d is None:
         return []
-    if d.impl == "varying":
+    if d.impl == "varying" and d.impl_spread_ulp is not None:
+        note = (
+            f"{d.impl_varying} elements vary over {d.runs} runs on the same inputs, spread up to "
+            f"{d.impl_spread_ulp:.4g} ulp of the oracle; criteria on the median of the {d.chosen_from} runs "
+            "of each trial (the worst where gross)"
+        )
+    elif d.impl == "varying":
         note = (
             f"{d.impl_differing} elements differ between {d.runs} runs on the same inputs "
             f"(max |run_i - run_1| = {d.impl_spread:.6g})"

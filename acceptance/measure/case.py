@@ -16,6 +16,7 @@ p-values for multiplicity over the whole run (Holm) and only then decides each v
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -29,8 +30,9 @@ from acceptance.errors import CaseError
 from acceptance.formats import dtypes
 from acceptance.isolation.split import RoleWorkers
 from acceptance.isolation.worker import Worker
-from acceptance.measure import engine
+from acceptance.measure import determinism, engine
 from acceptance.measure import roles as faithful
+from acceptance.measure.determinism import Reruns
 from acceptance.measure.diagnose import (
     BiasSums,
     Diagnosis,
@@ -463,6 +465,8 @@ class _Fold:
         self.peers = Peers(case.dtype)
         self.spread = 0.0  # atomic_add only
         self.extras = faithful.Extras(case)
+        # where the impl may vary, the criteria see the element-wise worst of its runs (measure/determinism.py)
+        self.reruns = None if determinism.required(case.spec.category, case.spec.deterministic) else Reruns()
 
     def add(self, t: engine.Trial) -> None:
         """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras."""
@@ -473,6 +477,8 @@ class _Fold:
         for again in t.repeats if self.atomic else ():
             for a, e in zip(again, t.impl, strict=False):
                 self.spread = max(self.spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
+        if self.reruns is not None and t.repeats:
+            t = dataclasses.replace(t, impl=self.reruns.chosen(t.impl, t.repeats, t.oracle))
         for out, acc in enumerate(self.outputs):
             acc.add(t, out, self.rules, self.dd_metrics, self.peers)
 
@@ -506,9 +512,16 @@ class _Fold:
             output_names=backward.output_names(self.case.spec.backward, len(outputs))
             if self.case.spec.backward
             else [],
-            **self.extras.fields(),
+            **self._extras(),
             warnings=warnings,
         )
+
+    def _extras(self) -> faithful.ExtraFields:
+        """The extras' fields, the determinism record with the reruns' spread where the impl may vary."""
+        fields = self.extras.fields()
+        if self.reruns is not None:
+            fields["determinism"] = self.reruns.annotate(fields["determinism"])
+        return fields
 
 
 def _dual_delta(outputs: list[_Output], rules: Rules, dd: DualDeltaSettings) -> list[DualDeltaRecord]:

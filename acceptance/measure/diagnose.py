@@ -172,6 +172,7 @@ class BiasSums:
     impl_magnitude: float = 0.0
     baseline_value: float = 0.0
     baseline_magnitude: float = 0.0
+    baseline_abs: float = 0.0
 
     def add(self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, f64: Float64 | None = None) -> None:
         """Fold in one trial of one output; ``f64``: where float64 copies of e, b and o may already be (see
@@ -196,6 +197,7 @@ class BiasSums:
         self.impl_magnitude += float((se * sign[keep]).sum())
         self.baseline_value += float(sb.sum())
         self.baseline_magnitude += float((sb * sign[keep]).sum())
+        self.baseline_abs += float(sb.abs().sum())
 
     def _add_host(
         self, e: torch.Tensor, b: torch.Tensor, o: torch.Tensor, dtype: str, f64: Float64 | None = None
@@ -217,6 +219,7 @@ class BiasSums:
         self.impl_magnitude += float(se_sign.sum())
         self.baseline_value += float(sb.sum())
         self.baseline_magnitude += float(sb_sign.sum())
+        self.baseline_abs += float(sb.abs().sum())
 
     def record(self) -> Bias:
         n = max(self.n, 1)
@@ -227,6 +230,7 @@ class BiasSums:
             impl_magnitude=self.impl_magnitude / n,
             baseline_value=self.baseline_value / n,
             baseline_magnitude=self.baseline_magnitude / n,
+            baseline_abs=self.baseline_abs / n,
         )
 
 

@@ -85,6 +85,7 @@ NOT_IN_KEY = frozenset(
         "oracle_timeout",
         "memory_limit_gib",
         "atomic_runs",
+        "reruns",
         "dual_delta",
         "waivers",
         "overrides",

@@ -36,16 +36,16 @@ from acceptance.spec import CallableRef, Case, OperatorSpec
 if TYPE_CHECKING:
     from acceptance.spec.kinds import JSONValue
 
-#: Impl runs per trial where an impl is not atomic_add (atomic_add uses the spec's ``atomic_runs``).
-IMPL_RUNS = 2
+#: Impl runs per trial where the impl must be deterministic (else :func:`impl_repeats`).
+IMPL_RUNS = determinism.DETERMINISM_RUNS
 #: Baseline runs on the first trial.
 BASELINE_RUNS = 2
 
 
 def impl_repeats(case: Case) -> int:
-    """Further impl runs per trial on the same inputs."""
-    runs = max(case.spec.atomic_runs, 2) if case.spec.category == "atomic_add" else IMPL_RUNS
-    return runs - 1
+    """Further impl runs per trial on the same inputs (:func:`acceptance.measure.determinism.impl_runs`)."""
+    s = case.spec
+    return determinism.impl_runs(s.category, s.deterministic, s.reruns, s.atomic_runs) - 1
 
 
 def layouts(case: Case) -> dict[str, str]:

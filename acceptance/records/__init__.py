@@ -314,6 +314,14 @@ class Determinism(_Model):
     """Baseline runs per trial."""
     required: bool = True
     """Whether the case fails when the impl varies (every category but atomic_add, unless the spec says)."""
+    impl_spread_ulp: JFloat | None = None
+    """Where variation is allowed: max over elements of (max − min over the runs) in ulp of the output's dtype
+    at the oracle (``None``: the impl must be deterministic)."""
+    impl_varying: int | None = None
+    """Where variation is allowed: elements whose value differs between any two runs, summed over trials."""
+    chosen_from: int = 1
+    """The criteria see one run per trial chosen from this many: the median, or the worst where it is gross
+    (:func:`acceptance.measure.determinism.pick`; 1: the first run)."""
 
 
 class Timing(_Model):
@@ -369,6 +377,8 @@ class Bias(_Model):
     """The same for the baseline."""
     baseline_magnitude: JFloat = 0.0
     """The same for the baseline."""
+    baseline_abs: JFloat = 0.0
+    """Mean of |b - o|/ulp: the baseline's own mean error, which scales the material-bias floor."""
 
 
 class Advisory(_Model):

@@ -50,12 +50,14 @@ def select_tiers(specs: Sequence[OperatorSpec], tiers: Sequence[str] = ()) -> li
 
 def plan_cases(specs: Sequence[OperatorSpec], options: RunOptions) -> tuple[list[Case], list[Case]]:
     """The cases of the whole run (every shard) and those of this run's shard (the same list without
-    ``--shard``): its seed, dtypes, ``--only`` glob, seeds and ``-k`` expression (:mod:`acceptance.session.keyword`)
-    applied, then the shard."""
+    ``--shard``): its seed, reruns, dtypes, ``--only`` glob, seeds and ``-k`` expression
+    (:mod:`acceptance.session.keyword`) applied, then the shard."""
     from acceptance import spec
 
     if options.seed is not None:
         specs = [dataclasses.replace(s, seed=options.seed) for s in specs]
+    if options.reruns is not None:
+        specs = [dataclasses.replace(s, reruns=options.reruns) for s in specs]
     everything = spec.expand(list(specs), dtypes=list(options.dtypes) or None, only=options.only)
     if options.seeds > 1:
         from acceptance.spec.axes import with_seeds

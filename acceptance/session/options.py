@@ -23,6 +23,7 @@ class RunOptions:
     trials: int | None = None
     seed: int | None = None
     seeds: int = 1
+    reruns: int | None = None  # impl runs per trial where run-to-run variation is allowed (overrides the specs)
     only: str | None = None
     keyword: str | None = None  # ``-k EXPR`` (:mod:`acceptance.session.keyword`)
     dtypes: tuple[str, ...] = ()

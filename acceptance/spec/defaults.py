@@ -151,6 +151,15 @@ ULP_CATEGORIES: tuple[str, ...] = ("activation",)
 #: material beyond that (or beyond the category's mean floor, when that is larger).
 BIAS_FLOOR_ULP = 1.0
 
+#: The part of the material-bias floor that scales with the baseline's own error (see
+#: :func:`acceptance.decide.verdict.bias_floor_of`): a long computation (a reduction, a softmax inside attention,
+#: a matmul) done correctly by another valid method is shifted by up to about its own mean |error|, e.g. an
+#: exp2-based softmax shrinks float32 attention outputs by 1.3-4.3 ulp on average where the baseline's mean
+#: |error| is 5.5-10 ulp. Capped at BIAS_SCALED_CAP_ULP ulp, half the clip of the signed errors (16 ulp), so a
+#: scale error that reaches the clip still exceeds the floor plus a baseline shift of up to 8 ulp.
+BIAS_BASELINE_FACTOR = 1.0
+BIAS_SCALED_CAP_ULP = 8.0
+
 
 @dataclass(frozen=True)
 class Threshold:

@@ -89,6 +89,7 @@ def _build(path: Path, model: SpecModel, inputs: list[InputSpec], cases: list[Ca
         emulate={dt: em for dt in model.dtypes if (em := emulate_section.resolve(model.emulate, dt)) is not None},
         deterministic=model.deterministic,
         tier=model.tier,
+        reruns=model.reruns,
         backward=backward.build(model),
         perf=cast(PerfSection, {k: v for k, v in dict(model.perf).items() if v is not None})
         if model.perf is not None

@@ -245,6 +245,10 @@ class OperatorSpec:
     """Whether the impl must give bitwise-identical results run to run (``None``: every category but
     atomic_add must)."""
     tier: str = "default"
+    reruns: int | None = None
+    """Impl runs per trial where run-to-run variation is allowed (``None``: the default,
+    :func:`acceptance.measure.determinism.impl_runs`); the criteria see the median run of each trial (the worst
+    where gross)."""
     perf: PerfSection | None = None
     invariants: dict[str, JSONValue] | None = None
     """The spec's ``invariants`` section as written (``None``: the built-in function's defaults)."""

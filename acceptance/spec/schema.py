@@ -501,6 +501,7 @@ class SpecModel(_Model):
     oracle_timeout: Annotated[float, Field(gt=0)] = 600.0
     memory_limit_gib: Annotated[float, Field(gt=0)] | None = None
     atomic_runs: Annotated[int, Field(ge=2)] = 2
+    reruns: Annotated[int, Field(ge=1, le=1000)] | None = None
     dual_delta: _DualDeltaModel | None = None
     waivers: list[WaiverModel] = []
     overrides: list[_OverrideModel] = []
