@@ -7,6 +7,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +26,9 @@ from acceptance.cli.group import (
 from acceptance.cli.progress import Progress
 from acceptance.decide.limits import MAX_SLOWDOWN
 from acceptance.errors import EXIT_FAIL, UsageError
+
+if TYPE_CHECKING:  # the session's modules load once the command runs (startup overlaps them)
+    from acceptance.session.run import Session
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:
@@ -188,7 +192,6 @@ def run(
     several = startup.several_jobs(not no_isolation, jobs, device)
     if not no_isolation or jobs != 1:
         startup.launch_workers(2 if several else 1)
-    from acceptance.session.results import JOURNAL
     from acceptance.session.run import RunOptions, Session
 
     options = RunOptions(
@@ -218,13 +221,7 @@ def run(
     )
     session = Session(options)
     session.prepare(paths)
-    cases, done = session.cases, len(session.measured)
-    for note in session.notes:  # journaled cases measured from other content, journal lines skipped
-        click.secho(note, fg="yellow", err=True)
-    if done:
-        click.echo(f"resuming: {done} of {len(cases)} cases already in {out_dir / JOURNAL}", err=True)
-    progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done, strict=strict)
-    session.observers.append(progress)
+    progress = _progress(session, out_dir, strict)
 
     @contextlib.contextmanager
     def around() -> Iterator[None]:
@@ -239,6 +236,21 @@ def run(
 
         commands.emit(github.annotations(res))
     sys.exit(res.summary.exit_code)
+
+
+def _progress(session: Session, out_dir: Path, strict: bool) -> Progress:
+    """The run's progress observer, added to ``session`` (prepared): what resuming keeps, and why the journal's
+    other cases run again, said first on standard error."""
+    from acceptance.session.results import JOURNAL
+
+    cases, done = session.cases, len(session.measured)
+    for note in session.notes:  # journaled cases measured from other content, journal lines skipped
+        click.secho(note, fg="yellow", err=True)
+    if done:
+        click.echo(f"resuming: {done} of {len(cases)} cases already in {out_dir / JOURNAL}", err=True)
+    progress = Progress(len(cases), f"{len(cases)} cases on {session.device}", done=done, strict=strict)
+    session.observers.append(progress)
+    return progress
 
 
 def checked_keyword(value: str | None) -> str | None:
