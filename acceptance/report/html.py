@@ -32,7 +32,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from acceptance.records import VERDICT_ORDER, CaseResult, Criterion, DualDeltaRecord, Results, sorted_failures_first
-from acceptance.report import perf, svg
+from acceptance.report import casedata, perf, svg
 from acceptance.report.buckets import bucket_table
 from acceptance.report.text import deciding_criterion, headline, margin, overall_line
 from acceptance.wording import (
@@ -53,6 +53,11 @@ TemplateContext = dict[str, object]
 MAX_PLOTTED_CASES = 40
 OPEN_FAILURES = 20
 
+#: Most cases laid out in full (every row and detail section in the page); a larger run gets the large layout:
+#: cases as embedded JSON, :data:`PAGE_ROWS` rows at a time, a detail section drawn when its row is opened.
+INLINE_MAX = 1000
+PAGE_ROWS = 100
+
 #: Where a case id may wrap: after ``[ ] , / _ :`` and before a ``-`` that starts a new ``key=value`` (a letter
 #: follows); never inside a number such as ``N=1000`` or ``eps=1e-05``.
 _BREAK = re.compile(r"(?<=[\[\],/_:])|(?=-[A-Za-z])")
@@ -62,10 +67,17 @@ _BREAK = re.compile(r"(?<=[\[\],/_:])|(?=-[A-Za-z])")
 MIN_PLOTTED_TRIALS = 3
 
 
+def visible(text: str) -> str:
+    """:func:`acceptance.wording.visible_controls`, called only for text that holds a character it may
+    replace: every one of them is outside :meth:`str.isprintable` (controls, bidi marks, separators), so
+    printable text, nearly all of a report, is returned as it is without the two regex passes."""
+    return text if text.isprintable() else visible_controls(text)
+
+
 def breakable(text: str) -> Markup:
     """``text`` escaped, with ``<wbr>`` at the separators of :data:`_BREAK`, so a narrow column wraps a case id
     between its parameters only."""
-    return Markup("<wbr>").join(escape(visible_controls(part)) for part in _BREAK.split(text))
+    return Markup("<wbr>").join(escape(visible(part)) for part in _BREAK.split(text))
 
 
 def _finalize(value: object) -> object:
@@ -73,7 +85,7 @@ def _finalize(value: object) -> object:
     if value is None:
         return "—"
     if isinstance(value, str) and not isinstance(value, Markup):
-        return visible_controls(value)
+        return visible(value)
     return value
 
 
@@ -398,23 +410,45 @@ def _comparison_view(results: Results) -> TemplateContext | None:
     }
 
 
-def render_html(results: Results, *, results_sha256: str | None = None) -> str:
-    """The self-contained HTML report of a run."""
-    css, js = asset("report.css"), asset("report.js")
-    cases = sorted_failures_first(results.cases)
+def _case_views(cases: list[CaseResult], *, large: bool) -> tuple[list[TemplateContext], int]:
+    """The view of every case (failures first): charts for the first :data:`MAX_PLOTTED_CASES` cases with
+    error distributions, the first :data:`OPEN_FAILURES` failing sections open (none in the large layout, whose
+    sections open on demand); and how many cases have charts."""
     views, plotted, opened = [], 0, 0
     for i, case in enumerate(cases):
         plot = plotted < MAX_PLOTTED_CASES and bool(case.dual_delta or case.rel_error_buckets)
-        open_ = case.verdict in ("fail", "error") and opened < OPEN_FAILURES
+        open_ = not large and case.verdict in ("fail", "error") and opened < OPEN_FAILURES
         plotted += plot
         opened += open_
         views.append(_case_view(i, case, plotted=plot, open_=open_))
-    page = (
+    return views, plotted
+
+
+def _large_context(cases: list[CaseResult], views: list[TemplateContext]) -> TemplateContext:
+    """The two JSON blocks of the large layout (:mod:`acceptance.report.casedata`): the table rows, read when the
+    page loads, and the detail sections, read when the first case is opened."""
+    return {
+        "rows_json": casedata.script_json([casedata.row(c, v) for c, v in zip(cases, views, strict=True)]),
+        "details_json": casedata.script_json([casedata.detail(c, v) for c, v in zip(cases, views, strict=True)]),
+    }
+
+
+def render_html(results: Results, *, results_sha256: str | None = None, inline_max: int = INLINE_MAX) -> str:
+    """The self-contained HTML report of a run; past ``inline_max`` cases in the large layout (the table and
+    the detail sections drawn by the page's script from embedded JSON, one page of rows at a time)."""
+    cases = sorted_failures_first(results.cases)
+    large = len(cases) > inline_max
+    css, js = asset("report.css"), asset("cases.js" if large else "report.js")
+    views, plotted = _case_views(cases, large=large)
+    return (
         environment()
         .get_template("report.html.j2")
         .render(
             **page_context(results, results_sha256, css, js),
-            cases=views,
+            cases=[] if large else views,
+            large=_large_context(cases, views) if large else None,
+            total=len(cases),
+            page_rows=PAGE_ROWS,
             perf=perf.html_section(results),
             max_plotted=MAX_PLOTTED_CASES,
             unplotted=sum(bool(c.dual_delta or c.rel_error_buckets) for c in cases) - plotted,
@@ -423,4 +457,3 @@ def render_html(results: Results, *, results_sha256: str | None = None) -> str:
             waiver_records=results.waivers,
         )
     )
-    return page

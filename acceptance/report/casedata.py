@@ -1,0 +1,104 @@
+"""The cases of a large HTML report as data: compact JSON the page's script turns into table rows and, when a
+row is opened, into its detail section.
+
+Past :data:`acceptance.report.html.INLINE_MAX` cases the report does not lay out every row and detail section
+(at 15,000 cases that was 1.4 million elements and a 50 s load); it embeds each case once, in two
+``<script type="application/json">`` blocks, and ``cases.js`` shows one page of rows at a time. The values are
+the strings the small report prints (the same case views, numbers formatted in Python by
+:mod:`acceptance.wording`), so both layouts show the same numbers; the script inserts text with
+``textContent`` only, except the charts, which are the SVG markup the small report inlines (escaped there).
+
+The JSON is safe inside ``<script>``: ``<``, ``>`` and ``&`` are written ``\\u003c``, ``\\u003e``, ``\\u0026``,
+and U+2028/U+2029 as escapes, so no string can close the element or start a comment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from markupsafe import Markup
+
+from acceptance.records import CaseResult
+from acceptance.wording import counted, visible_controls
+
+#: Row fields, in order: what the table shows and sorts by (see ``cases.js``).
+ROW_FIELDS = (
+    "verdict",
+    "id",
+    "operator",
+    "category",
+    "dtype",
+    "params",
+    "deciding",
+    "margin",
+    "margin_sort",
+    "time",
+    "time_sort",
+    "verdict_sort",
+    "anchor",
+)
+
+_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _visible(text: str) -> str:
+    return text if text.isprintable() else visible_controls(text)
+
+
+def shown(value: object) -> object:
+    """``value`` as the page prints it: strings with control characters made visible (as the templates'
+    ``finalize`` does), tuples as lists, :class:`Markup` (charts) as its HTML text, recursively."""
+    if isinstance(value, Markup):
+        return str(value)
+    if isinstance(value, str):
+        return _visible(value)
+    if isinstance(value, dict):
+        return {k: shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown(v) for v in value]
+    return value
+
+
+def script_json(value: object) -> Markup:
+    """``value`` as compact JSON that can stand between ``<script type="application/json">`` and ``</script>``
+    (see the module docstring); non-finite numbers are refused (the views hold formatted text)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return Markup(text.translate(_SCRIPT_SAFE))
+
+
+def row(case: CaseResult, view: Mapping[str, object]) -> list[object]:
+    """One table row: the fields of :data:`ROW_FIELDS`, from ``case`` and its view (``html._case_view``)."""
+    flat: dict[str, object] = {"verdict": case.verdict, "id": case.id, "operator": case.operator}
+    flat |= {"category": case.category, "dtype": case.dtype, **view}
+    return [shown(flat[name]) for name in ROW_FIELDS]
+
+
+#: View entries the detail leaves out: the record itself, the table's sort keys, the small layout's open flag.
+_NOT_IN_DETAIL = frozenset({"case", "open", "margin_sort", "time_sort", "verdict_sort"})
+
+
+def detail(case: CaseResult, view: Mapping[str, object]) -> object:
+    """What the detail section of one case shows (the small report's ``<details>``), as JSON values."""
+    return shown(
+        {
+            "description": case.description,
+            "spec": case.spec_file,
+            "trials": counted(case.trials, "trial"),
+            "seed": case.seed,
+            "waiver": case.waiver,
+            "error": case.error,
+            "warnings": case.warnings,
+            "reasons": case.reasons,
+            **{k: v for k, v in view.items() if k not in _NOT_IN_DETAIL},
+            "criteria": [_criterion(r, full=bool(view["full"])) for r in view["criteria"]],  # type: ignore[attr-defined]
+        }
+    )
+
+
+_CRITERION_COLUMNS = ("metric", "value", "comparison", "threshold", "margin", "result", "source", "note")
+
+
+def _criterion(r: Mapping[str, object], *, full: bool) -> list[object]:
+    """A criterion as the detail shows it: the table's columns and note, or (one-line criteria) text and margin."""
+    return [r[k] for k in _CRITERION_COLUMNS] if full else [r["text"], r["margin"]]
