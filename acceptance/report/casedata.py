@@ -14,6 +14,8 @@ and U+2028/U+2029 as escapes, so no string can close the element or start a comm
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from collections.abc import Mapping
 
@@ -39,8 +41,6 @@ ROW_FIELDS = (
     "anchor",
 )
 
-_SCRIPT_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
 
 def _visible(text: str) -> str:
     return text if text.isprintable() else visible_controls(text)
@@ -60,27 +60,61 @@ def shown(value: object) -> object:
     return value
 
 
-def script_json(value: object) -> Markup:
-    """``value`` as compact JSON that can stand between ``<script type="application/json">`` and ``</script>``
-    (see the module docstring); non-finite numbers are refused (the views hold formatted text)."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return Markup(text.translate(_SCRIPT_SAFE))
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def row(case: CaseResult, view: Mapping[str, object]) -> list[object]:
+def item_json(value: object) -> str:
+    """``value`` as compact JSON, its strings as :func:`shown` prints them. Fast path: JSON text that holds no
+    character outside :meth:`str.isprintable` and no escape of a C0 control (``\\u00..``, ``\\b``,
+    ``\\f``; tab, newline and carriage return are kept as they are) has no string that
+    :func:`acceptance.wording.visible_controls` would change, so it is used as it is; otherwise (text from
+    the code under test with control or bidi characters) every string is made visible first."""
+    text = _json(value)
+    if text.isprintable() and "\\u00" not in text and "\\b" not in text and "\\f" not in text:
+        return text
+    return _json(shown(value))
+
+
+def script_json(items: list[str]) -> Markup:
+    """A JSON array of ``items`` (JSON texts, :func:`item_json`) that can stand between
+    ``<script type="application/json">`` and ``</script>`` (see the module docstring)."""
+    text = "[" + ",".join(items) + "]"
+    for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escaped)
+    return Markup(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+#: Detail sections per compressed chunk: opening a case decodes its chunk only (~0.1-1 MB of JSON).
+CHUNK = 200
+
+
+def packed(items: list[str], chunk: int = CHUNK) -> Markup:
+    """The detail sections as a JSON array of strings, each the base64 of the gzip of one JSON array of
+    ``chunk`` items (:func:`script_json`; gzip with mtime 0, so the page is the same for the same run).
+    Compressed, the 80 MB of detail text of 20,000 cases takes a few MB of the page; base64 needs no escape
+    inside ``<script>``."""
+    parts = []
+    for start in range(0, len(items), chunk):
+        text = str(script_json(items[start : start + chunk])).encode("utf-8")
+        parts.append(base64.b64encode(gzip.compress(text, compresslevel=6, mtime=0)).decode("ascii"))
+    return Markup(json.dumps(parts))
+
+
+def row(case: CaseResult, view: Mapping[str, object]) -> str:
     """One table row: the fields of :data:`ROW_FIELDS`, from ``case`` and its view (``html._case_view``)."""
     flat: dict[str, object] = {"verdict": case.verdict, "id": case.id, "operator": case.operator}
     flat |= {"category": case.category, "dtype": case.dtype, **view}
-    return [shown(flat[name]) for name in ROW_FIELDS]
+    return item_json([flat[name] for name in ROW_FIELDS])
 
 
 #: View entries the detail leaves out: the record itself, the table's sort keys, the small layout's open flag.
 _NOT_IN_DETAIL = frozenset({"case", "open", "margin_sort", "time_sort", "verdict_sort"})
 
 
-def detail(case: CaseResult, view: Mapping[str, object]) -> object:
-    """What the detail section of one case shows (the small report's ``<details>``), as JSON values."""
-    return shown(
+def detail(case: CaseResult, view: Mapping[str, object]) -> str:
+    """What the detail section of one case shows (the small report's ``<details>``), as JSON text."""
+    return item_json(
         {
             "description": case.description,
             "spec": case.spec_file,

@@ -209,6 +209,11 @@ def _criterion_row(c: Criterion) -> TemplateContext:
     }
 
 
+def _criterion_line(c: Criterion) -> TemplateContext:
+    """What a one-line criterion shows (passing cases without charts): its sentence and margin."""
+    return {"text": criterion_text(c), "margin": _margin_text(margin(c))}
+
+
 def _values_table(d: DualDeltaRecord) -> Markup:
     """The δ1 and δ2 values per trial when there are too few, or too few distinct ones, to draw (one trial, or
     every trial the same): equal runs of trials are one row."""
@@ -274,8 +279,8 @@ def _dual_view(d: DualDeltaRecord, *, plotted: bool, full: bool) -> TemplateCont
             ("accuracy floor (ulp)", fmt(d.floor)),
         ],
         "stats": stats,
-        "describe": [(name, [fmt(getattr(x, s)) for s in stats]) for name, x in describe],
-        "tests": [(t.name, fmt(t.statistic), fmt(t.p_value), t.alternative, t.note) for t in d.tests],
+        "describe": [(name, [fmt(getattr(x, s)) for s in stats]) for name, x in describe] if full else [],
+        "tests": [(t.name, fmt(t.statistic), fmt(t.p_value), t.alternative, t.note) for t in d.tests] if full else [],
         "reasons": d.reasons,
         "plots": _dual_plots(d) if plotted else [],
     }
@@ -313,7 +318,7 @@ def _case_view(index: int, case: CaseResult, *, plotted: bool, open_: bool) -> T
         "time_sort": _sort_number(t.total),
         "open": open_,
         "full": full,
-        "criteria": [_criterion_row(c) for c in case.criteria],
+        "criteria": [_criterion_row(c) if full else _criterion_line(c) for c in case.criteria],
         "worst": None
         if w is None
         else [
@@ -426,10 +431,11 @@ def _case_views(cases: list[CaseResult], *, large: bool) -> tuple[list[TemplateC
 
 def _large_context(cases: list[CaseResult], views: list[TemplateContext]) -> TemplateContext:
     """The two JSON blocks of the large layout (:mod:`acceptance.report.casedata`): the table rows, read when the
-    page loads, and the detail sections, read when the first case is opened."""
+    page loads, and the detail sections, compressed in chunks, each decoded when a case in it is opened."""
     return {
         "rows_json": casedata.script_json([casedata.row(c, v) for c, v in zip(cases, views, strict=True)]),
-        "details_json": casedata.script_json([casedata.detail(c, v) for c, v in zip(cases, views, strict=True)]),
+        "details_json": casedata.packed([casedata.detail(c, v) for c, v in zip(cases, views, strict=True)]),
+        "chunk": casedata.CHUNK,
     }
 
 

@@ -13,7 +13,12 @@
   var table = document.getElementById("cases-table");
   var body = table.tBodies[0];
   var rows = JSON.parse(document.getElementById("case-rows").textContent);
-  var details = null;
+  // The detail sections: JSON arrays of CHUNK cases each, gzip-compressed and base64-encoded; a chunk is
+  // decoded (DecompressionStream, no network) when a case in it is first opened.
+  var packed = document.getElementById("case-details");
+  var CHUNK = Number(packed.getAttribute("data-chunk"));
+  var encoded = JSON.parse(packed.textContent);
+  var chunks = {};
   var texts = rows.map(function (r) {
     return [r[F.verdict], r[F.id], r[F.operator], r[F.category], r[F.dtype], r[F.params], r[F.deciding],
       r[F.margin], r[F.time]].join(" ").toLowerCase();
@@ -123,10 +128,24 @@
     return section;
   }
 
-  // The detail section of case i: what the small layout's <details> shows, in the same order.
+  function loadChunk(c) {
+    if (!chunks[c]) {
+      var binary = atob(encoded[c]);
+      var bytes = new Uint8Array(binary.length);
+      for (var k = 0; k < binary.length; k += 1) { bytes[k] = binary.charCodeAt(k); }
+      var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+      chunks[c] = new Response(stream).text().then(function (json) {
+        var cases = JSON.parse(json);
+        chunks[c] = { cases: cases };
+        return cases;
+      });
+    }
+    return Promise.resolve(chunks[c].cases || chunks[c]);
+  }
+
+  // The detail section of case i (its chunk decoded): what the small layout's <details> shows, in order.
   function detail(i) {
-    if (details === null) { details = JSON.parse(document.getElementById("case-details").textContent); }
-    var d = details[i], r = rows[i];
+    var d = chunks[Math.floor(i / CHUNK)].cases[i % CHUNK], r = rows[i];
     var box = el("details", "case " + r[F.verdict]);
     box.id = d.anchor;
     box.open = true;
@@ -209,7 +228,7 @@
     var fragment = document.createDocumentFragment();
     for (var k = start; k < end; k += 1) {
       fragment.appendChild(tableRow(matching[k]));
-      if (opened.has(matching[k])) { fragment.appendChild(detailRow(matching[k])); }
+      if (opened.has(matching[k]) && ready(matching[k])) { fragment.appendChild(detailRow(matching[k])); }
     }
     body.textContent = "";
     body.appendChild(fragment);
@@ -220,11 +239,17 @@
     next.disabled = page >= pages - 1;
   }
 
-  function toggle(i) {
-    if (opened.has(i)) { opened.delete(i); } else { opened.add(i); }
-    render();
-    var section = document.getElementById(rows[i][F.anchor]);
-    if (section) { section.scrollIntoView({ block: "nearest" }); }
+  function ready(i) { var c = chunks[Math.floor(i / CHUNK)]; return Boolean(c && c.cases); }
+
+  // Open (or close) case i; its chunk is decoded first; `block` says where to scroll it.
+  function toggle(i, block) {
+    if (opened.has(i)) { opened.delete(i); render(); return; }
+    opened.add(i);
+    loadChunk(Math.floor(i / CHUNK)).then(function () {
+      render();
+      var section = document.getElementById(rows[i][F.anchor]);
+      if (section) { section.scrollIntoView({ block: block || "nearest" }); }
+    });
   }
 
   // A term matches where a word starts (not after a letter or digit): "float16" does not match "bfloat16".
@@ -265,11 +290,9 @@
     var match = /^#(c\d+)$/.exec(window.location.hash);
     var i = match ? rows.findIndex(function (r) { return r[F.anchor] === match[1]; }) : -1;
     var at = i < 0 ? -1 : matching.indexOf(i);
-    if (at < 0) { return; }
-    opened.add(i);
+    if (at < 0 || opened.has(i)) { return; }
     page = Math.floor(at / PAGE);
-    render();
-    document.getElementById(rows[i][F.anchor]).scrollIntoView();
+    toggle(i, "start");
   }
 
   filter.addEventListener("input", applyFilter);
