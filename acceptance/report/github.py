@@ -13,6 +13,12 @@ from acceptance.report.text import deciding_criterion, headline, overall_line
 from acceptance.wording import counted, criterion_text, one_line, visible_controls
 
 CELL_LIMIT = 300
+
+#: GitHub's limit on ``$GITHUB_STEP_SUMMARY``: 1 MiB per step (a larger summary is not shown); the summary keeps
+#: under :data:`SUMMARY_MAX_BYTES` and lists at most :data:`SUMMARY_MAX_ROWS` failing cases, failures first.
+GITHUB_SUMMARY_LIMIT = 1024 * 1024
+SUMMARY_MAX_BYTES = 900_000
+SUMMARY_MAX_ROWS = 1000
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$])")
 
 
@@ -58,12 +64,19 @@ def _row(case: CaseResult) -> str:
     )
 
 
-def render_summary(results: Results, *, artifact_url: str | None = None, max_bytes: int = 900_000) -> str:
+def render_summary(
+    results: Results,
+    *,
+    artifact_url: str | None = None,
+    max_bytes: int = SUMMARY_MAX_BYTES,
+    max_rows: int = SUMMARY_MAX_ROWS,
+) -> str:
     """Markdown job summary: verdict, counts, provenance, the timing table of a bench run, a table of failures
-    and errors.
+    and errors (failures first).
 
-    Never longer than ``max_bytes`` (UTF-8): table rows that do not fit are
-    replaced by one line ``… N more cases, see the artifact``.
+    Never longer than ``max_bytes`` (UTF-8) nor ``max_rows`` table rows: the
+    rows that do not fit are replaced by one line ``… N more failures and
+    errors: see report.html in the artifact``.
     """
     s, env = results.summary, results.environment
     head = [
@@ -119,7 +132,7 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
         row = _row(case) + "\n"
         rest = len(bad) - i - 1
         tail = _more_line(rest, artifact_url) if rest else ""
-        if used + len(row.encode("utf-8")) + len(tail.encode("utf-8")) > max_bytes:
+        if i >= max_rows or used + len(row.encode("utf-8")) + len(tail.encode("utf-8")) > max_bytes:
             text += _more_line(len(bad) - i, artifact_url)
             break
         text += row
@@ -133,7 +146,8 @@ def render_summary(results: Results, *, artifact_url: str | None = None, max_byt
 
 def _more_line(n: int, artifact_url: str | None) -> str:
     where = f"[the artifact](<{artifact_url.replace('>', '%3E')}>)" if artifact_url else "the artifact"
-    return f"\n… {n} more case{'s' if n != 1 else ''}, see {where}\n"
+    what = "failure or error" if n == 1 else "failures and errors"
+    return f"\n… {n} more {what}: see report.html in {where}\n"
 
 
 def escape_data(text: str) -> str:
