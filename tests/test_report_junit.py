@@ -128,3 +128,49 @@ def test_nan_time_written_as_zero():
     broken = case.model_copy(update={"timing": case.timing.model_copy(update={"total": float("nan")})})
     root = ET.fromstring(render_junit(results_of([broken])).encode())
     assert root.find(".//testcase").get("time") == "0.000000"
+
+
+def test_20000_cases_stay_bounded():
+    from fixtures.report_results import many_failures
+
+    n = 20_000
+    text = render_junit(many_failures(n))
+    root = ET.fromstring(text.encode("utf-8"))
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == (str(n), str(n), "0")
+    failures = root.findall(".//failure")
+    assert len(failures) == n
+    assert len({tc.get("name") for tc in root.iter("testcase")}) == n
+    assert all(len(f.get("message", "")) <= 1000 and "\n" not in f.get("message", "") for f in failures)
+    # one suite per operator (matmul_0 .. matmul_49), each with its 400 cases
+    assert sorted(int(s.get("tests")) for s in root.iter("testsuite")) == [n // 50] * 50
+    assert len(text.encode("utf-8")) < 30 * 2**20
+
+
+def _long_failure(i: int, length: int):
+    from fixtures.report_results import many_failures
+
+    case = many_failures(1).cases[0]
+    return case.model_copy(update={"id": f"long[{i}]", "reasons": [f"r{i} " + "x" * length]})
+
+
+def test_a_long_message_and_body_are_cut_with_a_note():
+    results = results_of([_long_failure(0, 100_000)])
+    failure = ET.fromstring(render_junit(results).encode("utf-8")).find(".//failure")
+    message, body = failure.get("message"), failure.text
+    assert message.startswith("r0 xxx") and len(message) <= 1000 + 60
+    assert "more characters in results.json" in message
+    cut = body.rsplit("\n", 1)
+    assert len(cut[0]) == 16_000
+    kept, more = cut[0].count("x"), int(cut[1].split("[")[1].split(" ")[0])
+    assert kept + more >= 100_000  # nothing of the reason lost without saying so
+    assert cut[1].endswith("more characters in report.html and results.json]")
+
+
+def test_bodies_past_the_file_budget_are_shorter(monkeypatch):
+    from acceptance.report import junit
+
+    monkeypatch.setattr(junit, "BODIES_LIMIT", 20_000)
+    results = results_of([_long_failure(i, 30_000) for i in range(4)])
+    bodies = [f.text for f in ET.fromstring(render_junit(results).encode("utf-8")).iter("failure")]
+    lengths = [len(b.rsplit("\n", 1)[0]) for b in bodies]
+    assert lengths == [16_000, 16_000, 2_000, 2_000]  # 32,000 characters used after two: the rest are short

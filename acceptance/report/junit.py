@@ -33,9 +33,14 @@ from acceptance.records import CaseResult, Comparison, Results
 from acceptance.report.text import case_details, headline
 from acceptance.wording import safe, visible_controls
 
-#: A failure message is one line of at most this many characters; a body at most this many (results.json keeps all).
+#: A failure message is one line of at most this many characters; a body at most :data:`BODY_LIMIT` (16,000
+#: characters, under 64 KB in UTF-8: the most a GitHub check-run annotation, where JUnit reporter actions show
+#: it, holds); once the bodies of a file reach :data:`BODIES_LIMIT` characters in all, each further body at most
+#: :data:`LATE_BODY_LIMIT`, so 20,000 failing cases stay a file CI tools parse. results.json keeps everything.
 MESSAGE_LIMIT = 1000
-BODY_LIMIT = 64_000
+BODY_LIMIT = 16_000
+BODIES_LIMIT = 20_000_000
+LATE_BODY_LIMIT = 2_000
 
 
 def _seconds(t: float) -> float:
@@ -48,18 +53,25 @@ def classname(case: CaseResult) -> str:
     return visible_controls(f"acceptance.{case.category}.{case.operator}")
 
 
-def _testcase(case: CaseResult, name: str) -> TestCase:
+def bounded(body: str, limit: int) -> str:
+    """``body`` cut to ``limit`` characters, with a note of how many more there are and where."""
+    if len(body) <= limit:
+        return body
+    return body[:limit] + f"\n… [{len(body) - limit} more characters in report.html and results.json]"
+
+
+def _testcase(case: CaseResult, name: str, body_limit: int) -> tuple[TestCase, int]:
+    """The testcase of ``case`` and the length of its body."""
     tc = TestCase(name=name, classname=classname(case), elapsed_sec=_seconds(case.timing.total))
-    message, body = safe(headline(case), MESSAGE_LIMIT), case_details(case)
-    if len(body) > BODY_LIMIT:
-        body = body[:BODY_LIMIT] + f"\n… [{len(body) - BODY_LIMIT} more characters in results.json]"
+    message = safe(headline(case), MESSAGE_LIMIT)
+    body = bounded(case_details(case), body_limit) if case.verdict != "pass" else ""
     if case.verdict == "fail":
         tc.add_failure_info(message=message, output=body, failure_type="accuracy")
     elif case.verdict == "error":
         tc.add_error_info(message=message, output=body, error_type="error")
     elif case.verdict == "skip":
         tc.add_skipped_info(message=message, output=body)
-    return tc
+    return tc, len(body)
 
 
 def _conform(suite: ET.Element, times: list[float]) -> None:
@@ -133,6 +145,7 @@ def render_junit(results: Results) -> str:
     root = ET.Element("testsuites", {"name": "acceptance"})
     seen: set[tuple[str, str]] = set()
     totals = {"tests": 0, "failures": 0, "errors": 0}
+    body_chars = 0
     total_time = 0.0
     by_suite = sorted(results.cases, key=lambda c: (c.operator, c.spec_file))
     for (operator, spec_file), group in groupby(by_suite, key=lambda c: (c.operator, c.spec_file)):
@@ -144,7 +157,9 @@ def render_junit(results: Results) -> str:
                 n += 1
                 name = visible_controls(f"{case.id} #{n}")
             seen.add((classname(case), name))
-            testcases.append(_testcase(case, name))
+            tc, chars = _testcase(case, name, BODY_LIMIT if body_chars < BODIES_LIMIT else LATE_BODY_LIMIT)
+            testcases.append(tc)
+            body_chars += chars
         suite = TestSuite(
             name=visible_controls(operator),
             test_cases=testcases,
