@@ -1,6 +1,6 @@
 (function () {
   "use strict";
-  // The large layout: the cases are JSON (two <script type="application/json"> blocks); the table shows one
+  // The large layout: the cases are JSON (two application/json data blocks); the table shows one
   // page of the matching rows, and a case's detail section is drawn under its row when its id is selected.
   // Text is inserted with textContent only; the charts are the page's own SVG markup.
   var PAGE = Number(document.getElementById("cases-table").getAttribute("data-page")) || 100;
@@ -143,7 +143,7 @@
     return Promise.resolve(chunks[c].cases || chunks[c]);
   }
 
-  // The detail section of case i (its chunk decoded): what the small layout's <details> shows, in order.
+  // The detail section of case i (its chunk decoded): what the small layout shows of a case, in order.
   function detail(i) {
     var d = chunks[Math.floor(i / CHUNK)].cases[i % CHUNK], r = rows[i];
     var box = el("details", "case " + r[F.verdict]);
