@@ -17,7 +17,11 @@ records or relative-error buckets (failures first); passing cases without
 charts show their criteria in one line and dual-delta means and maxima
 instead of the full tables; only the first :data:`OPEN_FAILURES` failing
 sections start open; and the page's script lists 500 table rows at a time
-("show all" lists the rest).
+("show all" lists the rest). Past :data:`INLINE_MAX` cases nothing is laid out
+per case: the cases are embedded once as JSON (:mod:`acceptance.report.casedata`)
+and ``cases.js`` shows :data:`PAGE_ROWS` rows a page and draws a case's
+detail section when it is opened, so the page's size in elements does not
+grow with the run.
 """
 
 from __future__ import annotations
