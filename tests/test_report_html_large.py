@@ -48,7 +48,7 @@ def test_large_layout_embeds_each_case_once_failures_first():
     assert len(details) == n
     for row, detail, i in zip(rows, details, expected, strict=True):
         assert detail["anchor"] == row[-1]
-        assert detail["seed"] == i
+        assert detail["seed"] == str(i)
         assert ["impl", repr(1 + i / 1024)] in detail["worst"] and ["baseline", "1.0"] in detail["worst"]
         assert (detail["error"] == f"RuntimeError: launch {i} failed") == (large_verdict(i) == "error")
 
@@ -75,3 +75,17 @@ def test_script_blocks_cannot_be_closed_or_broken_by_case_text():
     assert detail["anchor"] in [r[-1] for r in rows]
     hostile_row = next(r for r in rows if r[1].startswith("op[<script>"))
     assert "\\x1b[31m" in hostile_row[1] and "\x1b" not in hostile_row[1]
+
+
+def test_numbers_past_53_bits_and_non_finite_ones_survive_the_json():
+    cases = large_results(3).cases
+    seed = 2**64 - 1  # a JavaScript number would print 18446744073709552000
+    cases[0] = cases[0].model_copy(update={"seed": seed})
+    details = details_of(render_html(results_of(cases), inline_max=0))
+    assert "18446744073709551615" in [d["seed"] for d in details]
+
+
+def test_a_non_finite_number_in_a_view_becomes_text():
+    from acceptance.report import casedata
+
+    assert json.loads(casedata.item_json({"x": [float("nan"), float("-inf"), 1.5]})) == {"x": ["nan", "-inf", 1.5]}

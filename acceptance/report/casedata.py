@@ -17,12 +17,13 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import math
 from collections.abc import Mapping
 
 from markupsafe import Markup
 
 from acceptance.records import CaseResult
-from acceptance.wording import counted, visible_controls
+from acceptance.wording import counted, fmt, visible_controls
 
 #: Row fields, in order: what the table shows and sorts by (see ``cases.js``).
 ROW_FIELDS = (
@@ -57,6 +58,8 @@ def shown(value: object) -> object:
         return {k: shown(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [shown(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return fmt(value)  # JSON has no nan or inf; the views hold formatted text, this is a guard
     return value
 
 
@@ -70,7 +73,10 @@ def item_json(value: object) -> str:
     ``\\f``; tab, newline and carriage return are kept as they are) has no string that
     :func:`acceptance.wording.visible_controls` would change, so it is used as it is; otherwise (text from
     the code under test with control or bidi characters) every string is made visible first."""
-    text = _json(value)
+    try:
+        text = _json(value)
+    except ValueError:  # a non-finite number
+        return _json(shown(value))
     if text.isprintable() and "\\u00" not in text and "\\b" not in text and "\\f" not in text:
         return text
     return _json(shown(value))
@@ -119,7 +125,7 @@ def detail(case: CaseResult, view: Mapping[str, object]) -> str:
             "description": case.description,
             "spec": case.spec_file,
             "trials": counted(case.trials, "trial"),
-            "seed": case.seed,
+            "seed": str(case.seed),  # as text: a JavaScript number keeps 53 bits
             "waiver": case.waiver,
             "error": case.error,
             "warnings": case.warnings,
