@@ -79,6 +79,9 @@ def test_loads_one_page_failures_first_with_a_bounded_dom(browser, large):
     assert page.inner_text("#page") == f"page 2 of {-(-N // PAGE_ROWS)}"
     page.click("#prev")
     assert listed(page) == expected[:PAGE_ROWS]
+    page.click("#next-bottom")  # the pager under the table
+    assert listed(page) == expected[PAGE_ROWS : 2 * PAGE_ROWS]
+    assert page.inner_text("#page-bottom") == page.inner_text("#page")
     assert log["errors"] == [] and log["requests"] == [path.as_uri()]
     page.close()
 

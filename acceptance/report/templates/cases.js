@@ -31,9 +31,10 @@
   var verdict = document.getElementById("verdict-filter");
   var dtype = document.getElementById("dtype-filter");
   var shown = document.getElementById("shown");
-  var pageLabel = document.getElementById("page");
-  var prev = document.getElementById("prev");
-  var next = document.getElementById("next");
+  // The pager above the table and its copy below it.
+  var pageLabels = [document.getElementById("page"), document.getElementById("page-bottom")];
+  var prevs = [document.getElementById("prev"), document.getElementById("prev-bottom")];
+  var nexts = [document.getElementById("next"), document.getElementById("next-bottom")];
 
   function text(x) { return x === null || x === undefined ? "—" : String(x); }
 
@@ -234,9 +235,9 @@
     body.appendChild(fragment);
     shown.textContent = (matching.length ? (start + 1) + "–" + end : "0") + " of " + matching.length +
       " matching shown (" + rows.length + (rows.length === 1 ? " case)" : " cases)");
-    pageLabel.textContent = "page " + (page + 1) + " of " + pages;
-    prev.disabled = page === 0;
-    next.disabled = page >= pages - 1;
+    pageLabels.forEach(function (label) { label.textContent = "page " + (page + 1) + " of " + pages; });
+    prevs.forEach(function (button) { button.disabled = page === 0; });
+    nexts.forEach(function (button) { button.disabled = page >= pages - 1; });
   }
 
   function ready(i) { var c = chunks[Math.floor(i / CHUNK)]; return Boolean(c && c.cases); }
@@ -298,8 +299,14 @@
   filter.addEventListener("input", applyFilter);
   verdict.addEventListener("change", applyFilter);
   dtype.addEventListener("change", applyFilter);
-  prev.addEventListener("click", function () { page -= 1; render(); });
-  next.addEventListener("click", function () { page += 1; render(); });
+  function step(by, fromBottom) {
+    page += by;
+    render();
+    if (fromBottom) { table.scrollIntoView(); }  // from the pager under the table: to the top of the new page
+  }
+
+  prevs.forEach(function (button, k) { button.addEventListener("click", function () { step(-1, k === 1); }); });
+  nexts.forEach(function (button, k) { button.addEventListener("click", function () { step(1, k === 1); }); });
   window.addEventListener("hashchange", openHash);
   Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
     th.addEventListener("click", function () { sortBy(th); });
