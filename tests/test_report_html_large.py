@@ -89,3 +89,16 @@ def test_a_non_finite_number_in_a_view_becomes_text():
     from acceptance.report import casedata
 
     assert json.loads(casedata.item_json({"x": [float("nan"), float("-inf"), 1.5]})) == {"x": ["nan", "-inf", 1.5]}
+
+
+def test_printable_text_needs_no_visible_controls():
+    """The reports skip visible_controls for text that is str.isprintable(): no printable character is one it
+    replaces (checked over every code point)."""
+    from acceptance.report.html import visible
+    from acceptance.wording import visible_controls
+
+    printable = "".join(chr(c) for c in range(0x110000) if chr(c).isprintable())
+    assert len(printable) > 100_000
+    assert visible_controls(printable) == printable
+    for text in ("a\x1bb", "\u202eevil", "x\u2028y", "tab\tand\nnewline", "\ud800"):
+        assert visible(text) == visible_controls(text)
