@@ -3,7 +3,9 @@ row is opened, into its detail section.
 
 Past :data:`acceptance.report.html.INLINE_MAX` cases the report does not lay out every row and detail section
 (at 15,000 cases that was 1.4 million elements and a 50 s load); it embeds each case once, in two
-``<script type="application/json">`` blocks, and ``cases.js`` shows one page of rows at a time. The values are
+``<script type="application/json">`` blocks: the table rows (:func:`row`), and the detail sections
+(:func:`detail`) gzip-compressed in chunks of :data:`CHUNK` cases (:func:`packed`); ``cases.js`` shows one page
+of rows at a time and decodes a chunk when one of its cases is opened. The values are
 the strings the small report prints (the same case views, numbers formatted in Python by
 :mod:`acceptance.wording`), so both layouts show the same numbers; the script inserts text with
 ``textContent`` only, except the charts, which are the SVG markup the small report inlines (escaped there).
