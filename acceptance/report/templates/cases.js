@@ -131,6 +131,7 @@
 
   function loadChunk(c) {
     if (!chunks[c]) {
+      if (typeof DecompressionStream === "undefined") { return Promise.reject(new Error("no DecompressionStream")); }
       var binary = atob(encoded[c]);
       var bytes = new Uint8Array(binary.length);
       for (var k = 0; k < binary.length; k += 1) { bytes[k] = binary.charCodeAt(k); }
@@ -250,6 +251,10 @@
       render();
       var section = document.getElementById(rows[i][F.anchor]);
       if (section) { section.scrollIntoView({ block: block || "nearest" }); }
+    }, function (error) {
+      // A browser without DecompressionStream (before Chrome 80, Firefox 113, Safari 16.4) cannot show details.
+      opened.delete(i);
+      shown.textContent = "the details could not be decoded in this browser (" + error + "); results.json has them";
     });
   }
 
