@@ -127,20 +127,26 @@ def render_summary(
         "|---|---|---|---|---|",
     ]
     text = "\n".join(head) + "\n"
-    used = len(text.encode("utf-8"))
+    text += _table_rows(bad, len(text.encode("utf-8")), max_bytes, max_rows, artifact_url)
+    if len(text.encode("utf-8")) > max_bytes:
+        raise ValueError(
+            f"max_bytes={max_bytes} is too small for the summary header ({len(text.encode('utf-8'))} bytes)"
+        )
+    return text
+
+
+def _table_rows(bad: list[CaseResult], used: int, max_bytes: int, max_rows: int, artifact_url: str | None) -> str:
+    """The table's rows after ``used`` bytes of summary: as many as fit ``max_bytes`` and ``max_rows``, then one
+    line for the rest (:func:`_more_line`)."""
+    text = ""
     for i, case in enumerate(bad):
         row = _row(case) + "\n"
         rest = len(bad) - i - 1
         tail = _more_line(rest, artifact_url) if rest else ""
         if i >= max_rows or used + len(row.encode("utf-8")) + len(tail.encode("utf-8")) > max_bytes:
-            text += _more_line(len(bad) - i, artifact_url)
-            break
+            return text + _more_line(len(bad) - i, artifact_url)
         text += row
         used += len(row.encode("utf-8"))
-    if len(text.encode("utf-8")) > max_bytes:
-        raise ValueError(
-            f"max_bytes={max_bytes} is too small for the summary header ({len(text.encode('utf-8'))} bytes)"
-        )
     return text
 
 
