@@ -142,8 +142,9 @@ def test_opening_a_row_shows_its_numbers(browser, large):
     page.close()
 
 
-def test_both_layouts_show_the_same_details(browser, tmp_path):
-    results = mixed_results()
+@pytest.mark.parametrize("make", [mixed_results, hostile_results])
+def test_both_layouts_show_the_same_details(browser, tmp_path, make):
+    results = make()
     small, big = tmp_path / "small.html", tmp_path / "big.html"
     small.write_text(render_html(results), encoding="utf-8")
     big.write_text(render_html(results, inline_max=0), encoding="utf-8")
