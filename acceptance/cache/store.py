@@ -129,7 +129,7 @@ class ReferenceCache:
         self.enabled = bool(enabled)
         self.read_only = bool(read_only)
         self._remote: RemoteFiles | None = None  # the fsspec filesystem of a URL root
-        if isinstance(self.root, str):
+        if isinstance(self.root, str) and self.enabled:  # a disabled cache does not touch the storage
             self._remote = RemoteFiles(*open_url(self.root))
         self._dir = Path(self.root) / f"reference-v{FORMAT_VERSION}"
         self._lock = threading.Lock()
