@@ -55,6 +55,7 @@ class _Files(Protocol):
     def makedirs(self, path: str, exist_ok: bool = False) -> None: ...
     def find(self, path: str, detail: bool = True) -> Mapping[str, Mapping[str, object]]: ...
     def ls(self, path: str, detail: bool = True) -> list[Mapping[str, object]]: ...
+    def unstrip_protocol(self, name: str) -> str: ...
 
 
 def open_url(url: str) -> tuple[AbstractFileSystem, str]:
@@ -116,6 +117,10 @@ class RemoteFiles:
         self.fs: _Files = fs
         self.path = path
         self.renames = isinstance(fs, LocalFileSystem)  # a rename is atomic (os.rename); elsewhere one put
+
+    def url(self, path: str) -> str:
+        """``path`` on this filesystem as a URL (for messages)."""
+        return self.fs.unstrip_protocol(path)
 
     def read(self, path: str) -> bytes | None:
         """The whole file, or ``None`` when it is not there (never stored, evicted, or deleted while read)."""

@@ -41,6 +41,8 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 QUEUED_BYTES = 64 << 20
 #: Eviction brings the total down to this fraction of the cap.
 EVICT_TO = 0.9
+#: Seconds between two looks at a URL root for an entry that missed (a request each; a folder looks every time).
+RELOOK_S = 1.0
 #: A temporary file older than this (seconds) was left by a crashed writer.
 STALE_TEMP_S = 3600.0
 
@@ -132,6 +134,10 @@ class ReferenceCache:
         if isinstance(self.root, str) and self.enabled:  # a disabled cache does not touch the storage
             self._remote = RemoteFiles(*open_url(self.root))
         self._dir = Path(self.root) / f"reference-v{FORMAT_VERSION}"
+        #: Seconds between two looks for an entry that missed, before each trial computes what it would hold
+        #: (:class:`acceptance.measure.references.CaseReferences`): a folder's miss costs microseconds, a URL's
+        #: a request.
+        self.relook_s = 0.0 if self._remote is None else RELOOK_S
         self._lock = threading.Lock()
         self._total: int | None = None  # bytes on disk: last scan plus own writes since
         self._stamp = 0
@@ -213,7 +219,7 @@ class ReferenceCache:
         try:
             data = self._remote.read(where)
         except Exception as exc:  # the storage's own errors (network, permissions): the run goes on uncached
-            self._report_once(f"reference cache: cannot read {where}: {exc}", type(exc).__name__)
+            self._report_once(f"reference cache: cannot read {self._remote.url(where)}: {exc}", f"read {type(exc)}")
             data = None
         if data is None:
             self._count("_misses")
@@ -223,7 +229,7 @@ class ReferenceCache:
         except Corrupt as exc:  # not deleted: the next write of the key replaces it (it may have already)
             self._count("_corrupt")
             self._count("_misses")
-            log.warning("reference cache: ignored corrupt entry %s (%s)", where, exc)
+            log.warning("reference cache: ignored corrupt entry %s (%s)", self._remote.url(where), exc)
             return None
         self._count("_hits")
         return tensors
@@ -321,7 +327,7 @@ class ReferenceCache:
             self._count("_write_errors")
             if isinstance(exc, PermissionError):
                 self._unwritable = True
-            self._report_once(f"reference cache: cannot write {where}: {exc}", type(exc).__name__)
+            self._report_once(f"reference cache: cannot write {self._remote.url(where)}: {exc}", f"write {type(exc)}")
             return False
         self._grown(size)
         return True
