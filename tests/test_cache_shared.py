@@ -419,3 +419,14 @@ def test_a_folder_root_is_unchanged(tmp_path):
     assert ReferenceCache("~/x").root == Path.home() / "x"
     assert ReferenceCache("C:/cache").root == Path("C:/cache") and ReferenceCache("a:b/c").root == Path("a:b/c")
     np.testing.assert_equal(ReferenceCache(tmp_path).relook_s, 0.0)
+
+
+def test_a_url_cache_has_no_local_path_and_checks_its_keys(memory_url):
+    c = ReferenceCache(memory_url)
+    with pytest.raises(ValueError, match="is a URL"):
+        c.path(key(i=1))
+    for bad in ("../../etc/passwd", "A" * 64):
+        with pytest.raises(ValueError, match="64 lowercase hex"):
+            c.get(bad)
+        with pytest.raises(ValueError, match="64 lowercase hex"):
+            c.put(bad, TENSORS)

@@ -156,8 +156,10 @@ class ReferenceCache:
     # ------------------------------------------------------------------ paths and time
 
     def path(self, key: str) -> Path:
-        """File of the entry for ``key`` (a folder's; :meth:`location` for any root)."""
+        """File of the entry for ``key`` in a folder root (``ValueError`` for a URL root: :meth:`location`)."""
         _check_key(key)
+        if self._remote is not None:
+            raise ValueError(f"{self.root} is a URL: its entries have no local path (use location())")
         return self._dir / key[:2] / f"{key}{SUFFIX}"
 
     def location(self, key: str) -> str:
@@ -182,12 +184,13 @@ class ReferenceCache:
     def get(self, key: str) -> tuple[torch.Tensor, ...] | None:
         """The tensors stored under ``key`` (fresh, contiguous CPU tensors), or
         ``None`` on a miss. A corrupt entry is deleted (from a folder), counted, logged, and is a miss."""
-        path = self.path(key)
+        _check_key(key)
         if not self.enabled:
             self._count("_misses")
             return None
         if self._remote is not None:
             return self._remote_get(key)
+        path = self.path(key)
         try:
             f = open(path, "rb", buffering=0)
         except OSError:
@@ -258,7 +261,7 @@ class ReferenceCache:
         are stored contiguous) under ``key``. Returns whether an entry was written:
         ``False`` when disabled, when the entry alone exceeds ``max_bytes``, or on
         an I/O error (counted in ``write_errors`` and logged, never raised)."""
-        path = self.path(key)
+        _check_key(key)
         tensors = prepare(tensors)
         if not self.enabled or self.read_only:
             return False
@@ -271,6 +274,7 @@ class ReferenceCache:
             return False
         if self._remote is not None:
             return self._remote_put(key, header, tensors, size)
+        path = self.path(key)
         tmp = path.parent / f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
