@@ -21,6 +21,7 @@ environment variables) and from the storage's own (``AWS_PROFILE``, ``GOOGLE_APP
 from __future__ import annotations
 
 import datetime
+import io
 import logging
 import os
 import re
@@ -28,6 +29,8 @@ import secrets
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from acceptance.cache.entry import BinaryFile
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -56,6 +59,7 @@ class _Files(Protocol):
     def find(self, path: str, detail: bool = True) -> Mapping[str, Mapping[str, object]]: ...
     def ls(self, path: str, detail: bool = True) -> list[Mapping[str, object]]: ...
     def unstrip_protocol(self, name: str) -> str: ...
+    def _strip_protocol(self, path: str) -> str: ...
 
 
 def open_url(url: str) -> tuple[AbstractFileSystem, str]:
@@ -122,12 +126,23 @@ class RemoteFiles:
         """``path`` on this filesystem as a URL (for messages)."""
         return self.fs.unstrip_protocol(path)
 
-    def read(self, path: str) -> bytes | None:
-        """The whole file, or ``None`` when it is not there (never stored, evicted, or deleted while read)."""
+    def open(self, path: str) -> tuple[BinaryFile, int] | None:
+        """The file open for reading, and its size; ``None`` when it is not there (never stored, evicted, or
+        deleted while read). On a local filesystem the open file itself (read as a folder's entries are, and
+        still whole if the entry is replaced or evicted meanwhile); elsewhere the whole object in one request,
+        in memory."""
         try:
-            return self.fs.cat_file(path)
+            if self.renames:
+                f = open(self.local(path), "rb", buffering=0)  # the caller closes it
+                return f, os.fstat(f.fileno()).st_size
+            data = self.fs.cat_file(path)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
+        return io.BytesIO(data), len(data)
+
+    def local(self, path: str) -> str:
+        """``path`` of a local filesystem as the operating system names it."""
+        return self.fs._strip_protocol(path)
 
     def write(self, path: str, data: bytes) -> None:
         """Store ``data`` at ``path`` atomically (see the module docstring); ``OSError`` and the storage's own
@@ -163,7 +178,7 @@ class RemoteFiles:
         a concurrent writer has just filled stays)."""
         if not self.renames:
             return  # object stores have no folders: a prefix ends with its last object
-        for folder, _, _ in sorted(os.walk(top), key=lambda w: -len(w[0])):
+        for folder, _, _ in sorted(os.walk(self.local(top)), key=lambda w: -len(w[0])):
             try:
                 os.rmdir(folder)
             except OSError:

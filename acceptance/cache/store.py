@@ -216,25 +216,22 @@ class ReferenceCache:
         return tensors
 
     def _remote_get(self, key: str) -> tuple[torch.Tensor, ...] | None:
-        """:meth:`get` on a URL's filesystem: the whole entry in one read, checked; any failure is a miss."""
+        """:meth:`get` on a URL's filesystem: the entry read (:meth:`acceptance.cache.remote.RemoteFiles.open`)
+        and checked; any failure is a miss."""
         assert self._remote is not None
         where = self.location(key)
+        tensors = None
         try:
-            data = self._remote.read(where)
-        except Exception as exc:  # the storage's own errors (network, permissions): the run goes on uncached
-            self._report_once(f"reference cache: cannot read {self._remote.url(where)}: {exc}", f"read {type(exc)}")
-            data = None
-        if data is None:
-            self._count("_misses")
-            return None
-        try:
-            tensors = read_entry(io.BytesIO(data), len(data), key)
+            opened = self._remote.open(where)
+            if opened is not None:
+                with opened[0] as f:
+                    tensors = read_entry(f, opened[1], key)
         except Corrupt as exc:  # not deleted: the next write of the key replaces it (it may have already)
             self._count("_corrupt")
-            self._count("_misses")
             log.warning("reference cache: ignored corrupt entry %s (%s)", self._remote.url(where), exc)
-            return None
-        self._count("_hits")
+        except Exception as exc:  # the storage's own errors (network, permissions): the run goes on uncached
+            self._report_once(f"reference cache: cannot read {self._remote.url(where)}: {exc}", f"read {type(exc)}")
+        self._count("_misses" if tensors is None else "_hits")
         return tensors
 
     def _report_once(self, message: str, cause: str) -> None:
