@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -144,21 +144,27 @@ class RemoteFiles:
         """``path`` of a local filesystem as the operating system names it."""
         return self.fs._strip_protocol(path)
 
-    def write(self, path: str, data: bytes) -> None:
-        """Store ``data`` at ``path`` atomically (see the module docstring); ``OSError`` and the storage's own
-        errors propagate."""
-        parent, name = path.rsplit("/", 1)
+    def write(self, path: str, fill: Callable[[BinaryFile], None]) -> None:
+        """Store at ``path`` what ``fill(file)`` writes, atomically (see the module docstring): on a local
+        filesystem into a temporary file beside it, then renamed over it; elsewhere built in memory and put in one
+        request. ``OSError`` and the storage's own errors propagate."""
         if not self.renames:
-            self.fs.pipe_file(path, data)
+            buf = io.BytesIO()
+            fill(buf)
+            self.fs.pipe_file(path, buf.getvalue())
             return
-        tmp = f"{parent}/.{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        target = self.local(path)
+        parent, name = os.path.split(target)
+        tmp = os.path.join(parent, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            self.fs.pipe_file(tmp, data)
+            f = open(tmp, "xb")  # the caller's fill writes it; closed below
         except FileNotFoundError:  # first entry in this folder
-            self.fs.makedirs(parent, exist_ok=True)
-            self.fs.pipe_file(tmp, data)
+            os.makedirs(parent, exist_ok=True)
+            f = open(tmp, "xb")
         try:
-            self.fs.mv(tmp, path)
+            with f:
+                fill(f)
+            os.replace(tmp, target)
         except BaseException:
             self.remove(tmp)
             raise

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import io
 import logging
 import os
 import re
@@ -319,11 +318,9 @@ class ReferenceCache:
         """:meth:`put` on a URL's filesystem: the entry built in memory, then written atomically
         (:meth:`acceptance.cache.remote.RemoteFiles.write`)."""
         assert self._remote is not None
-        buf = io.BytesIO()
-        write_entry(buf, header, tensors)
         where = self.location(key)
         try:
-            self._remote.write(where, buf.getvalue())
+            self._remote.write(where, lambda f: write_entry(f, header, tensors))
         except Exception as exc:  # the storage's own errors as well as OSError: the run goes on
             self._count("_write_errors")
             if isinstance(exc, PermissionError):
