@@ -4,13 +4,14 @@
 The entries are the bytes of a local folder's (:mod:`acceptance.cache.entry`: prefix, header, tensors,
 XXH3-128 checksum), under the same names (``<root>/reference-v<FORMAT_VERSION>/<key[:2]>/<key>.ref``).
 
-Writes are atomic: on a filesystem with a rename (a local or mounted folder, ``file://``) the entry goes to a
-unique temporary name beside it, then is renamed over the entry; elsewhere (object stores, ``memory://``) it is
-one ``pipe`` of the whole entry, which the store puts whole or not at all. Concurrent writers of one key write
-the same bytes, and the last one's stays. A read takes the whole entry in one request and checks its checksum,
-so an entry torn or written by something else is a miss (logged), never used; it is not deleted (another
-writer may have replaced it meanwhile), the next write of the key replaces it. An entry deleted while it is
-read (eviction by another process) is a miss.
+Writes are atomic: on a local filesystem (``file://``, a mounted folder) the entry is written to a unique
+temporary file beside it, then ``os.replace``'d over the entry, as a folder cache does; elsewhere (object
+stores, ``memory://``) it is built in memory and sent in one ``pipe``, which the store puts whole or not at all.
+Concurrent writers of one key write the same bytes, and the last one's stays. A read checks the checksum (on a
+local filesystem from the open file, elsewhere from the whole object taken in one request), so an entry torn
+or written by something else is a miss (logged), never used; it is not deleted (another writer may have
+replaced it meanwhile), the next write of the key replaces it. An entry deleted while it is read (eviction by
+another process) is a miss, or read whole from the file already open.
 
 fsspec is imported only here, only for a URL root (:func:`open_url`); without it, or without the package of
 the URL's protocol (s3fs, gcsfs, ...), a URL is a one-line error naming what to install. Credentials and
