@@ -6,7 +6,7 @@ For entries of n elements (one tensor of the dtype: float32 like a baseline
 output, float64 like an oracle output) it times, best of ``--repeat`` calls
 after a warm-up (more calls for fast ones, up to 0.2 s):
 
-- ``put``: ``ReferenceCache.put`` of a new key each call (header, SHA-256, temp file, rename);
+- ``put``: ``ReferenceCache.put`` of a new key each call (header, XXH3-128, temp file, rename);
 - ``get``: ``ReferenceCache.get`` with the file in the page cache (the usual
   case on a rerun), and ``get cold`` after evicting the file's pages
   (``fsync`` + ``posix_fadvise(DONTNEED)``, Linux only): a read from the disk;
@@ -15,6 +15,12 @@ after a warm-up (more calls for fast ones, up to 0.2 s):
   (M = N = round(sqrt(n))) from float32 inputs, converted to float64 as the
   oracle does, for K = 128 and K = M (square); and the inputs' generation,
   ``acceptance.spec.inputs.unit_uniform`` + ``acceptance.formats.dtypes.to_tensor`` of n values.
+
+Then the same put and get on each kind of storage (``--storage``): a folder (the
+local code path), the same disk through a ``file://`` URL (fsspec: the entry built
+in memory, a temporary file renamed over it, one whole-file read) and ``memory://``
+(fsspec's in-process store: the cost of the URL layer alone), with the ratio of
+each to the folder's time. Needs fsspec (``pip install 'operator-acceptance[fsspec]'``).
 
 Ratios printed: matmul / get (how many times faster a hit is than the work it
 saves; > 1 means the cache pays) and put / matmul (the first run's extra cost).
@@ -30,6 +36,7 @@ import math
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -81,6 +88,38 @@ def generate_time(n: int, repeat: int) -> float:
     return best(run, repeat)
 
 
+def storage_table(sizes: list[int], repeat: int) -> None:
+    """put/get of one float32 entry of n elements on a folder, a file:// URL and memory://, and ratios to the
+    folder's times. The puts cycle over 4 keys (each replaces an entry, as concurrent writers of a key do), so
+    that the stores stay small (memory:// holds its entries in this process)."""
+    import uuid
+
+    print(f"\n{'storage':10s} {'n':>6s} {'put':>10s} {'get':>10s} {'put/folder':>11s} {'get/folder':>11s}")
+    with tempfile.TemporaryDirectory(prefix="acceptance-cache-bench-") as root:
+        stores = {
+            "folder": ReferenceCache(os.path.join(root, "folder")),
+            "file://": ReferenceCache(Path(root, "url").as_uri()),
+            "memory://": ReferenceCache(f"memory://acceptance-bench/{uuid.uuid4().hex}"),
+        }
+        for n in sizes:
+            t = torch.randn(n)
+            base: tuple[float, float] | None = None
+            for name, cache in stores.items():
+                counter = iter(range(10**9))
+                put = best(
+                    lambda c=cache, i=counter, n=n, t=t: c.put(key(bench="put", n=n, i=next(i) % 4), (t,)), repeat
+                )
+                k = key(bench="get", n=n)
+                cache.put(k, (t,))
+                get = best(lambda c=cache, k=k: c.get(k), repeat)
+                base = base or (put, get)
+                print(f"{name:10s} {n:6.0e} {ms(put)} {ms(get)} {put / base[0]:11.2f} {get / base[1]:11.2f}")
+                cache.clear()
+        for cache in stores.values():
+            info = cache.info()
+            assert info.corrupt == 0 and info.write_errors == 0, info
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:10.3f}"
 
@@ -90,6 +129,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1e3,1e6,1e7")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dtypes", default="float32,float64")
+    parser.add_argument("--storage", action="store_true", help="only the folder / file:// / memory:// table")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args()
     if args.threads:
@@ -97,6 +137,9 @@ def main() -> None:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeat}; times in ms")
+    if args.storage:
+        storage_table(sizes, args.repeat)
+        return
     recompute = {}
     for n in sizes:
         m = round(math.sqrt(n))
@@ -146,6 +189,7 @@ def main() -> None:
                 cache.clear()
     info = cache.info()
     assert info.corrupt == 0 and info.write_errors == 0, info
+    storage_table(sizes, args.repeat)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,21 @@ Entries
     never read; they count against the size cap, and eviction and
     :meth:`ReferenceCache.clear` remove them too.
 
+Storage
+    The root is a folder, or a URL of any fsspec filesystem (``s3://bucket/prefix``,
+    ``gs://…``, ``file:///nfs/cache``, ``memory://…`` for tests) that the
+    machines of a cluster share (:mod:`acceptance.cache.remote`; fsspec is
+    imported only for a URL, and a URL without it is a ``ValueError`` naming
+    the ``fsspec`` extra). Entries there have the same names and bytes. A
+    ``file://`` URL writes a temporary file and renames it, an object store
+    takes the whole entry in one put; a read takes the whole entry and checks
+    it: a torn or foreign entry is a miss (counted in ``corrupt``, logged,
+    left for the next write of the key to replace). A case looks for a
+    missing entry again before each trial would compute it (on a URL at most
+    every :data:`acceptance.cache.store.RELOOK_S` seconds), so an entry
+    another machine stored meanwhile is read. A :class:`ReferenceCache`
+    pickles as its settings.
+
 Size cap and eviction
     The modification time of an entry is its last use: set explicitly (to
     the nanosecond) when written and on every hit, because access times are
@@ -76,7 +91,9 @@ Size cap and eviction
     keeps a full cache from rescanning its folder on every write. Each
     process tracks the total from its last scan plus its own writes, so with
     several writing processes the cap can be overshot by what the others
-    wrote since.
+    wrote since. On a URL the last use is the last write (a hit does not
+    rewrite the entry). An entry deleted while another process reads it is a
+    miss there.
 """
 
 from acceptance.cache.entry import DTYPES, FORMAT_VERSION

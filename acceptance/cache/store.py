@@ -28,6 +28,7 @@ from acceptance.cache.entry import (
     read_entry,
     write_entry,
 )
+from acceptance.cache.remote import Listed, RemoteFiles, is_url, open_url
 
 log = logging.getLogger("acceptance.cache")
 
@@ -39,6 +40,8 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 QUEUED_BYTES = 64 << 20
 #: Eviction brings the total down to this fraction of the cap.
 EVICT_TO = 0.9
+#: Seconds between two looks at a URL root for an entry that missed (a request each; a folder looks every time).
+RELOOK_S = 1.0
 #: A temporary file older than this (seconds) was left by a crashed writer.
 STALE_TEMP_S = 3600.0
 
@@ -72,7 +75,7 @@ class CacheInfo:
     check on read and were deleted).
     """
 
-    root: Path
+    root: Path | str
     enabled: bool
     max_bytes: int
     entries: int
@@ -84,12 +87,13 @@ class CacheInfo:
     write_errors: int
 
 
-def default_root() -> Path:
-    """``$ACCEPTANCE_CACHE_DIR`` when set and non-empty, else
-    ``platformdirs.user_cache_dir("acceptance")`` (``~/.cache/acceptance`` on Linux)."""
+def default_root() -> Path | str:
+    """``$ACCEPTANCE_CACHE_DIR`` when set and non-empty (a folder, or a URL such as ``s3://bucket/prefix``: see
+    :mod:`acceptance.cache.remote`), else ``platformdirs.user_cache_dir("acceptance")`` (``~/.cache/acceptance``
+    on Linux)."""
     env = os.environ.get(ENV_VAR)
     if env:
-        return Path(env).expanduser()
+        return env.rstrip("/") if is_url(env) else Path(env).expanduser()
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("acceptance"))
@@ -98,13 +102,16 @@ def default_root() -> Path:
 class ReferenceCache:
     """Disk cache of reference tensors (inputs, baseline and oracle outputs) by :func:`key`.
 
-    ``root``: cache folder (default :func:`default_root`); nothing is created
+    ``root``: cache folder, or a URL of an fsspec filesystem (``s3://bucket/prefix``, ``file:///nfs/cache``:
+    :mod:`acceptance.cache.remote`; ``ValueError`` when fsspec is not installed) shared by several machines
+    (default :func:`default_root`); nothing is created
     until the first write. ``max_bytes``: size cap in bytes, enforced by
     least-recently-used eviction (see the module docstring). ``enabled=False``:
     :meth:`get` always misses and :meth:`put` writes nothing (``info``/``clear``
     still work on the folder). ``read_only=True``: :meth:`get` reads, :meth:`put` writes nothing (a run whose
     references are computed where the code under test could reach them, ``--no-isolation``). Safe to share
-    between threads and processes.
+    between threads and processes, and picklable (a copy is a new object on the same root: no counters, no
+    queue).
     """
 
     def __init__(
@@ -117,29 +124,49 @@ class ReferenceCache:
     ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
             raise ValueError(f"max_bytes: expected a positive integer number of bytes, got {max_bytes!r}")
-        self.root = Path(root).expanduser() if root is not None else default_root()
+        root = root if root is not None else default_root()
+        self.root: Path | str = root.rstrip("/") if isinstance(root, str) and is_url(root) else Path(root).expanduser()
         self.max_bytes = max_bytes
         self.enabled = bool(enabled)
         self.read_only = bool(read_only)
-        self._dir = self.root / f"reference-v{FORMAT_VERSION}"
+        self._remote: RemoteFiles | None = None  # the fsspec filesystem of a URL root
+        if isinstance(self.root, str) and self.enabled:  # a disabled cache does not touch the storage
+            self._remote = RemoteFiles(*open_url(self.root))
+        self._dir = Path(self.root) / f"reference-v{FORMAT_VERSION}"
+        #: Seconds between two looks for an entry that missed, before each trial computes what it would hold
+        #: (:class:`acceptance.measure.references.CaseReferences`): a folder's miss costs microseconds, a URL's
+        #: a request.
+        self.relook_s = 0.0 if self._remote is None else RELOOK_S
         self._lock = threading.Lock()
         self._total: int | None = None  # bytes on disk: last scan plus own writes since
         self._stamp = 0
         self._hits = self._misses = self._corrupt = self._write_errors = 0
         self._unwritable = False  # the folder takes no entry (once seen, writes are not tried)
-        self._reported: set[int | None] = set()  # errno values of write errors already logged
+        self._reported: set[int | str | None] = set()  # errno values (or error types) of errors already logged
         self._deferring = False  # put_later queues its entries (see defer)
         self._queue: deque[tuple[str, Sequence[torch.Tensor], int]] = deque()  # (key, tensors, bytes), oldest first
         self._queued = 0  # bytes of tensors in the queue
         self._writer: threading.Thread | None = None  # the thread that writes the queue (see write_behind)
         self._changed = threading.Condition()  # the queue, while a writer thread runs
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (self.root, self.max_bytes, self.enabled, self.read_only)
+
     # ------------------------------------------------------------------ paths and time
 
     def path(self, key: str) -> Path:
-        """File of the entry for ``key``."""
+        """File of the entry for ``key`` in a folder root (``ValueError`` for a URL root: :meth:`location`)."""
         _check_key(key)
+        if self._remote is not None:
+            raise ValueError(f"{self.root} is a URL: its entries have no local path (use location())")
         return self._dir / key[:2] / f"{key}{SUFFIX}"
+
+    def location(self, key: str) -> str:
+        """Where the entry for ``key`` is: its file, or its path on the URL's filesystem."""
+        if self._remote is None:
+            return str(self.path(key))
+        _check_key(key)
+        return f"{self._remote.path}/reference-v{FORMAT_VERSION}/{key[:2]}/{key}{SUFFIX}"
 
     def _now(self) -> int:
         """Strictly increasing nanosecond stamps within this object (last-use times)."""
@@ -155,11 +182,14 @@ class ReferenceCache:
 
     def get(self, key: str) -> tuple[torch.Tensor, ...] | None:
         """The tensors stored under ``key`` (fresh, contiguous CPU tensors), or
-        ``None`` on a miss. A corrupt entry is deleted, counted, and is a miss."""
-        path = self.path(key)
+        ``None`` on a miss. A corrupt entry is deleted (from a folder), counted, logged, and is a miss."""
+        _check_key(key)
         if not self.enabled:
             self._count("_misses")
             return None
+        if self._remote is not None:
+            return self._remote_get(key)
+        path = self.path(key)
         try:
             f = open(path, "rb", buffering=0)
         except OSError:
@@ -184,6 +214,33 @@ class ReferenceCache:
         self._count("_hits")
         return tensors
 
+    def _remote_get(self, key: str) -> tuple[torch.Tensor, ...] | None:
+        """:meth:`get` on a URL's filesystem: the entry read (:meth:`acceptance.cache.remote.RemoteFiles.open`)
+        and checked; any failure is a miss."""
+        assert self._remote is not None
+        where = self.location(key)
+        tensors = None
+        try:
+            opened = self._remote.open(where)
+            if opened is not None:
+                with opened[0] as f:
+                    tensors = read_entry(f, opened[1], key)
+        except Corrupt as exc:  # not deleted: the next write of the key replaces it (it may have already)
+            self._count("_corrupt")
+            log.warning("reference cache: ignored corrupt entry %s (%s)", self._remote.url(where), exc)
+        except Exception as exc:  # the storage's own errors (network, permissions): the run goes on uncached
+            self._report_once(f"reference cache: cannot read {self._remote.url(where)}: {exc}", f"read {type(exc)}")
+        self._count("_misses" if tensors is None else "_hits")
+        return tensors
+
+    def _report_once(self, message: str, cause: str) -> None:
+        """Log ``message`` unless one of the same ``cause`` was logged by this object already."""
+        with self._lock:
+            if cause in self._reported:
+                return
+            self._reported.add(cause)
+        log.warning("%s; later failures alike are not reported", message)
+
     def _drop(self, path: Path, st: os.stat_result, why: str) -> None:
         """Delete a corrupt entry unless another writer has replaced it since it was opened."""
         self._count("_corrupt")
@@ -200,7 +257,7 @@ class ReferenceCache:
         are stored contiguous) under ``key``. Returns whether an entry was written:
         ``False`` when disabled, when the entry alone exceeds ``max_bytes``, or on
         an I/O error (counted in ``write_errors`` and logged, never raised)."""
-        path = self.path(key)
+        _check_key(key)
         tensors = prepare(tensors)
         if not self.enabled or self.read_only:
             return False
@@ -211,6 +268,9 @@ class ReferenceCache:
         if self._unwritable:
             self._count("_write_errors")
             return False
+        if self._remote is not None:
+            return self._remote_put(key, header, tensors, size)
+        path = self.path(key)
         tmp = path.parent / f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
@@ -243,11 +303,31 @@ class ReferenceCache:
             except OSError:
                 pass
             return False
+        self._grown(size)
+        return True
+
+    def _grown(self, size: int) -> None:
+        """Count ``size`` more bytes written; evict when over the cap (a first write scans the folder)."""
         with self._lock:
             grown = None if self._total is None else self._total + size
             self._total = grown
         if grown is None or grown > self.max_bytes:
             self._evict()
+
+    def _remote_put(self, key: str, header: bytes, tensors: Sequence[torch.Tensor], size: int) -> bool:
+        """:meth:`put` on a URL's filesystem: the entry built in memory, then written atomically
+        (:meth:`acceptance.cache.remote.RemoteFiles.write`)."""
+        assert self._remote is not None
+        where = self.location(key)
+        try:
+            self._remote.write(where, lambda f: write_entry(f, header, tensors))
+        except Exception as exc:  # the storage's own errors as well as OSError: the run goes on
+            self._count("_write_errors")
+            if isinstance(exc, PermissionError):
+                self._unwritable = True
+            self._report_once(f"reference cache: cannot write {self._remote.url(where)}: {exc}", f"write {type(exc)}")
+            return False
+        self._grown(size)
         return True
 
     # ------------------------------------------------------------------ deferred writes
@@ -329,7 +409,9 @@ class ReferenceCache:
         entries: list[tuple[int, str, int]] = []
         others: list[tuple[int, str, int]] = []
         temporary = 0
-        if not self.root.is_dir():
+        if self._remote is not None:
+            return self._remote_scan()
+        if not isinstance(self.root, Path) or not self.root.is_dir():
             return entries, others, temporary
         now = time.time()
         for top in _scandir(self.root):
@@ -356,6 +438,38 @@ class ReferenceCache:
                     temporary += st.st_size
         return entries, others, temporary
 
+    def _remote_scan(self) -> tuple[list[tuple[int, str, int]], list[tuple[int, str, int]], int]:
+        """:meth:`_scan` on a URL's filesystem: the last use of an entry is its last write there (a hit does
+        not rewrite it)."""
+        assert self._remote is not None
+        entries: list[tuple[int, str, int]] = []
+        others: list[tuple[int, str, int]] = []
+        temporary = 0
+        now = time.time_ns()
+        for top in self._remote.tops():
+            current = top.rsplit("/", 1)[-1] == self._dir.name
+            for f in self._remote.files(top):
+                name = f.path.rsplit("/", 1)[-1]
+                if name.endswith(SUFFIX) and not name.startswith("."):
+                    (entries if current else others).append((f.written_ns, f.path, f.size))
+                    continue
+                if _stale(name, f) and now - f.written_ns > STALE_TEMP_S * 1e9 and self._remote.remove(f.path):
+                    continue
+                temporary += f.size
+        return entries, others, temporary
+
+    def _unlink(self, path: str) -> bool:
+        """Delete one file (gone already counts as deleted); whether it is gone."""
+        if self._remote is not None:
+            return self._remote.remove(path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return True
+
     def _evict(self) -> None:
         """Delete least-recently-used entries, of any format version, until at most ``EVICT_TO * max_bytes``
         remain (only when the total exceeds ``max_bytes``): entries a previous format left behind count
@@ -368,13 +482,8 @@ class ReferenceCache:
             for _, path, size in sorted(every):
                 if total <= target:
                     break
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    continue
-                total -= size
+                if self._unlink(path):
+                    total -= size
         with self._lock:
             self._total = total
 
@@ -401,29 +510,51 @@ class ReferenceCache:
         """Delete every entry of every format version (the ``reference-v*`` folders
         under :attr:`root`; nothing else there is touched). Returns the number of files removed."""
         removed = 0
-        if self.root.is_dir():
-            for top in _scandir(self.root):
-                if not (top.name.startswith("reference-v") and top.is_dir(follow_symlinks=False)):
-                    continue
-                for sub in _scandir(top.path):
-                    if sub.is_dir(follow_symlinks=False):
-                        for e in _scandir(sub.path):
-                            try:
-                                os.unlink(e.path)
-                                removed += 1
-                            except OSError:
-                                pass
-                        _rmdir(sub.path)
-                    else:
-                        try:
-                            os.unlink(sub.path)
-                            removed += 1
-                        except OSError:
-                            pass
-                _rmdir(top.path)
+        if self._remote is not None:
+            for top in self._remote.tops():
+                removed += sum(self._remote.remove(f.path) for f in self._remote.files(top))
+                self._remote.prune(top)
+        elif isinstance(self.root, Path):
+            removed = _clear_folder(self.root)
         with self._lock:
             self._total = 0 if self._total is not None else None
         return removed
+
+
+def _clear_folder(root: Path) -> int:
+    """:meth:`ReferenceCache.clear` of a folder."""
+    removed = 0
+    if root.is_dir():
+        for top in _scandir(root):
+            if not (top.name.startswith("reference-v") and top.is_dir(follow_symlinks=False)):
+                continue
+            for sub in _scandir(top.path):
+                if sub.is_dir(follow_symlinks=False):
+                    for e in _scandir(sub.path):
+                        try:
+                            os.unlink(e.path)
+                            removed += 1
+                        except OSError:
+                            pass
+                    _rmdir(sub.path)
+                else:
+                    try:
+                        os.unlink(sub.path)
+                        removed += 1
+                    except OSError:
+                        pass
+            _rmdir(top.path)
+    return removed
+
+
+def _stale(name: str, f: Listed) -> bool:
+    """Whether a file under a URL root is a temporary file with a known write time."""
+    return name.startswith(".") and name.endswith(".tmp") and f.written_ns > 0
+
+
+def _rebuilt(root: Path | str, max_bytes: int, enabled: bool, read_only: bool) -> ReferenceCache:
+    """A :class:`ReferenceCache` unpickled: a new object on the same root."""
+    return ReferenceCache(root, max_bytes=max_bytes, enabled=enabled, read_only=read_only)
 
 
 def _scandir(path: str | Path) -> Iterator[os.DirEntry]:

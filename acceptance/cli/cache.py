@@ -1,4 +1,4 @@
-"""``acceptance cache info|clear``: the reference cache folder (:mod:`acceptance.cache`).
+"""``acceptance cache info|clear``: the reference cache's folder or URL (:mod:`acceptance.cache`).
 
 Registered on the command group of :mod:`acceptance.cli.group`.
 """
@@ -9,20 +9,29 @@ import click
 
 from acceptance.cli.group import main
 
+_CACHE_DIR = click.option(
+    "--cache-dir",
+    metavar="DIR|URL",
+    help="The cache's folder or URL (s3://bucket/prefix, file:///nfs/cache, ...) [default: $ACCEPTANCE_CACHE_DIR, "
+    "else the user cache folder].",
+)
+
 
 @main.group("cache")
 def cache_group() -> None:
     """The reference cache: what one run keeps for the next (references and measurements).
 
     Generated inputs, baseline and oracle outputs, and each case's measurement, reused only when a re-run's impl
-    and references answer the same bytes in every trial. Folder: $ACCEPTANCE_CACHE_DIR, else the platform's user
-    cache folder."""
+    and references answer the same bytes in every trial. Location: --cache-dir, else $ACCEPTANCE_CACHE_DIR, else
+    the platform's user cache folder; a URL (s3://, gs://, file://) puts it on storage that several machines
+    share."""
 
 
 @cache_group.command("info")
-def cache_info() -> None:
+@_CACHE_DIR
+def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many entries and bytes it holds, and its size cap."""
-    info = _cache().info()
+    info = _cache(cache_dir).info()
     click.echo(f"folder:   {info.root}")
     click.echo(f"entries:  {info.entries}")
     click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
@@ -31,14 +40,15 @@ def cache_info() -> None:
 
 
 @cache_group.command("clear")
-def cache_clear() -> None:
-    """Remove every entry (of any format version) from the cache folder."""
-    cache = _cache()
+@_CACHE_DIR
+def cache_clear(cache_dir: str | None) -> None:
+    """Remove every entry (of any format version) from the cache."""
+    cache = _cache(cache_dir)
     removed = cache.clear()
     click.echo(f"removed {removed} file(s) from {cache.root}")
 
 
-def _cache():  # noqa: ANN202 - the cache class loads with torch
+def _cache(cache_dir: str | None):  # noqa: ANN202 - the cache class loads with torch
     from acceptance.session.run import reference_cache
 
-    return reference_cache(True)
+    return reference_cache(True, cache_dir)

@@ -142,6 +142,12 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     "of impl outputs seen before).",
 )
 @click.option(
+    "--cache-dir",
+    metavar="DIR|URL",
+    help="Where the reference cache lives: a folder, or a URL of shared storage (s3://bucket/prefix, gs://..., "
+    "file:///nfs/cache; needs the fsspec extra) [default: $ACCEPTANCE_CACHE_DIR, else the user cache folder].",
+)
+@click.option(
     "--annotations",
     is_flag=True,
     help="Print at most 10 GitHub ::error annotations at the end (on GitHub Actions, the only workflow commands "
@@ -177,6 +183,7 @@ def run(
     tiers: tuple[str, ...] = (),
     jobs: int | None = None,
     no_cache: bool = False,
+    cache_dir: str | None = None,
     max_slowdown: float = MAX_SLOWDOWN,
     threads: int = 1,
     annotations: bool = False,
@@ -213,6 +220,7 @@ def run(
         isolate=not no_isolation,
         sanitize=sanitize,
         cache=not no_cache,
+        cache_dir=cache_dir,
         jobs=jobs,
         threads=threads,
         compare_to=compare_to,

@@ -43,6 +43,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -165,6 +166,8 @@ class CaseReferences:
         self._fresh: dict[str, dict[int, Tensors]] = {}  # role -> trial -> outputs computed here, to be packed
         self._fresh_bytes: dict[str, int] = {}  # role -> bytes of its fresh trials
         self._alone: dict[str, bool] = {}  # role -> whether trial 0 has an entry of its own (a case of large outputs)
+        self._pack_key: dict[str, str | None] = {}  # role -> key of its pack (computed once)
+        self._looked: dict[str, float] = {}  # role -> time.monotonic() of the last look at its pack that missed
         self._recipe: CachedRecipe | None = None  # the case's inputs as this process reads and makes them
 
     def _stored(self, role: str) -> bool:
@@ -177,18 +180,36 @@ class CaseReferences:
             return None
         return key(role=role, trial=trial, fn=self.fns.get(role), **self.base)
 
-    def _pack(self, role: str) -> dict[int, Tensors]:
-        """The role's pack, read once (empty when there is none, or it does not hold what its index says)."""
-        if role not in self._packed:
-            k = self._key(role, "all")
+    def _pack(self, role: str, again: bool = False) -> dict[int, Tensors]:
+        """The role's pack, read once, or ``again`` (empty when there is none, or it does not hold what its
+        index says)."""
+        if role not in self._packed or again:
+            if role not in self._pack_key:
+                self._pack_key[role] = self._key(role, "all")
+            k = self._pack_key[role]
             found = self.cache.get(k) if k is not None else None
             self._packed[role] = _unpack(found) if found is not None else {}
+            if not self._packed[role]:
+                self._looked[role] = time.monotonic()
         return self._packed[role]
 
+    def _relook(self, role: str) -> bool:
+        """Whether to look for the role's pack again before a trial is computed: it was missing at the last look
+        (another process may have stored it since: a machine sharing the cache, a job on the same case), and
+        that look is at least :attr:`acceptance.cache.ReferenceCache.relook_s` old (0 for a folder, where a miss
+        costs microseconds: every trial looks)."""
+        looked = self._looked.get(role)
+        return looked is not None and not self._packed.get(role) and time.monotonic() - looked >= self.cache.relook_s
+
     def get(self, role: str, trial: int) -> Tensors | None:
+        """The role's outputs of ``trial`` if stored, looked up right before the trial would compute them."""
         pack = self._pack(role)
         if trial in pack:
             return pack[trial]
+        if trial > 0 and self._relook(role):
+            pack = self._pack(role, again=True)
+            if trial in pack:
+                return pack[trial]
         if not pack and trial > 0 and not self._alone.get(role, False):
             return None  # trials are stored in order: with neither a pack nor trial 0's entry, nothing is stored
         k = self._key(role, trial)  # (a key is a SHA-256 of canonical JSON: asked only where an entry may be)
@@ -215,6 +236,8 @@ class CaseReferences:
             k = self._key(role, trial)
             assert k is not None  # the role is stored (checked above), so its trials have keys
             self.cache.put(k, tensors)
+            if trial == 0:  # large outputs: each later trial's own entry may be there (another process's)
+                self._alone[role] = True
         return tensors
 
     def close(self) -> None:

@@ -46,15 +46,15 @@ Started = Callable[[Case], None]
 @dataclass(frozen=True)
 class Settings:
     """What every executor needs to measure a case: the impl's device, the trials (``None``: the spec's),
-    torch's intra-op threads in each worker, the output folder the workers guard, the reference cache's folder,
-    cap and switch (``None``: no cache), and whether the next case may be sent to a worker while one is measured
+    torch's intra-op threads in each worker, the output folder the workers guard, the reference cache's folder
+    or URL, cap and switch (``None``: no cache), and whether the next case may be sent to a worker while one is measured
     (not under ``--sanitize``, which runs the impl again between cases)."""
 
     device: torch.device
     trials: int | None = None
     threads: int = WORKER_THREADS
     guard: Path | None = None
-    cache: tuple[Path, int, bool] | None = None
+    cache: tuple[Path | str, int, bool] | None = None
     ahead: bool = True
 
     def reference_cache(self, *, read_only: bool = False) -> ReferenceCache | None:
@@ -74,7 +74,7 @@ def workers_for(pool: RolePool, case: Case) -> RoleWorkers:
     return found
 
 
-def cache_settings(cache: ReferenceCache | None) -> tuple[Path, int, bool] | None:
+def cache_settings(cache: ReferenceCache | None) -> tuple[Path | str, int, bool] | None:
     """A reference cache as :attr:`Settings.cache`."""
     return None if cache is None else (cache.root, cache.max_bytes, cache.enabled)
 
@@ -383,7 +383,7 @@ def _job_main(  # pragma: no cover - runs in a job process
     conn: multiprocessing.connection.Connection,
     device: torch.device,
     trials: int | None,
-    cache: tuple[Path, int, bool] | None,
+    cache: tuple[Path | str, int, bool] | None,
     threads: int,
     guard: Path | None,
     runner: int,

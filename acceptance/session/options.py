@@ -34,6 +34,7 @@ class RunOptions:
     isolate: bool = True
     sanitize: bool = False
     cache: bool = True
+    cache_dir: str | None = None  # the reference cache's folder or URL (None: $ACCEPTANCE_CACHE_DIR, else the default)
     jobs: int | None = None
     threads: int = WORKER_THREADS
     compare_to: Path | None = None

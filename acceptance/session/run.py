@@ -63,11 +63,11 @@ def jobs_for(jobs: int | None, cases: int, *, isolate: bool, device: torch.devic
     return 1 if not isolate or cases < 2 else min(jobs, cases)
 
 
-def reference_cache(enabled: bool) -> ReferenceCache:
-    """The user's reference cache (:class:`acceptance.cache.ReferenceCache`); a usage error when its folder
-    setting is bad."""
+def reference_cache(enabled: bool, root: str | None = None) -> ReferenceCache:
+    """The user's reference cache (:class:`acceptance.cache.ReferenceCache`) at ``root``, a folder or a URL
+    (``None``: :func:`acceptance.cache.default_root`); a usage error when its setting is bad."""
     try:
-        return ReferenceCache(enabled=enabled)
+        return ReferenceCache(root or None, enabled=enabled)
     except ValueError as exc:
         raise UsageError(f"reference cache: {exc}") from None
 
@@ -185,7 +185,7 @@ class Session:
             trials=o.trials,
             threads=o.threads,
             guard=o.out if o.isolate else None,
-            cache=cache_settings(reference_cache(o.cache)),
+            cache=cache_settings(reference_cache(o.cache, o.cache_dir)),
             ahead=not o.sanitize,
         )
         jobs = jobs_for(o.jobs, len(self.todo), isolate=o.isolate, device=self.device)
