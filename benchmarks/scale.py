@@ -1,7 +1,7 @@
 """How the runner's cost grows with the number of cases: synthetic libraries of N tiny cases, run and measured.
 
     python benchmarks/scale.py [--sizes 300,3000,20000] [--jobs 2] [--trials 3] [--out scale.md] [--keep DIR]
-                               [--no-browser] [--no-compare] [--no-merge]
+                               [--no-browser] [--no-compare] [--no-merge] [--profile 3000]
 
 For each size N it writes a spec folder of N tiny CPU cases (``torch:add`` on 1 to 100 float32 elements, 100
 cases per spec file), runs ``acceptance run --jobs J --no-cache`` on it once and measures:
@@ -42,13 +42,18 @@ PER_SPEC = 100
 CHROMIUM = os.environ.get("ACCEPTANCE_CHROMIUM", "/usr/bin/chromium")
 
 #: Runs ``python -m acceptance ARGS`` and, at exit, writes the process's own CPU seconds, ru_maxrss (KiB) and
-#: when its case loop ended to the file named by $SCALE_STATS (only the process that started: not a fork).
+#: when its case loop ended to the file named by $SCALE_STATS (only the process that started: not a fork); with
+#: $SCALE_PROFILE, a cProfile of everything after the case loop goes to that file.
 WRAPPER = r"""
 import atexit, json, os, resource, runpy, sys, time
 main_pid, stats, marks = os.getpid(), os.environ["SCALE_STATS"], {}
+profile = None
 def report():
     if os.getpid() != main_pid:
         return
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["SCALE_PROFILE"])
     ru = resource.getrusage(resource.RUSAGE_SELF)
     marks.update(cpu=ru.ru_utime + ru.ru_stime, maxrss_kib=ru.ru_maxrss, end=time.time())
     with open(stats, "w") as fh:
@@ -58,11 +63,16 @@ try:
     from acceptance.session import run as run_mod
     measure = run_mod.Session.measure
     def timed(self, *a, **k):
+        global profile
         try:
             return measure(self, *a, **k)
         finally:
             ru = resource.getrusage(resource.RUSAGE_SELF)
             marks.update(loop_end=time.time(), loop_cpu=ru.ru_utime + ru.ru_stime, loop_maxrss_kib=ru.ru_maxrss)
+            if os.environ.get("SCALE_PROFILE"):
+                import cProfile
+                profile = cProfile.Profile()
+                profile.enable()
     run_mod.Session.measure = timed
 except ImportError:
     pass
@@ -86,9 +96,12 @@ def library(folder: Path, n: int) -> Path:
     return folder
 
 
-def acceptance(args: list[str], stats: Path, *, log: Path) -> tuple[float, dict[str, float]]:
-    """Run ``acceptance ARGS`` under the wrapper: (wall seconds, the wrapper's figures)."""
-    env = dict(os.environ, SCALE_STATS=str(stats), PYTHONPATH=str(ROOT))
+def acceptance(
+    args: list[str], stats: Path, *, log: Path, profile: Path | None = None
+) -> tuple[float, dict[str, float]]:
+    """Run ``acceptance ARGS`` under the wrapper: (wall seconds, the wrapper's figures); ``profile``: where the
+    cProfile of the work after the case loop goes."""
+    env = dict(os.environ, SCALE_STATS=str(stats), PYTHONPATH=str(ROOT), SCALE_PROFILE=str(profile or ""))
     start = time.time()
     with open(log, "w") as out:
         proc = subprocess.run([sys.executable, "-c", WRAPPER, *args], cwd=ROOT, env=env, stdout=out, stderr=out)
@@ -157,7 +170,10 @@ def measure(n: int, work: Path, args: argparse.Namespace) -> dict[str, float]:
     """Every figure of one size."""
     lib, out = library(work / f"lib{n}", n), work / f"run{n}"
     run_args = ["run", str(lib), "--out", str(out), "--jobs", str(args.jobs), "--trials", str(args.trials)]
-    wall, fig = acceptance([*run_args, "--no-cache"], work / "stats.json", log=work / f"run{n}.log")
+    profile = work / f"post-run{n}.prof" if n in args.profile else None
+    wall, fig = acceptance([*run_args, "--no-cache"], work / "stats.json", log=work / f"run{n}.log", profile=profile)
+    if profile is not None:
+        print(f"post-run profile: {profile} (python -m pstats)", file=sys.stderr)
     row = {
         "wall s": wall,
         "post-run s": fig["end"] - fig.get("loop_end", fig["end"]),
@@ -234,8 +250,12 @@ def main() -> None:
     ap.add_argument("--no-browser", action="store_true")
     ap.add_argument("--no-compare", action="store_true")
     ap.add_argument("--no-merge", action="store_true")
+    ap.add_argument(
+        "--profile", default="", help="sizes whose run profiles its post-run work (cProfile, into the work folder)"
+    )
     args = ap.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    args.profile = {int(s) for s in args.profile.split(",") if s.strip()}
     if not sizes or min(sizes) < 1:
         raise SystemExit("--sizes: give positive case counts, e.g. 300,3000")
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
