@@ -13,16 +13,17 @@ cases per spec file), runs ``acceptance run --jobs J --no-cache`` on it once and
 - runner peak RSS: the runner process's own ``ru_maxrss`` (reported by a wrapper from inside the process at
   exit; the workers, forked from it, are not counted), and per case;
 - the sizes of results.json, the journal, report.html, junit.xml and summary.md;
-- ``acceptance report`` (results.json to report.html, a fresh interpreter), ``acceptance compare`` of the run
-  with itself, and a 4-shard merge (``acceptance report s1 s2 s3 s4 --merged``; the shards are cut from the
-  run's results.json by this script, as ``--shard K/4`` would have written them), each wall seconds and peak
-  RSS;
+- ``acceptance report`` (results.json to report.html and summary.md, a fresh interpreter), ``acceptance
+  compare`` of the run with itself, and a 4-shard merge (``acceptance report s1 s2 s3 s4 --merged``; the shards
+  are cut from the run's results.json by this script, as ``--shard K/4`` would have written them), each wall
+  seconds, CPU seconds of the process and its peak RSS;
 - the HTML report in headless Chromium (``playwright``, the system Chromium): seconds to the ``load`` event and
   to the first case row visible (skipped, with a note, when either is absent).
 
 Then, per measure, the growth exponent b of ``measure = a * N**b`` (least squares over log N, log measure; a
 linear cost has b = 1), and writes the table as Markdown to ``--out`` (and standard output). Wall-clock
-figures on a shared machine move by tens of percent; the exponents over a 60x range of sizes are what to read.
+figures on a shared machine move by tens of percent (and by several times on an overloaded one: the load
+average is printed); the CPU seconds and the exponents over a 60x range of sizes are what to read.
 """
 
 from __future__ import annotations
@@ -188,15 +189,15 @@ def measure(n: int, work: Path, args: argparse.Namespace) -> dict[str, float]:
     again = ["report", str(results), "--html", str(work / "rerender.html"), "--summary", str(work / "summary.md")]
     wall, fig = acceptance(again, work / "stats.json", log=work / "report.log")
     row["summary.md MB"] = size_of(work / "summary.md")
-    row["report s"], row["report RSS MB"] = wall, fig["maxrss_kib"] * 1024 / 1e6
+    row["report s"], row["report CPU s"], row["report RSS MB"] = wall, fig["cpu"], fig["maxrss_kib"] * 1024 / 1e6
     if not args.no_compare:
         wall, fig = acceptance(["compare", str(results), str(results)], work / "stats.json", log=work / "cmp.log")
-        row["compare s"], row["compare RSS MB"] = wall, fig["maxrss_kib"] * 1024 / 1e6
+        row["compare s"], row["compare CPU s"], row["compare RSS MB"] = wall, fig["cpu"], fig["maxrss_kib"] * 1024 / 1e6
     if not args.no_merge:
         parts = [str(p) for p in shards(results, work / f"shards{n}")]
         merge_args = ["report", *parts, "--merged", str(work / "merged.json")]
         wall, fig = acceptance(merge_args, work / "stats.json", log=work / "merge.log")
-        row["merge s"], row["merge RSS MB"] = wall, fig["maxrss_kib"] * 1024 / 1e6
+        row["merge s"], row["merge CPU s"], row["merge RSS MB"] = wall, fig["cpu"], fig["maxrss_kib"] * 1024 / 1e6
     if not args.no_browser:
         loaded, rows, note = browser_times(out / "report.html")
         if note:
@@ -266,7 +267,9 @@ def main() -> None:
             print(f"N={n} ...", file=sys.stderr, flush=True)
             rows.append(measure(n, work, args))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    text = f"jobs {args.jobs}, trials {args.trials}, {os.cpu_count()} CPUs\n\n" + table(sizes, rows)
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    text = f"jobs {args.jobs}, trials {args.trials}, {os.cpu_count()} CPUs, load average at the end {load}\n\n"
+    text += table(sizes, rows)
     print(text)
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")

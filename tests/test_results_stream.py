@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 from fixtures.report_results import many_failures, mixed_results
@@ -150,3 +151,36 @@ def test_visible_controls_on_every_code_point():
         assert visible_controls(block) == _escaped_by_hand(block), hex(start)
         for ch in block[::97]:  # one character alone takes the fast path when it is printable
             assert visible_controls(ch) == _escaped_by_hand(ch)
+
+
+def test_cases_held_compactly_decide_as_the_whole_run_decision(tmp_path):
+    """Every measured case kept as compact JSON and decided one at a time (Holm over the run's p-values first)
+    gives the CaseResults that deciding the measured objects together gives (decide_all: Holm by apply_holm)."""
+    from acceptance.decide.run import decide_all
+    from acceptance.session.observers import Observer
+    from acceptance.session.options import RunOptions
+    from acceptance.session.run import Session
+    from acceptance.spec import rules_for
+
+    class Seen(Observer):
+        def __init__(self):
+            self.measured = []
+
+        def case_finished(self, case, result):
+            self.measured.append((result, rules_for(case)))
+            return result
+
+    seen = Seen()
+    options = RunOptions(
+        out=tmp_path / "out", dtypes=("float16",), only="*N=4097*", trials=6, isolate=False, jobs=1, cache=False
+    )
+    session = Session(options, [seen])
+    session.prepare([Path(__file__).resolve().parents[1] / "operator_specs" / "gelu.yaml"])
+    session.measure()
+    session.close()
+    assert len(seen.measured) == 2 and sum(len(m.dual_delta) for m, _ in seen.measured) >= 2
+    assert [k.json for k in session.measured] == [m.model_dump_json().encode() for m, _ in seen.measured]
+    expected = decide_all(seen.measured)
+    assert session.decide() == expected
+    adjusted = [r.p_adjusted for c in expected for r in c.dual_delta]
+    assert all(p is not None for p in adjusted)  # Holm ran over the records
