@@ -22,6 +22,8 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\u
 #: Bidirectional-text controls (and the line and paragraph separators): shown escaped, so nothing can reorder
 #: what a log line or a report says.
 _BIDI = re.compile("[\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Either class: what :func:`visible_controls` escapes.
+_EITHER = re.compile(_BIDI.pattern[:-1] + _CONTROL.pattern[1:])
 
 
 def visible_controls(text: str) -> str:
@@ -29,8 +31,11 @@ def visible_controls(text: str) -> str:
     the four characters ``\x1b``, U+202E the six characters ``\u202e``).
 
     Tab, newline and carriage return are kept; callers that need one line use
-    :func:`one_line`.
+    :func:`one_line`. Text that holds none (most: ``str.isprintable``, a C loop, is true for text without any
+    control, format or separator character, or else one search of both classes at once) is returned as it is.
     """
+    if text.isprintable() or _EITHER.search(text) is None:
+        return text
     text = _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return _CONTROL.sub(
         lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text

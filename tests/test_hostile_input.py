@@ -4,6 +4,7 @@ skipped naming the line; a symbolic link in place of the lock is refused and its
 
 import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,18 +84,17 @@ def test_deep_results_json_is_refused_without_a_traceback(tmp_path):
 
 
 def _full_disk_after(monkeypatch, calls):
-    """os.fsync raising ENOSPC from its ``calls``-th call on (the journal syncs each case)."""
-    import os
+    """The journal's writes raising ENOSPC from the ``calls``-th on (one write per case; its fsyncs come in
+    groups)."""
+    real, count = results_mod._write_all, [0]
 
-    real, count = os.fsync, [0]
-
-    def fsync(fd):
+    def write_all(fd, data):
         count[0] += 1
         if count[0] >= calls:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(fd)
+        return real(fd, data)
 
-    monkeypatch.setattr(results_mod.os, "fsync", fsync)
+    monkeypatch.setattr(results_mod, "_write_all", write_all)
 
 
 def test_a_full_disk_while_journaling_is_one_line_and_keeps_the_journal(tmp_path, monkeypatch):

@@ -45,15 +45,27 @@ def report(results_files, merged_path, annotations, artifact_url, allow_partial,
     parts = [results_mod.load(f) for f in files]
     if len(parts) == 1:
         res = parts[0]
+        sha = hashlib.sha256()
+        with open(files[0], "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                sha.update(block)
     else:
         res = results_mod.merge(parts, names=[str(f) for f in files], allow_partial=allow_partial)
-    if len(parts) == 1:
-        digest = hashlib.sha256(files[0].read_bytes()).hexdigest()
-    else:
-        digest = hashlib.sha256(results_mod.dumps(res).encode()).hexdigest()
+        del parts  # the merge holds the cases; the shards' records go
+        sha = hashlib.sha256()
+        for piece in results_mod.chunks(res):
+            sha.update(piece)
+    digest = sha.hexdigest()
     context = Context(results_sha256=digest, artifact_url=artifact_url)
-    outputs: list[tuple[Path | None, Callable[[], str]]] = [(merged_path, lambda: results_mod.dumps(res))]
-    outputs += [(paths[f"{name}_path"], partial(reporter.render, res, context)) for name, reporter in BY_NAME.items()]
+    if merged_path is not None:
+        try:
+            results_mod.write_chunks(merged_path, results_mod.chunks(res), prefix=".results-")
+        except OSError as exc:
+            raise results_mod.cannot_write(merged_path, exc) from None
+        click.echo(f"wrote {merged_path}", err=True)
+    outputs: list[tuple[Path | None, Callable[[], str]]] = [
+        (paths[f"{name}_path"], partial(reporter.render, res, context)) for name, reporter in BY_NAME.items()
+    ]
     for path, render in outputs:
         if path is None:
             continue
@@ -67,7 +79,7 @@ def report(results_files, merged_path, annotations, artifact_url, allow_partial,
 
         for line in github.annotations(res):
             click.echo(line)
-    if not any(path for path, _ in outputs) and not annotations:
+    if merged_path is None and not any(path for path, _ in outputs) and not annotations:
         print_console(res)
 
 

@@ -6,6 +6,7 @@ Progress on standard error is the command line's observer (:mod:`acceptance.cli.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,18 +64,31 @@ class FolderGuard(Observer):
 
 
 class Journal(Observer):
-    """Every finished case on disk the moment it finishes (:meth:`acceptance.session.results.OutputFolder.append`),
-    with the content key it was measured from (``keys``: :class:`acceptance.session.resume.Keys`), so that
-    ``--resume`` reuses it only while that content is unchanged."""
+    """Every finished case in the journal the moment it finishes
+    (:meth:`acceptance.session.results.OutputFolder.append`: written at once, fsynced by group commit), with the
+    content key it was measured from (``keys``: :class:`acceptance.session.resume.Keys`), so that ``--resume``
+    reuses it only while that content is unchanged."""
 
     def __init__(self, folder: OutputFolder, keys: Callable[[Case], dict[str, JSONValue]] | None = None):
         self.folder, self.keys = folder, keys
-        #: the cases journaled by this run, in order: a signal that stops the loop after a case is journaled but
-        #: before the loop kept it loses nothing (:meth:`acceptance.session.run.Session.measure`)
-        self.recorded: list[tuple[Case, MeasuredCase]] = []
+        #: the last cases journaled by this run, each with the compact JSON the journal holds: a signal that stops
+        #: the loop after a case is journaled but before the loop kept it loses nothing
+        #: (:meth:`acceptance.session.run.Session.measure`); the loop keeps each case before the next finishes
+        self.recorded: deque[tuple[Case, MeasuredCase, bytes | None]] = deque(maxlen=8)
+
+    def case_started(self, case: Case) -> None:
+        self.folder.sync_due()
 
     def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         key = self.keys(case) if self.keys is not None else None
-        self.recorded.append((case, result))  # first: a signal in the middle of the write keeps it too
-        self.folder.append(result, key)
+        self.recorded.append((case, result, None))  # first: a signal in the middle of the write keeps it too
+        self.recorded[-1] = (case, result, self.folder.append(result, key))
         return result
+
+    def compact(self, result: MeasuredCase) -> bytes | None:
+        """The compact JSON the journal wrote for ``result`` (this very object), when it is one of the last
+        journaled."""
+        for _, journaled, measured in reversed(self.recorded):
+            if journaled is result:
+                return measured
+        return None

@@ -31,9 +31,10 @@ import re
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, TextIO
 
 from acceptance.errors import EXIT_FAIL, OutputError, ResultsError
 from acceptance.isolation import JOURNAL, LOCK
@@ -54,9 +55,16 @@ def content_digest(results: Results, *, as_read: bool = False) -> str:
     JSON pydantic-core writes (fields in schema order, no whitespace, UTF-8 unescaped, floats in their shortest
     round-trip form, non-finite floats as strings), which is ``pydantic_core.to_json`` of the document as
     written, ``digest`` removed. ``as_read``: ``results`` was read from a file, and only the fields the file
-    held count (a file of an earlier version keeps its digest when fields are added)."""
-    body = results.model_dump_json(exclude={"digest"}, exclude_unset=as_read)
-    return "sha256:" + hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+    held count (a file of an earlier version keeps its digest when fields are added). Hashed a case at a time:
+    the document without its cases, serialized once, around each case serialized by itself."""
+    frame = results.model_copy(update={"cases": []})
+    head, marker, tail = frame.model_dump_json(exclude={"digest"}, exclude_unset=as_read).partition('"cases":[]')
+    assert marker, "Results has a cases field"
+    sha = hashlib.sha256(head.encode("utf-8", "surrogatepass") + b'"cases":[')
+    for k, case in enumerate(results.cases):
+        sha.update((b"," if k else b"") + case.model_dump_json(exclude_unset=as_read).encode("utf-8", "surrogatepass"))
+    sha.update(b"]" + tail.encode("utf-8", "surrogatepass"))
+    return "sha256:" + sha.hexdigest()
 
 
 def ids_digest(ids: Sequence[str]) -> str:
@@ -80,25 +88,62 @@ def write_text(path: Path, text: str, *, prefix: str = ".tmp-") -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically: a temp file in the same folder, then renamed over
     ``path``, so a symbolic link there is replaced, never followed, and a full disk leaves the old file whole.
     The file gets a normal mode (0666 less the umask), not mkstemp's 0600."""
+    write_chunks(path, [text.encode("utf-8")], prefix=prefix)
+    return Path(path)
+
+
+def write(results: Results, path: Path) -> Path:
+    """Write ``results.json`` atomically (:func:`write_text`), its digest set: the bytes of :func:`dumps`, made
+    case by case (:func:`chunks`), so that no whole-file text is held."""
+    write_chunks(path, chunks(results), prefix=".results-")
+    return path
+
+
+_CASES = '"cases": []'
+
+
+def chunks(results: Results) -> Iterator[bytes]:
+    """The UTF-8 bytes of :func:`dumps` (``results`` as a results.json, its digest set), a piece at a time: the
+    document without its cases is serialized once with ``cases`` empty, and each case by itself (its indented
+    JSON shifted two levels, as the whole document's serializer nests it). The digest (:func:`content_digest`)
+    is hashed case by case first; so the cases are serialized twice, as :func:`dumps` does, but one at a
+    time."""
+    frame = results.model_copy(update={"digest": None, "cases": []})
+    text = frame.model_dump_json(indent=1) + "\n"
+    assert text.startswith(_NO_DIGEST)  # the first two fields of Results
+    text = text.replace('"digest": null', f'"digest": "{content_digest(results)}"', 1)
+    head, marker, tail = text.partition(_CASES)
+    assert marker, "Results has a cases field"
+    if not results.cases:
+        yield text.encode("utf-8", "surrogatepass")
+        return
+    yield (head + '"cases": [').encode("utf-8", "surrogatepass")
+    for k, case in enumerate(results.cases):
+        body = case.model_dump_json(indent=1).replace("\n", "\n  ")
+        yield (("," if k else "") + "\n  " + body).encode("utf-8", "surrogatepass")
+    yield ("\n ]" + tail).encode("utf-8", "surrogatepass")
+
+
+def write_chunks(path: Path, pieces: Iterable[bytes], *, prefix: str = ".tmp-") -> str:
+    """Write ``pieces`` to ``path`` atomically, as :func:`write_text` writes a text; the hex sha256 of the bytes
+    written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=path.suffix, dir=path.parent)
     umask = os.umask(0)
     os.umask(umask)
+    sha = hashlib.sha256()
     try:
         os.chmod(tmp, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb", buffering=1 << 20) as fh:
+            for piece in pieces:
+                sha.update(piece)
+                fh.write(piece)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
-
-
-def write(results: Results, path: Path) -> Path:
-    """Write ``results.json`` atomically (:func:`write_text`), its digest set (:func:`dumps`)."""
-    return write_text(path, dumps(results), prefix=".results-")
+    return sha.hexdigest()
 
 
 def cannot_write(path: Path, exc: OSError) -> OutputError:
@@ -112,7 +157,11 @@ _CURRENT = re.compile(rb'\s*\{\s*"schema_version"\s*:\s*%d\s*[,}]' % SCHEMA_VERS
 def load(path: Path, *, warn: Warn = warn_stderr) -> Results:
     """Read a ``results.json`` and check that its content can be trusted: its digest (:func:`content_digest`)
     and its verdicts (:func:`verify`); raise :class:`ResultsError` naming the file (and the case) otherwise. A
-    file written before digests (version 1 or 2) is upgraded and accepted with a warning to ``warn``."""
+    file written before digests (version 1 or 2) is upgraded and accepted with a warning to ``warn``.
+
+    The objects read are moved out of the cyclic collector's reach (``gc.freeze``; refcounting still frees
+    them): a 20,000-case file is ~5 million objects, and each full pass over them (which comparing or rendering
+    triggers as it allocates) cost seconds. Records hold no reference cycles, so nothing is lost."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -127,6 +176,7 @@ def load(path: Path, *, warn: Warn = warn_stderr) -> Results:
             f"{path}: its content does not match its digest (changed after it was written, or cut short); refusing it"
         )
     verify(res, path)
+    gc.freeze()  # its objects live as long as the record: the collector's full passes no longer walk them
     return res
 
 
@@ -134,7 +184,7 @@ def _current(raw: bytes) -> Results | None:
     """A file of the current version, parsed and validated in one pass by pydantic-core (3x faster than the json
     module and validation); ``None`` when it is not valid (:func:`_read_slowly` then says why)."""
     try:
-        with _collector_paused():
+        with collector_paused():
             return Results.model_validate_json(raw)
     except ValueError:  # pydantic.ValidationError, recursion limit included
         return None
@@ -156,7 +206,7 @@ def _read_slowly(raw: bytes, path: Path, warn: Warn) -> tuple[Results, bool]:
     elif version != SCHEMA_VERSION:
         raise ResultsError(f"{path}: schema_version {version!r} is not supported (expected 1 to {SCHEMA_VERSION})")
     try:
-        with _collector_paused():
+        with collector_paused():
             res = Results.model_validate(data)
     except (ValueError, RecursionError) as exc:  # pydantic.ValidationError is a ValueError
         raise ResultsError(f"{path}: invalid results: {exc}") from None
@@ -212,10 +262,11 @@ def load_run(path: Path, *, allow_partial: bool = False, warn: Warn = warn_stder
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused, then restored as it was: a results.json of a few MB becomes
-    ~10^5 objects, none of them cyclic garbage, and the collector's passes over them while they are made cost
-    about as much as the parse itself."""
+    ~10^5 objects (10^7 for 20,000 cases), none of them cyclic garbage, and the collector's passes over them
+    while they are made cost about as much as the parse itself (a full pass is proportional to every object
+    alive, so passes while a run's records grow make the cost quadratic)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -392,6 +443,11 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:  # a seam: JSON as read
 
 # ----------------------------------------------------------------------------- the output folder and the journal
 
+#: The journal's group commit: its lines are fsynced together once this many wait ...
+SYNC_CASES = 64
+#: ... or once the oldest waiting line is this many seconds old, whichever comes first (and at every stop).
+SYNC_SECONDS = 0.2
+
 
 class OutputFolder:
     """An output folder held by one run: created and tested for writing first, locked (a second run on it
@@ -427,7 +483,9 @@ class OutputFolder:
         self._lock.flush()
         for name in ("results.json", *stale) + (() if resume else (JOURNAL,)):
             (self.path / name).unlink(missing_ok=True)
-        self._journal: BinaryIO | None = None
+        self._journal_fd: int | None = None
+        self._waiting = 0  # journal lines written but not yet fsynced
+        self._oldest = 0.0  # when the oldest of them was written (time.monotonic)
 
     def _open_lock(self) -> TextIO:
         """The lock file, opened without following a symbolic link (:func:`_open_here`)."""
@@ -465,33 +523,89 @@ class OutputFolder:
                 bad.append(number)
         return out, bad
 
-    def append(self, case: MeasuredCase, key: dict[str, Any] | None = None) -> None:
-        """Add a measured case and its content key to the journal, on disk (fsync) before this returns; a write
-        that fails (a full disk) is an :class:`OutputError` (the lines before it stay in the journal)."""
-        path = self.path / JOURNAL
-        measured = case.model_dump_json()
-        line = measured if key is None else f'{{"key": {json.dumps(key, sort_keys=True)}, "case": {measured}}}'
+    def append(self, case: MeasuredCase, key: dict[str, Any] | None = None) -> bytes:
+        """Add a measured case and its content key to the journal; the case's compact JSON is returned (what the
+        line holds under ``case``). The line goes to the operating system in one write before this returns (a
+        kill of this process loses nothing written), and to the disk by group commit: an fsync once
+        :data:`SYNC_CASES` lines wait or the oldest waiting line is :data:`SYNC_SECONDS` old, and always at
+        :meth:`sync` (the end of the case loop, a stop, before results.json). A write that fails (a full disk)
+        is an :class:`OutputError` (the lines before it stay in the journal)."""
+        measured = case.model_dump_json().encode("utf-8", "surrogatepass")
+        line = (
+            measured
+            if key is None
+            else b'{"key": %s, "case": %s}' % (json.dumps(key, sort_keys=True).encode(), measured)
+        )
         try:
-            if self._journal is None:
-                self._journal = open(_open_here(path, os.O_RDWR | os.O_CREAT | os.O_APPEND), "a+b")
-                if self._journal.tell() > 0:  # a line an earlier run's kill cut short stays a line of its own
-                    self._journal.seek(-1, os.SEEK_END)
-                    if self._journal.read(1) != b"\n":
-                        self._journal.write(b"\n")
-            self._journal.write(line.encode() + b"\n")
-            self._journal.flush()
-            os.fsync(self._journal.fileno())
+            fd = self._journal_fd if self._journal_fd is not None else self._open_journal()
+            _write_all(fd, line + b"\n")
+            now = time.monotonic()
+            if not self._waiting:
+                self._oldest = now
+            self._waiting += 1
+            if self._waiting >= SYNC_CASES or now - self._oldest >= SYNC_SECONDS:
+                self._fsync(fd)
         except OSError as exc:
-            raise OutputError(
-                f"{path}: cannot write the journal: {exc.strerror or exc}; the cases before are kept there "
-                "(free space, then finish the run with --resume)"
-            ) from None
+            raise self._cannot_write(exc) from None
+        return measured
+
+    def sync(self) -> None:
+        """Every journal line written so far on disk (fsync), when some wait; an :class:`OutputError` when that
+        fails."""
+        if self._journal_fd is None or not self._waiting:
+            return
+        try:
+            self._fsync(self._journal_fd)
+        except OSError as exc:
+            raise self._cannot_write(exc) from None
+
+    def sync_due(self) -> None:
+        """:meth:`sync` when the oldest waiting line is :data:`SYNC_SECONDS` old (called as cases start, so that a
+        line waits no longer than that while the next case runs long)."""
+        if self._waiting and time.monotonic() - self._oldest >= SYNC_SECONDS:
+            self.sync()
+
+    def _open_journal(self) -> int:
+        """The journal, opened for appending without following a symbolic link; a line an earlier run's kill cut
+        short is ended first, so that it stays a line of its own (skipped on reading)."""
+        fd = _open_here(self.path / JOURNAL, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                _write_all(fd, b"\n")
+        except OSError:
+            os.close(fd)
+            raise
+        self._journal_fd = fd
+        return fd
+
+    def _fsync(self, fd: int) -> None:
+        os.fsync(fd)
+        self._waiting = 0
+
+    def _cannot_write(self, exc: OSError) -> OutputError:
+        return OutputError(
+            f"{self.path / JOURNAL}: cannot write the journal: {exc.strerror or exc}; the cases before are kept "
+            "there (free space, then finish the run with --resume)"
+        )
 
     def close(self) -> None:
-        if self._journal is not None:
-            with contextlib.suppress(OSError):  # a full disk: what could be written is written
-                self._journal.close()
+        """The journal synced (:meth:`sync`; a failure there is left: what could be written is written) and
+        closed, and the folder's lock released."""
+        if self._journal_fd is not None:
+            with contextlib.suppress(OSError, OutputError):
+                self.sync()
+            with contextlib.suppress(OSError):
+                os.close(self._journal_fd)
+            self._journal_fd = None
         self._lock.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` written to ``fd`` whole (``os.write`` again after a short write)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _open_here(path: Path, flags: int) -> int:

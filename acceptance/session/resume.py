@@ -99,40 +99,62 @@ def _module_files(module: str) -> dict[str, str]:
     return {Path(origin).name: shared.get("sha256", "")} if origin else {top: "built in"}
 
 
-def sources(spec: OperatorSpec, role: str) -> dict[str, str]:
-    """The source identity of ``role``'s callables of ``spec`` (see the module's doc): file or module -> digest."""
+def sources(
+    spec: OperatorSpec, role: str, found: dict[tuple[str, str], dict[str, str]] | None = None
+) -> dict[str, str]:
+    """The source identity of ``role``'s callables of ``spec`` (see the module's doc): file or module -> digest.
+    ``found``: the identities already read in this run, by (folder or module, kind), read once (a module's
+    distribution is looked up in 0.1 s; a folder's files are hashed)."""
+    found = {} if found is None else found
     out: dict[str, str] = {}
     for ref in _refs(getattr(spec, role)):
         module = ref.rpartition(":")[0]
         if module.endswith(".py"):
             folder = (Path(spec.path).parent / module).resolve().parent
-            out.update(_files(folder, "*.py"))
+            key = (str(folder), "folder")
+            if key not in found:
+                found[key] = _files(folder, "*.py")
         else:
-            out.update(_module_files(module))
+            key = (module, "module")
+            if key not in found:
+                found[key] = _module_files(module)
+        out.update(found[key])
     return out
 
 
 class Keys:
-    """Content keys of a run's cases (:func:`content_key`); the sources of each spec read once per run."""
+    """Content keys of a run's cases (:func:`content_key`); the sources of each spec, and each spec's text, read
+    once per run (a key costs the same whatever the number of cases of its spec)."""
 
     def __init__(self, options: RunOptions, device: torch.device):
         self.options, self.device = options, device
         self._sources: dict[tuple[int, str], dict[str, str]] = {}
+        self._found: dict[tuple[str, str], dict[str, str]] = {}
+        self._specs: dict[int, str] = {}
 
     def sources(self, spec: OperatorSpec, role: str) -> dict[str, str]:
         key = (id(spec), role)
         if key not in self._sources:
-            self._sources[key] = sources(spec, role)
+            self._sources[key] = sources(spec, role, self._found)
         return self._sources[key]
+
+    def shape(self, case: Case) -> str:
+        """The hex SHA-256 of the expanded case, trials, seed and the spec's folder aside: the spec's ``repr``
+        (made once per spec) and the case's own fields'."""
+        spec = case.spec
+        text = self._specs.get(id(spec))
+        if text is None:
+            neutral = dataclasses.replace(spec, trials=0, seed=0, path=Path(Path(spec.path).name))
+            text = self._specs[id(spec)] = repr(neutral)
+        own = repr(tuple(getattr(case, f.name) for f in dataclasses.fields(case) if f.name != "spec"))
+        return hashlib.sha256(f"{text}\n{own}".encode()).hexdigest()
 
     def __call__(self, case: Case) -> dict[str, JSONValue]:
         """The content key of ``case``: what its measurement depends on (see the module's doc)."""
         spec = case.spec
-        neutral = dataclasses.replace(spec, trials=0, seed=0, path=Path(Path(spec.path).name))
-        shape = repr(dataclasses.replace(case, spec=neutral))
         o = self.options
         return {
-            "spec": hashlib.sha256(shape.encode()).hexdigest(),
+            "spec": self.shape(case),
             "spec_file": Path(spec.path).name,
             "trials": o.trials if o.trials is not None else spec.trials,
             "seed": spec.seed,

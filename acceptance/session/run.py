@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import importlib
 import signal
 import threading
@@ -33,10 +32,11 @@ from acceptance.records import CaseResult, MeasuredCase, Plan, Results
 from acceptance.report import REPORTERS, Context
 from acceptance.session import resume, startup
 from acceptance.session.executors import Settings, cache_settings, default_jobs, executor_for
+from acceptance.session.kept import Kept, decided
 from acceptance.session.load import load, plan_cases, select_tiers
 from acceptance.session.observers import FolderGuard, Journal, Sanitizer
 from acceptance.session.options import RunOptions
-from acceptance.session.results import OutputFolder
+from acceptance.session.results import OutputFolder, collector_paused
 from acceptance.spec import Case, OperatorSpec, Rules, rules_for
 from acceptance.wording import counted
 
@@ -83,7 +83,7 @@ class Session:
         self.device = torch.device("cpu")
         self.specs: list[OperatorSpec] = []
         self.cases: list[Case] = []
-        self.measured: list[tuple[MeasuredCase, Rules]] = []  # journaled ones first, then as the cases finish
+        self.measured: list[Kept] = []  # journaled ones first, then as the cases finish; compact (session.kept)
         self.plan: Plan | None = None  # what the whole run (every shard) measures
         self.folder: OutputFolder | None = None
         self.base_run: Results | None = None
@@ -164,7 +164,7 @@ class Session:
             )
         reused, self.notes[len(self.notes) :] = resume.reuse(self.cases, entries, self.keys)
         by_id = {m.id: m for m in reused}
-        self.measured = [(by_id[c.id], rules_for(c)) for c in self.cases if c.id in by_id]
+        self.measured = [Kept.of(by_id[c.id], c) for c in self.cases if c.id in by_id]
 
     @functools.cached_property
     def keys(self) -> resume.Keys:
@@ -174,7 +174,7 @@ class Session:
     @property
     def todo(self) -> list[Case]:
         """The cases still to measure (a resumed run's journaled ones aside)."""
-        done = {m.id for m, _ in self.measured}
+        done = {m.id for m in self.measured}
         return [c for c in self.cases if c.id not in done]
 
     def executor(self) -> Executor:
@@ -220,32 +220,36 @@ class Session:
                 observer.case_started(case)
 
         executor = executor if executor is not None else self.executor()
+        journals = [o for o in observers if isinstance(o, Journal)]
         try:
             with around() if around is not None else contextlib.nullcontext():
                 with contextlib.closing(executor.measure(self.todo, started)) as finished:
                     for case, result in finished:
                         for observer in observers:
                             result = observer.case_finished(case, result)
-                        self.measured.append((result, rules_for(case)))
-                        if self.options.exitfirst and failed_alone(*self.measured[-1], strict=self.options.strict):
+                        compact = next((c for j in journals if (c := j.compact(result)) is not None), None)
+                        self.measured.append(Kept.of(result, case, compact))
+                        if self.options.exitfirst and failed_alone(result, rules_for(case), strict=self.options.strict):
                             break
         except KeyboardInterrupt as exc:
             self.stopped = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-            self._keep_journaled(observers)
+            self._keep_journaled(journals)
         finally:
             reaper.sweep_workers_parent()  # anything the code under test left behind dead workers
+        if self.folder is not None:
+            self.folder.sync()  # the journal's last group commit: every finished case on disk
         if self.options.exitfirst and self.stopped is None and len(self.measured) < len(self.cases):
             self.stopped = EXIT_FAIL
 
-    def _keep_journaled(self, observers: list[CaseObserver]) -> None:
+    def _keep_journaled(self, journals: list[Journal]) -> None:
         """After a stop: every case the journal holds from this run is kept, also one whose observers the signal
         interrupted after its journal line was written (the journal is what ``--resume`` trusts, and the record
         must not hold less)."""
-        kept = {m.id for m, _ in self.measured}
-        for journal in (o for o in observers if isinstance(o, Journal)):
-            for case, result in journal.recorded:
+        kept = {m.id for m in self.measured}
+        for journal in journals:
+            for case, result, compact in journal.recorded:
                 if result.id not in kept:
-                    self.measured.append((result, rules_for(case)))
+                    self.measured.append(Kept.of(result, case, compact))
                     kept.add(result.id)
 
     # ------------------------------------------------------------------ after the loop
@@ -274,12 +278,11 @@ class Session:
         return res
 
     def decide(self) -> list[CaseResult]:
-        """Every measured case decided together (Holm over the run), in case order."""
-        from acceptance.decide.run import decide_all
-
+        """Every measured case decided together (Holm over the run), in case order, one case's object graph at
+        a time (:func:`acceptance.session.kept.decided`)."""
         order = {case.id: k for k, case in enumerate(self.cases)}
-        measured = sorted(self.measured, key=lambda m: order.get(m[0].id, len(order)))
-        return decide_all(measured, strict=self.options.strict)
+        measured = sorted(self.measured, key=lambda m: order.get(m.id, len(order)))
+        return list(decided(measured, strict=self.options.strict))
 
     def write(self, res: Results) -> list[Path]:
         """results.json, then the default reports, into the output folder (none: nothing written)."""
@@ -313,7 +316,7 @@ class Session:
         try:
             with _signals(Terminated):
                 self.measure(executor, around)
-            with _signals(self._stop_later):  # the finished cases are recorded whatever comes now
+            with _signals(self._stop_later), collector_paused():  # the finished cases are recorded whatever comes
                 res = self.results(self.decide(), start=start, end=provenance.now())
                 self.write(res)
         except BaseException:
@@ -410,10 +413,10 @@ def write_reports(res: Results, out_dir: Path, on_error: Callable[[str], None] |
 
     results_path = out_dir / "results.json"
     try:
-        results_mod.write(res, results_path)
+        sha256 = results_mod.write_chunks(results_path, results_mod.chunks(res), prefix=".results-")
     except OSError as exc:
         raise results_mod.cannot_write(results_path, exc) from None
-    context = Context(results_sha256=hashlib.sha256(results_path.read_bytes()).hexdigest())
+    context = Context(results_sha256=sha256)
     written = [results_path]
     for reporter in REPORTERS:
         if not reporter.default:
