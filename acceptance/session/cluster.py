@@ -24,14 +24,16 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from types import ModuleType
+from types import FrameType, ModuleType
 
 import torch
 
-from acceptance.errors import UsageError
+from acceptance.errors import Terminated, UsageError
 from acceptance.measure import case as measuring
 from acceptance.records import MeasuredCase
 from acceptance.session import startup
@@ -209,13 +211,57 @@ def connect(ray: ModuleType, address: str | None, cpus: int) -> bool:
     address = address or os.environ.get("RAY_ADDRESS") or None
     common = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
     try:
-        if address:
-            ray.init(address=address, **common)
-            return False
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False, **common)
+        with _own_signals():
+            if address:
+                ray.init(address=address, **common)
+                return False
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, **common)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise UsageError(f"--ray-address {address or 'local'}: cannot connect to Ray: {exc}") from None
     return True
+
+
+@contextlib.contextmanager
+def _own_signals() -> Iterator[None]:
+    """The SIGTERM and SIGINT handlers of this process as they were before the block: ``ray.init`` installs its
+    own, which ended the process at once on SIGTERM (status 15) where the run records its finished cases as
+    interrupted (exit 143)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _terminated_stays_terminated() -> Iterator[None]:
+    """A SIGTERM during the block leaves it as :class:`acceptance.errors.Terminated` (exit 143), as the run's
+    handler raises it: Ray's blocking calls turn an exception a signal handler raised into a plain
+    ``KeyboardInterrupt`` (exit 130, what Ctrl-C means)."""
+    seen: list[int] = []
+    previous = signal.getsignal(signal.SIGTERM)
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if seen:
+            raise Terminated() from None
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class RayExecutor:
@@ -267,13 +313,14 @@ class _RayRun:
     def run(self, todo: list[Case]) -> Generator[tuple[Case, MeasuredCase], None, None]:
         finished = False
         try:
-            for batch in batches(todo, self.slots()):
-                yield from self._submit(batch, retries=1)
-            while self.pending:
-                ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
-                self._follow()
-                for ref in ready:
-                    yield from self._finished(ref)
+            with _terminated_stays_terminated():
+                for batch in batches(todo, self.slots()):
+                    yield from self._submit(batch, retries=1)
+                while self.pending:
+                    ready, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=POLL_S)
+                    self._follow()
+                    for ref in ready:
+                        yield from self._finished(ref)
             finished = True
         finally:
             if not finished:
