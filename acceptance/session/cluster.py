@@ -151,7 +151,8 @@ def measure_batch(settings: Settings, cases: list[Case], tracker: object, batch:
     """A Ray task: ``cases`` measured by one local job (:class:`acceptance.session.executors.Jobs`); each case is
     reported to ``tracker`` (a :class:`Tracker` actor) as it is sent to the job. This node and the records."""
     node = node_label()
-    if settings.device.type == "cuda":  # Ray makes the GPU it gave this task the only one visible
+    if settings.device.type == "cuda":  # Ray makes the GPU it gave this task the only one visible (the fork
+        # server is launched now, by this task's fresh Ray worker: it and the job see that GPU alone)
         settings = replace(settings, device=torch.device("cuda"))
 
     def started(case: Case) -> None:
@@ -297,7 +298,11 @@ class _RayRun:
 
     def __init__(self, ray: ModuleType, settings: Settings, started: Started, status: Callable[[str], None] | None):
         self.ray, self.settings, self.started, self.status = ray, settings, started, status
-        self.task = ray.remote(measure_batch)
+        # a GPU task's Ray worker exits after it (Ray's default where the function asks for a GPU, not where
+        # .options() does): the fork server it launches keeps the CUDA_VISIBLE_DEVICES of its first task, and the
+        # next task on that worker may be given another GPU
+        cuda = settings.device.type == "cuda"
+        self.task = ray.remote(num_gpus=1, max_calls=1)(measure_batch) if cuda else ray.remote(measure_batch)
         self.tracker = ray.remote(Tracker).options(num_cpus=0).remote()
         self.pending: dict[object, _Task] = {}
         self.batches: dict[int, object] = {}  # batch number -> its task's reference
