@@ -86,8 +86,8 @@ def test_a_ray_run_records_what_a_local_run_records(ray_cluster, tmp_path):
     assert substance(a) == substance(b)
     # the comparison is not vacuous: the cases were measured and tested
     assert all(c["verdict"] == "pass" and c["metrics"] and c["criteria"] for c in b["cases"])
-    records = [r for c in b["cases"] for r in c["dual_delta"]]
-    assert len(records) == 4 and all(r["p_value"] is not None and max(r["delta_impl"]) > 0 for r in records)
+    records = [r for c in b["cases"] for r in c["dual_delta"]]  # max_hyb and mean_hyb of the 4 gelu cases
+    assert len(records) == 8 and all(r["p_value"] is not None and max(r["delta_impl"]) > 0 for r in records)
     for case_id in ids:
         assert watch.events.count(("started", case_id)) == 1
         assert watch.events.index(("started", case_id)) < watch.events.index(("finished", case_id))
@@ -206,10 +206,10 @@ def test_sigterm_keeps_the_finished_cases_and_resume_finishes(ray_cluster, tmp_p
     folder = tmp_path / "specs"
     folder.mkdir()
     (folder / "slow.py").write_text(SLOW)
-    cases = "\n".join(f"  - {{N: {n}}}" for n in range(60, 72))
+    cases = "\n".join(f"  - {{N: {n}}}" for n in range(60, 66))
     (folder / "slow.yaml").write_text(
         "name: slow\ncategory: arithmetic\nimpl: slow.py:slow\nbaseline: slow.py:double\ndtypes: [float32]\n"
-        f"inputs:\n  - {{name: x, shape: [N], dist: {{uniform: [-1, 1]}}}}\ncases:\n{cases}\ntrials: 10\n"
+        f"inputs:\n  - {{name: x, shape: [N], dist: {{uniform: [-1, 1]}}}}\ncases:\n{cases}\ntrials: 6\n"
     )
     out = tmp_path / "out"
     command = [sys.executable, "-m", "acceptance", "run", str(folder), "--out", str(out), "--no-cache"]
@@ -220,20 +220,21 @@ def test_sigterm_keeps_the_finished_cases_and_resume_finishes(ray_cluster, tmp_p
     finished = 0
     for line in proc.stdout:  # the status lines of the finished cases
         finished += line.startswith("[")
-        if finished == 2:
+        if finished == 1:
             break
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 143 and (out / "results.json").exists(), stderr
     res = json.loads((out / "results.json").read_text())
-    assert res["interrupted"] is True and 2 <= len(res["cases"]) < 12
+    assert res["interrupted"] is True and 1 <= len(res["cases"]) < 6
     kept = {c["id"] for c in res["cases"]}
-    assert set(res["not_run"]) == {f"slow[float32-N={n}]" for n in range(60, 72)} - kept
+    assert set(res["not_run"]) == {f"slow[float32-N={n}]" for n in range(60, 66)} - kept
 
     resumed = subprocess.run(command + ["--resume"], capture_output=True, text=True, env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming: {len(kept)} of 12 cases already in" in resumed.stderr
-    assert sum(line.startswith("[") for line in resumed.stdout.splitlines()) == 12 - len(kept)
+    assert f"resuming: {len(kept)} of 6 cases already in" in resumed.stderr
+    assert sum(line.startswith("[") for line in resumed.stdout.splitlines()) == 6 - len(kept)
+    assert len(json.loads((out / "results.json").read_text())["cases"]) == 6
 
 
 def test_usage_errors(monkeypatch, tmp_path):
