@@ -202,7 +202,7 @@ def double(x):
 @pytest.mark.slow
 def test_sigterm_keeps_the_finished_cases_and_resume_finishes(ray_cluster, tmp_path):
     """A driver stopped by SIGTERM mid-run (connected to a running cluster) exits 143 with the finished cases
-    recorded and the run interrupted; ``--resume`` measures the rest only."""
+    recorded and the run interrupted; resuming measures the rest only."""
     folder = tmp_path / "specs"
     folder.mkdir()
     (folder / "slow.py").write_text(SLOW)
@@ -230,11 +230,10 @@ def test_sigterm_keeps_the_finished_cases_and_resume_finishes(ray_cluster, tmp_p
     kept = {c["id"] for c in res["cases"]}
     assert set(res["not_run"]) == {f"slow[float32-N={n}]" for n in range(60, 66)} - kept
 
-    resumed = subprocess.run(command + ["--resume"], capture_output=True, text=True, env=env, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming: {len(kept)} of 6 cases already in" in resumed.stderr
-    assert sum(line.startswith("[") for line in resumed.stdout.splitlines()) == 6 - len(kept)
-    assert len(json.loads((out / "results.json").read_text())["cases"]) == 6
+    watch = Watch()  # resumed from this process, whose Ray workers are warm
+    resumed = run_session([folder], watch, out=out, executor="ray", cache=False, resume=True)
+    assert sorted(case_id for event, case_id in watch.events if event == "started") == sorted(res["not_run"])
+    assert len(resumed.cases) == 6 and resumed.summary.exit_code == 0 and not resumed.interrupted
 
 
 def test_usage_errors(monkeypatch, tmp_path):

@@ -34,6 +34,7 @@ from types import FrameType, ModuleType
 import torch
 
 from acceptance.errors import Terminated, UsageError
+from acceptance.isolation import forkserver
 from acceptance.measure import case as measuring
 from acceptance.records import MeasuredCase
 from acceptance.session import startup
@@ -120,6 +121,20 @@ def lost_message(exc: BaseException) -> str:
     return f"the Ray worker measuring this case died: {type(exc).__name__}: {text}"
 
 
+#: Seconds to wait for the tasks cancelled when a run is stopped, and for the processes below them.
+STOP_S = 10.0
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below process ``pid`` (from ``/proc``; empty where it cannot be read)."""
+    found, todo = [], forkserver.children(pid)
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += forkserver.children(child)
+    return found
+
+
 # ----------------------------------------------------------------------------- in the Ray worker
 
 
@@ -156,7 +171,7 @@ def measure_batch(settings: Settings, cases: list[Case], tracker: object, batch:
         settings = replace(settings, device=torch.device("cuda"))
 
     def started(case: Case) -> None:
-        tracker.begun.remote(batch, node, case.id)  # type: ignore[attr-defined]
+        tracker.begun.remote(batch, node, os.getpid(), case.id)  # type: ignore[attr-defined]
 
     with _main_unnamed():
         startup.launch_workers(2)  # once per Ray worker process: its fork server, preloading what a job needs
@@ -168,12 +183,12 @@ class Tracker:
     """A Ray actor the tasks tell which case they begin, on which node; the runner collects what it was told."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[int, str, str]] = []
+        self.events: list[tuple[int, str, int, str]] = []
 
-    def begun(self, batch: int, node: str, case_id: str) -> None:
-        self.events.append((batch, node, case_id))
+    def begun(self, batch: int, node: str, pid: int, case_id: str) -> None:
+        self.events.append((batch, node, pid, case_id))
 
-    def collect(self) -> list[tuple[int, str, str]]:
+    def collect(self) -> list[tuple[int, str, int, str]]:
         events, self.events = self.events, []
         return events
 
@@ -187,6 +202,7 @@ class _Task:
 
     cases: list[Case]
     node: str | None = None
+    pid: int | None = None  # its Ray worker process
 
 
 @dataclass
@@ -329,8 +345,23 @@ class _RayRun:
             finished = True
         finally:
             if not finished:
-                for ref in self.pending:  # interrupted: what is still out is stopped, its workers with it
-                    self.ray.cancel(ref, force=True)
+                self._stop()
+
+    def _stop(self) -> None:
+        """Cancel the tasks still out (``ray.cancel(force=True)``: their Ray workers are killed, their jobs and
+        workers end with them) and wait until they are gone: on this node, until no process below their Ray
+        workers runs any more, since a worker still in a call watches the output folder the run writes next
+        (:func:`acceptance.isolation.forkserver.settle`, as a local run waits for the workers of its jobs)."""
+        with contextlib.suppress(Exception):
+            self._follow()  # the Ray workers of the tasks begun since the last look
+        me = node_label()
+        below = [p for t in self.pending.values() if t.node == me and t.pid for p in descendants(t.pid)]
+        refs = list(self.pending)
+        for ref in refs:
+            self.ray.cancel(ref, force=True)
+        with contextlib.suppress(Exception):
+            self.ray.wait(refs, num_returns=len(refs), timeout=STOP_S)
+        forkserver.settle(below, STOP_S)
 
     def _submit(self, cases: list[Case], *, retries: int) -> Generator[tuple[Case, MeasuredCase], None, None]:
         """Submit ``cases`` as one task, run again ``retries`` times where its worker or node is lost; cases no
@@ -351,12 +382,12 @@ class _RayRun:
 
     def _follow(self) -> None:
         """The cases the tasks began since the last look: ``started`` for each (once), and the board."""
-        for number, node, case_id in self.ray.get(self.tracker.collect.remote()):
+        for number, node, pid, case_id in self.ray.get(self.tracker.collect.remote()):
             task = self.pending.get(self.batches.get(number))
             if task is None:
                 continue
             if task.node is None:
-                task.node = node
+                task.node, task.pid = node, pid
                 self.board.queued -= 1
                 self.board.running[node] = self.board.running.get(node, 0) + 1
             for case in task.cases:
