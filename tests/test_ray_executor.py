@@ -296,6 +296,6 @@ def test_resources_and_unfit_nodes(tmp_path):
     wanted = {"num_gpus": 1, "memory": 2**31}
     small, big = {"CPU": 8.0, "memory": 2.0**32}, {"CPU": 8.0, "GPU": 1.0, "memory": 2.0**30}
     assert cluster.unfit(wanted, [small, big]) == (
-        "no node of the Ray cluster has the resources this case needs (GPU=1, memory=2.14748e+09)"
+        "no node of the Ray cluster has the resources this case needs (GPU=1, memory=2 GiB)"
     )
     assert cluster.unfit(wanted, [small, {**big, "memory": 2.0**31}]) is None

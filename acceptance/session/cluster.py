@@ -14,8 +14,8 @@ over the whole run) and the reports are the same code as for a local run, and so
 
 Faults: a task whose Ray worker process or node is lost runs once more (``max_retries=1``); lost again, its
 batch runs again one case per task, without retry, so that the case that kills its worker is an ``error`` naming
-Ray's error and every other case is measured. Closing :meth:`RayExecutor.measure` early (Ctrl-C, SIGTERM)
-cancels the tasks still out (``ray.cancel(force=True)``).
+Ray's error and every other case is measured. Closing :meth:`RayExecutor.measure` early (Ctrl-C, SIGTERM, ``-x``)
+cancels the tasks still out (``ray.cancel(force=True)``) and waits until their processes on this node are gone.
 """
 
 from __future__ import annotations
@@ -107,18 +107,24 @@ def unfit(wanted: dict[str, float], nodes: Sequence[dict[str, float]]) -> str | 
     for node in nodes:
         if all(node.get(RESOURCE_NAMES[k], 0.0) >= v for k, v in wanted.items()):
             return None
-    asked = ", ".join(f"{RESOURCE_NAMES[k]}={v:g}" for k, v in wanted.items())
+    asked = ", ".join(
+        f"memory={v / 2**30:g} GiB" if k == "memory" else f"{RESOURCE_NAMES[k]}={v:g}" for k, v in wanted.items()
+    )
     return f"no node of the Ray cluster has the resources this case needs ({asked})"
 
 
 def lost_message(exc: BaseException) -> str:
-    """A case's error when its single-case task failed: Ray's error class and first line of its message."""
+    """A case's error when its single-case task failed: Ray's error class and the first line of its message (of
+    the exception the task raised, for a ``RayTaskError``)."""
     ray = import_ray()
-    text = (str(exc).strip().splitlines() or [""])[0]
     if isinstance(exc, ray.exceptions.RayTaskError):
         cause = exc.cause if exc.cause is not None else exc
-        return f"the Ray task measuring this case raised {type(cause).__name__}: {cause}"
-    return f"the Ray worker measuring this case died: {type(exc).__name__}: {text}"
+        return f"the Ray task measuring this case raised {type(cause).__name__}: {_first_line(cause)}"
+    return f"the Ray worker measuring this case died: {type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 #: Seconds to wait for the tasks cancelled when a run is stopped, and for the processes below them.
