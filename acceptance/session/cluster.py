@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType, ModuleType
@@ -38,7 +39,7 @@ from acceptance.isolation import forkserver
 from acceptance.measure import case as measuring
 from acceptance.records import MeasuredCase
 from acceptance.session import startup
-from acceptance.session.executors import Jobs, Settings, Started, _costly
+from acceptance.session.executors import Settings, Started, _costly, _JobPool
 from acceptance.spec import Case, rules_for
 from acceptance.spec.load import default_memory_gib
 
@@ -168,9 +169,27 @@ def _main_unnamed() -> Iterator[None]:
         main.__file__ = path
 
 
+#: This Ray worker process's job, kept from task to task as a local ``--jobs`` run keeps its jobs from case to case
+#: (a fresh job's first case pays for its workers' start and first calls: measured 2-4 s on a loaded machine),
+#: with the settings it measures with. It ends with the Ray worker (a GPU task's, after the task).
+_held: tuple[Settings, _JobPool] | None = None
+
+
+def _job(settings: Settings) -> _JobPool:
+    """The job of this Ray worker process for ``settings`` (started now where there is none, or another's)."""
+    global _held
+    if _held is None or _held[0] != settings:
+        if _held is not None:
+            _held[1].close(graceful=True)
+        _held = (settings, _JobPool(settings, [settings.device]))
+    return _held[1]
+
+
 def measure_batch(settings: Settings, cases: list[Case], tracker: object, batch: int) -> tuple[str, list[MeasuredCase]]:
-    """A Ray task: ``cases`` measured by one local job (:class:`acceptance.session.executors.Jobs`); each case is
-    reported to ``tracker`` (a :class:`Tracker` actor) as it is sent to the job. This node and the records."""
+    """A Ray task: ``cases`` measured by this Ray worker's job (:class:`acceptance.session.executors.Jobs`'s, one
+    job: the cases with an mpmath oracle first); each case is reported to ``tracker`` (a :class:`Tracker` actor)
+    as it is sent to the job. This node and the records."""
+    global _held
     node = node_label()
     if settings.device.type == "cuda":  # Ray makes the GPU it gave this task the only one visible (the fork
         # server is launched now, by this task's fresh Ray worker: it and the job see that GPU alone)
@@ -181,7 +200,13 @@ def measure_batch(settings: Settings, cases: list[Case], tracker: object, batch:
 
     with _main_unnamed():
         startup.launch_workers(2)  # once per Ray worker process: its fork server, preloading what a job needs
-        measured = [m for _, m in Jobs(settings, 1).measure(cases, started)]
+        job = _job(settings)
+        try:
+            measured = [m for _, m in job.run(deque(sorted(cases, key=lambda c: not _costly(c))), started)]
+        except BaseException:
+            _held = None
+            job.close(graceful=False)
+            raise
     return node, measured
 
 
