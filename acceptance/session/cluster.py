@@ -47,7 +47,8 @@ from acceptance.spec.load import default_memory_gib
 INSTALL = "pip install 'operator-acceptance[ray]'"
 
 #: Most cases in one task: with the built-in library's cases (0.1-1 s each) a batch takes a few seconds at most,
-#: and the task's own cost (scheduling, a job process, the impl's fresh worker: ~0.1-0.3 s) is spread over them.
+#: so that a lost worker costs little to measure again; a task's own cost is small (~0.02 s with warm workers,
+#: ``benchmarks/ray_overhead.py``), a GPU task's more (a fresh Ray worker, its fork server and job: ~2-5 s).
 MAX_BATCH = 8
 
 #: Tasks per slot of the cluster the batches are cut for at least, so that slots finishing early find more work.
