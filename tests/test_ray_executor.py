@@ -299,3 +299,22 @@ def test_resources_and_unfit_nodes(tmp_path):
         "no node of the Ray cluster has the resources this case needs (GPU=1, memory=2 GiB)"
     )
     assert cluster.unfit(wanted, [small, {**big, "memory": 2.0**31}]) is None
+
+
+def test_progress_shows_the_status_line_in_a_log_every_few_seconds(monkeypatch, capsys):
+    """In a log, the first status line is written to stderr at once, the next ones only once ``STATUS_EVERY_S``
+    seconds passed since the last one written; control characters are made visible."""
+    import acceptance.cli.progress as progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setenv("CI", "true")
+    with progress.Progress(3, "3 cases on cpu") as shown:
+        shown.status("ray tasks: 2 queued")
+        now[0] += progress.STATUS_EVERY_S - 0.1
+        shown.status("ray tasks: 1 queued")  # too soon: not written
+        now[0] += 0.1
+        shown.status("ray tasks: 0 queued; \x1b[31m")
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == ["3 cases on cpu", "ray tasks: 2 queued"]
+    assert len(err) == 3 and err[2].startswith("ray tasks: 0 queued; ") and "\x1b" not in err[2]
