@@ -4,8 +4,10 @@ log (standard output not a terminal, or ``$CI`` set) one status line per finishe
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,10 @@ if TYPE_CHECKING:
 
     from acceptance.records import CaseResult, MeasuredCase
     from acceptance.spec import Case
+
+
+#: Seconds between two status lines in a log (:meth:`Progress.status`): where the run stands, not every change.
+STATUS_EVERY_S = 5.0
 
 
 def interactive() -> bool:
@@ -33,6 +39,7 @@ class Progress:
     def __init__(self, total: int, label: str, done: int = 0, *, strict: bool = False):
         self.total, self.label, self.count, self.strict = total, label, done, strict
         self.bar: ProgressBar[Case | None] | None = None
+        self.said = -math.inf  # when a status line was last written to the log
 
     def __enter__(self) -> Progress:
         if interactive():
@@ -53,6 +60,17 @@ class Progress:
 
     def case_started(self, case: Case) -> None:
         pass
+
+    def status(self, line: str) -> None:
+        """Where the run stands beyond the cases (the Ray tasks queued, running and done per node): the bar's
+        label on a terminal, a line on standard error in a log."""
+        from acceptance.wording import safe
+
+        if self.bar is not None:
+            self.bar.label = f"{self.label} [{safe(line, 120)}]"
+        elif time.monotonic() - self.said >= STATUS_EVERY_S:
+            self.said = time.monotonic()
+            click.echo(safe(line, 500), err=True)
 
     def case_finished(self, case: Case, result: MeasuredCase) -> MeasuredCase:
         self.count += 1

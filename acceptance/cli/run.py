@@ -162,6 +162,20 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     help="torch intra-op threads of each worker (a CPU baseline's last bits can depend on it; part of "
     "the reference cache key).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where the cases are measured: this machine's job processes, or Ray tasks on a cluster (batches of one "
+    "spec's cases, one GPU or CPU each; needs `pip install 'operator-acceptance[ray]'`).",
+)
+@click.option(
+    "--ray-address",
+    metavar="ADDR",
+    help="With --executor ray: the Ray cluster to run on [default: $RAY_ADDRESS, else a local Ray instance of "
+    "--jobs CPUs, shut down at the end].",
+)
 def run(
     paths: tuple[Path, ...],
     out_dir: Path,
@@ -188,6 +202,8 @@ def run(
     threads: int = 1,
     annotations: bool = False,
     reruns: int | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     # on GitHub Actions: workflow commands off while the code under test can write to the log, on at the end
@@ -197,7 +213,7 @@ def run(
     # the fork server's torch import overlaps with this process's own imports; several jobs (the CPU's cores
     # unless told, or a CUDA device decides) also want the runner's modules there
     several = startup.several_jobs(not no_isolation, jobs, device)
-    if not no_isolation or jobs != 1:
+    if executor == "local" and (not no_isolation or jobs != 1):  # Ray tasks start their own on their nodes
         startup.launch_workers(2 if several else 1)
     from acceptance.session.run import RunOptions, Session
 
@@ -226,6 +242,8 @@ def run(
         compare_to=compare_to,
         max_slowdown=max_slowdown,
         command_line=command_line(),
+        executor=executor,
+        ray_address=ray_address,
     )
     session = Session(options)
     session.prepare(paths)

@@ -121,6 +121,11 @@ def _context() -> multiprocessing.context.ForkServerContext:
 #: Connections of this process that a worker forked from it must close at once (a job's connection to the runner).
 INHERITED: list[multiprocessing.connection.Connection] = []
 
+#: This process's ends of its workers' pipes: a worker forked from it closes the other workers' ones too, else a
+#: worker started before it saw its pipe closed only once this one exited (a job's :meth:`Worker.finish` then
+#: waited its whole timeout, 10 s, for a worker that never saw the end).
+_PARENT_ENDS: list[multiprocessing.connection.Connection] = []
+
 
 class Worker:
     """One worker process, started on first use and replaced after a crash, a kill or a timeout.
@@ -164,7 +169,8 @@ class Worker:
         # a worker forked from this process (a job's, :func:`acceptance.isolation.forkserver.fork_here`) holds a copy
         # of every descriptor of it: it closes the ends that are not its own first (its pipe's other end, which
         # would keep it from seeing this process close the pipe, and the job's connection to the runner)
-        foreign = (parent, *INHERITED) if ctx.get_start_method() == "fork" else ()
+        _PARENT_ENDS[:] = [end for end in _PARENT_ENDS if not end.closed]
+        foreign = (parent, *INHERITED, *_PARENT_ENDS) if ctx.get_start_method() == "fork" else ()
         proc = ctx.Process(
             target=serve,
             daemon=True,
@@ -180,6 +186,7 @@ class Worker:
         )
         forkserver.start_process(proc)
         child.close()
+        _PARENT_ENDS.append(parent)
         self._proc, self._conn = proc, parent
         self._exited = reaper.exit_fd(proc.pid) if proc.pid is not None else None
         self._recipe = None

@@ -41,3 +41,5 @@ class RunOptions:
     max_slowdown: float = MAX_SLOWDOWN
     command_line: str = ""
     exitfirst: bool = False  # ``-x``: stop after the first case that fails or errors (decided alone)
+    executor: str = "local"  # where the cases are measured: ``local`` or ``ray`` (:mod:`acceptance.session.cluster`)
+    ray_address: str | None = None  # ``--executor ray``: the cluster (else ``$RAY_ADDRESS``, else a local one)

@@ -112,6 +112,7 @@ class Session:
             if why:
                 raise UsageError(why)
         self.base_run = compare_base(o.compare_to, o.max_slowdown)
+        check_executor(o)
 
     def prepare(
         self,
@@ -188,8 +189,21 @@ class Session:
             cache=cache_settings(reference_cache(o.cache, o.cache_dir)),
             ahead=not o.sanitize,
         )
+        if o.executor == "ray":
+            from acceptance.isolation.forkserver import cores
+            from acceptance.session.cluster import RayExecutor
+
+            cpus = o.jobs or cores()  # a local Ray instance's CPUs
+            return RayExecutor(settings, address=o.ray_address, cpus=cpus, status=self._status)
         jobs = jobs_for(o.jobs, len(self.todo), isolate=o.isolate, device=self.device)
         return executor_for(settings, isolate=o.isolate, jobs=jobs)
+
+    def _status(self, line: str) -> None:
+        """A line on where the run stands (the Ray tasks per node), for the observers that show one."""
+        for observer in self.observers:
+            show = getattr(observer, "status", None)
+            if callable(show):
+                show(line)
 
     def _observers(self) -> list[CaseObserver]:
         o = self.options
@@ -356,6 +370,25 @@ def _signals(action: Callable[[int], object] | type[Terminated]) -> Iterator[Non
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+EXECUTORS = ("local", "ray")
+
+
+def check_executor(options: RunOptions) -> None:
+    """``--executor`` and ``--ray-address`` checked: a known executor; Ray installed and isolation on for ``ray``
+    (a task measures its cases in workers, there is no Ray task without them); an address only for ``ray``."""
+    if options.executor not in EXECUTORS:
+        raise UsageError(f"--executor: unknown executor {options.executor!r} (known: {', '.join(EXECUTORS)})")
+    if options.executor != "ray":
+        if options.ray_address:
+            raise UsageError("--ray-address: only with --executor ray")
+        return
+    if not options.isolate:
+        raise UsageError("--executor ray measures in worker processes: it cannot be used with --no-isolation")
+    from acceptance.session.cluster import import_ray
+
+    import_ray()
 
 
 def run_plan(everything: Sequence[Case], cases: Sequence[Case], shard: tuple[int, int] | None) -> Plan:
