@@ -500,7 +500,7 @@ def test_jobs_start_the_cases_with_an_mpmath_oracle_first(monkeypatch):
         def close(self, *, graceful):
             pass
 
-    monkeypatch.setattr(executors, "_JobPool", Pool)
+    monkeypatch.setattr(executors, "JobPool", Pool)
     decided = run_cases(cases, torch.device("cpu"), jobs=2)
     assert sent[: len(mpmath_ids)] == mpmath_ids  # first, in their own order
     assert sent[len(mpmath_ids) :] == [c.id for c in cases if c.id not in set(mpmath_ids)]

@@ -39,7 +39,7 @@ from acceptance.isolation import forkserver
 from acceptance.measure import case as measuring
 from acceptance.records import MeasuredCase
 from acceptance.session import startup
-from acceptance.session.executors import Settings, Started, _costly, _JobPool
+from acceptance.session.executors import JobPool, Settings, Started, costly
 from acceptance.spec import Case, rules_for
 from acceptance.spec.load import default_memory_gib
 
@@ -78,8 +78,8 @@ def batches(cases: Sequence[Case], slots: int) -> list[list[Case]]:
             last is not None
             and len(last) < size
             and last[0].spec.path == case.spec.path
-            and not _costly(case)
-            and not _costly(last[0])
+            and not costly(case)
+            and not costly(last[0])
         ):
             last.append(case)
         else:
@@ -173,16 +173,16 @@ def _main_unnamed() -> Iterator[None]:
 #: This Ray worker process's job, kept from task to task as a local ``--jobs`` run keeps its jobs from case to case
 #: (a fresh job's first case pays for its workers' start and first calls: measured 2-4 s on a loaded machine),
 #: with the settings it measures with. It ends with the Ray worker (a GPU task's, after the task).
-_held: tuple[Settings, _JobPool] | None = None
+_held: tuple[Settings, JobPool] | None = None
 
 
-def _job(settings: Settings) -> _JobPool:
+def _job(settings: Settings) -> JobPool:
     """The job of this Ray worker process for ``settings`` (started now where there is none, or another's)."""
     global _held
     if _held is None or _held[0] != settings:
         if _held is not None:
             _held[1].close(graceful=True)
-        _held = (settings, _JobPool(settings, [settings.device]))
+        _held = (settings, JobPool(settings, [settings.device]))
     return _held[1]
 
 
@@ -203,7 +203,7 @@ def measure_batch(settings: Settings, cases: list[Case], tracker: object, batch:
         startup.launch_workers(2)  # once per Ray worker process: its fork server, preloading what a job needs
         job = _job(settings)
         try:
-            measured = [m for _, m in job.run(deque(sorted(cases, key=lambda c: not _costly(c))), started)]
+            measured = [m for _, m in job.run(deque(sorted(cases, key=lambda c: not costly(c))), started)]
         except BaseException:
             _held = None
             job.close(graceful=False)

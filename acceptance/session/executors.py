@@ -229,7 +229,7 @@ def default_jobs(device: torch.device, cores: int, gpus: int) -> int:
     return max(1, cores)
 
 
-def _costly(case: Case) -> bool:
+def costly(case: Case) -> bool:
     """Whether ``case`` has an mpmath oracle: arbitrary precision, element by element, the costliest calls of a
     run when its references are not cached (seconds per case where the others take milliseconds)."""
     return isinstance(case.spec.oracle, dict) and "mpmath" in case.spec.oracle
@@ -251,10 +251,10 @@ class Jobs:
         s = self.settings
         count = min(self.jobs, len(todo))
         gpus = torch.cuda.device_count() if s.device.type == "cuda" else 0
-        pool = _JobPool(s, job_devices(s.device, count, gpus))
+        pool = JobPool(s, job_devices(s.device, count, gpus))
         # the costliest cases go first, so that no job is left measuring one of them while the others idle at the
         # end (the session puts the records back in case order)
-        queue = deque(sorted(todo, key=lambda case: not _costly(case)))
+        queue = deque(sorted(todo, key=lambda case: not costly(case)))
         complete = False
         try:
             yield from pool.run(queue, started)
@@ -271,7 +271,7 @@ class _Job:
         self.sent: deque[Case] = deque()
 
 
-class _JobPool:
+class JobPool:
     """The job processes of a :class:`Jobs` run; a job that dies is replaced (its cases are errors)."""
 
     def __init__(self, settings: Settings, devices: list[torch.device]):
@@ -414,4 +414,4 @@ def executor_for(settings: Settings, *, isolate: bool, jobs: int) -> InProcess |
     return Jobs(settings, jobs) if jobs > 1 else OneWorker(settings)
 
 
-__all__ = ["InProcess", "Jobs", "OneWorker", "Settings", "cache_settings", "executor_for"]
+__all__ = ["InProcess", "JobPool", "Jobs", "OneWorker", "Settings", "cache_settings", "costly", "executor_for"]
