@@ -12,12 +12,14 @@ from click.testing import CliRunner
 from statsmodels.stats.multitest import multipletests
 
 from acceptance.cli import main
+from acceptance.decide import verdict
 from acceptance.decide.verdict import summarize
-from acceptance.records import CaseResult, Environment, Results, Timing
+from acceptance.numerics import stats
+from acceptance.records import CaseResult, Environment, MeasuredCase, OutputMeasurement, Results, Timing
 from acceptance.session import results as results_mod
 from acceptance.session.load import plan_cases
 from acceptance.session.options import RunOptions
-from acceptance.spec import load_specs
+from acceptance.spec import defaults, load_specs
 
 SPECS = Path(__file__).parent / "shard_holm_specs"
 ALPHA = 0.05
@@ -262,3 +264,48 @@ def test_shards_written_before_merge_with_a_warning(runs, tmp_path):
     assert [c["id"] for c in merged["cases"]] == [c.id for c in whole.cases]
     r = invoke("report", old[0], *(runs / f"s{k}" / "results.json" for k in (2, 3, 4)))
     assert r.exit_code == 2 and "a shard written before shards were balanced by cost" in r.output
+
+
+# ------------------------------------------------------------------------------------------ one decision step
+
+
+def _measured_with_gate(p_adjusted: float) -> MeasuredCase:
+    """A reduction case that passes its fixed thresholds, with one max_hyb record whose impl error is 3x the
+    baseline's in all 8 trials (sign test p = 2^-8) and the given Holm-adjusted p."""
+    rec = stats.analyze([3e-6] * 8, [1e-6 + 1e-8 * k for k in range(8)], metric="max_hyb", factor=2.0)
+    assert rec.p_value == pytest.approx(2.0**-8)
+    rec = rec.model_copy(update={"p_adjusted": p_adjusted, "p_worst_adjusted": 1.0})
+    metrics = {"diff1": 1e-4, "diff2": 1e-4, "nan_mismatch": 0.0, "inf_mismatch": 0.0}
+    return MeasuredCase(
+        id="op[float32]", operator="op", category="reduction", spec_file="op.yaml", dtype="float32", params={},
+        trials=8, seed=0, outputs=[OutputMeasurement(metrics=metrics)], dual_delta=[rec],
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "waiver",
+    [{}, {"waiver": "known issue #7"}, {"expired_waiver": "waiver 'old' expired on 2020-01-01"}],
+    ids=["none", "waived", "expired"],
+)
+def test_regate_gives_what_decide_gives_with_the_new_adjusted_p(waiver):
+    rules = defaults.Rules(
+        category="reduction",
+        dtype="float32",
+        thresholds=tuple(defaults.thresholds_for("reduction", "float32")),
+        diff4=False,
+        dual_delta=defaults.dual_delta_settings("reduction", None),
+        element_tolerance=3e-3,
+        bit_exact=False,
+        **waiver,
+    )
+    in_shard = verdict.decide(_measured_with_gate(8 * 2.0**-8), rules)  # Holm over 8: 0.031 < 0.05
+    assert in_shard.verdict == ("skip" if "waiver" in waiver else "fail")
+    over_run = verdict.decide(_measured_with_gate(30 * 2.0**-8), rules)  # Holm over 32: 0.117
+    assert over_run.verdict == "pass" and over_run.reasons == []
+    rec = in_shard.dual_delta[0].model_copy(update={"p_adjusted": 30 * 2.0**-8})
+    again = verdict.regate(in_shard.model_copy(update={"dual_delta": [rec]}))
+    assert again.model_dump() == over_run.model_dump()
+    back = verdict.regate(over_run.model_copy(update={"dual_delta": [in_shard.dual_delta[0]]}))
+    assert back.model_dump() == in_shard.model_dump()
+    if "expired_waiver" in waiver:
+        assert in_shard.reasons[-1] == waiver["expired_waiver"]

@@ -744,7 +744,10 @@ def _failed(criteria: list[Criterion], records: list[DualDeltaRecord]) -> list[s
         if c.kind != "dual_delta":
             reasons += [criterion_text(c)] if c.passed is False else []
             continue
-        rec = next(gates)
+        rec = next(gates, None)
+        if rec is None:  # a record without its gate's record (an edited file): the criterion says it
+            reasons += [criterion_text(c)] if c.passed is False else []
+            continue
         where = f" [{output_label(rec.output, rec.output_name)}]" if rec.output or rec.output_name else ""
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
     return reasons
@@ -755,8 +758,10 @@ def regate(result: CaseResult) -> CaseResult:
     shards, Holm over the whole run): each record gated again (:func:`dual_delta_gate`), its criterion made
     again (same source, same deciding element), then :func:`conclude`. Gives what :func:`decide` gives with
     those adjusted p-values: the other criteria do not depend on them. A case whose run broke keeps its records
-    ungated, as :func:`decide` leaves them."""
-    if result.error is not None:
+    ungated, as :func:`decide` leaves them; so does a record whose dual-delta criteria are not one per record
+    (not written by :func:`decide`)."""
+    gated = sum(1 for c in result.criteria if c.kind == "dual_delta") == len(result.dual_delta)
+    if result.error is not None or not gated:
         return conclude(result)
     records = [dual_delta_gate(rec) for rec in result.dual_delta]
     gates = iter(records)
