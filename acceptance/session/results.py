@@ -15,7 +15,8 @@ Readers trust content, not names: a file's ``digest`` (sha256 of the canonical
 JSON of everything else) must match, every case's verdict must be the one its
 criteria give (:func:`acceptance.decide.verdict.allowed_verdicts`) and the
 summary the one its cases give; shards merge only when every shard of one plan
-is there once and finished (:func:`merge_problems`).
+is there once and finished (:func:`merge_problems`), and a merge of shards
+decides the run again as one Holm family.
 """
 
 from __future__ import annotations
@@ -231,10 +232,13 @@ def merge(
     """Merge the results of several parts of one run (``names``: their files, for messages).
 
     Shards (a :class:`~acceptance.records.Plan` with ``shard`` K/N) merge only when every shard 1..N of one plan
-    is there once and finished (:func:`merge_problems`); their cases then come in the whole run's order, checked
-    against the plan's digest. Whole runs (no shard) merge as one run: cases by id (later files win). Any other
-    merge raises :class:`ResultsError` listing the problems, unless ``allow_partial``: the merge is then
-    ``interrupted`` (never a pass), ``not_run`` lists the cases known not to have run and ``plan.missing_shards``
+    is there once and finished (:func:`merge_problems`); their cases then come in the whole run's order (each
+    shard's plan records its cases' positions), checked against the plan's digest, and are decided again as one
+    run (:func:`_redecided`: Holm over every dual-delta record of every shard), so the merge decides as the
+    unsharded run; shards written before positions keep their own decisions, with a warning. Whole runs (no
+    shard) merge as one run: cases by id (later files win). Any other merge raises :class:`ResultsError`
+    listing the problems, unless ``allow_partial``: the merge is then ``interrupted`` (never a pass),
+    ``not_run`` lists the cases known not to have run and ``plan.missing_shards``
     the shards that were not there, and each problem goes to ``warn``."""
     if not parts:
         raise ValueError("merge needs at least one results file")
@@ -251,14 +255,7 @@ def merge(
         for case in part.cases:
             by_id[case.id] = case
     cases = _in_plan_order(parts, by_id) if not problems else list(by_id.values())
-    waivers = _merged_waivers(parts)
-    if _holm_per_shard(parts):
-        warn(
-            "shards written before a merge re-decided the run as one Holm family: each keeps the verdicts of Holm "
-            "over its own cases (run the shards again with this version to decide them as one run)"
-        )
-    elif _shard(parts[0]) is not None:
-        cases, waivers = _redecided(cases, waivers)
+    cases, waivers = _redecided(parts, cases, warn)
     env = parts[0].environment.model_copy(
         update={
             "start_time": min(p.environment.start_time for p in parts),
@@ -295,10 +292,23 @@ def _holm_per_shard(parts: list[Results]) -> bool:
     return any(_shard(p) is not None and p.plan is not None and p.plan.positions is None for p in parts)
 
 
-def _redecided(cases: list[CaseResult], waivers: list[WaiverRecord]) -> tuple[list[CaseResult], list[WaiverRecord]]:
-    """The merged shards decided again as one run (:func:`acceptance.decide.run.redecide_all`: Holm over every
-    dual-delta record of every shard, the run's family), and the waivers' records after it (what a waiver did
-    follows the verdicts: :func:`_rewaived`)."""
+def _redecided(
+    parts: list[Results], cases: list[CaseResult], warn: Warn
+) -> tuple[list[CaseResult], list[WaiverRecord]]:
+    """The merged cases and waivers. Shards: decided again as one run
+    (:func:`acceptance.decide.run.redecide_all`: Holm over every dual-delta record of every shard, the run's
+    family), and the waivers' records after it (what a waiver did follows the verdicts: :func:`_rewaived`);
+    shards written before positions (:func:`_holm_per_shard`) keep their own, with a warning. Whole runs: as
+    written."""
+    waivers = _merged_waivers(parts)
+    if _holm_per_shard(parts):
+        warn(
+            "shards written before a merge re-decided the run as one Holm family: each keeps the verdicts of Holm "
+            "over its own cases (run the shards again with this version to decide them as one run)"
+        )
+        return cases, waivers
+    if _shard(parts[0]) is None:
+        return cases, waivers
     from acceptance.decide.run import redecide_all
 
     decided = redecide_all(cases)
