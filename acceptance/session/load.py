@@ -1,5 +1,6 @@
 """A run's specs: discovered, validated and their callables' imports checked in a child process; the cases a run
-selects from them. Light to import: ``acceptance list`` and ``validate`` start without torch."""
+selects from them, and the shard of each (balanced by estimated or measured cost). Light to import: ``acceptance
+list`` and ``validate`` start without torch."""
 
 from __future__ import annotations
 
