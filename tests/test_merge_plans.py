@@ -40,13 +40,19 @@ def _ids(path):
     return [c["id"] for c in json.loads(Path(path).read_text())["cases"]]
 
 
+#: The shards of six.yaml by cost, longest first: the cases cost more as N grows (N = 3..8, positions 0..5), so
+#: N=8 -> 1, N=7 -> 2, N=6 -> 3, then each next one to the cheapest shard so far: N=5 -> 3 (holding only N=6),
+#: N=4 -> 2 (N=7 < N=8), N=3 -> 1.
+SIX_SHARDS = {1: [0, 5], 2: [1, 4], 3: [2, 3]}
+
+
 def test_each_shard_records_the_plan_of_the_whole_run(runs):
     whole = _ids(runs / "whole" / "results.json")
     assert len(whole) == 6
     digest = hashlib.sha256("\n".join(whole).encode()).hexdigest()
     for k in (1, 2, 3):
         data = json.loads((runs / f"s{k}" / "results.json").read_text())
-        mine = whole[k - 1 :: 3]
+        mine = [whole[i] for i in SIX_SHARDS[k]]
         assert [c["id"] for c in data["cases"]] == mine
         assert data["plan"] == {
             "shard": [k, 3],
@@ -54,6 +60,8 @@ def test_each_shard_records_the_plan_of_the_whole_run(runs):
             "digest": digest,
             "part_digest": hashlib.sha256("\n".join(mine).encode()).hexdigest(),
             "missing_shards": [],
+            "positions": SIX_SHARDS[k],
+            "shard_cases": [2, 2, 2],
         }
 
 

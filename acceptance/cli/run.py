@@ -85,7 +85,14 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     "--shard",
     metavar="K/N",
     callback=lambda ctx, param, value: parse_shard(value),
-    help="Run only shard K of N (every N-th case, from the K-th); merge with `acceptance report`.",
+    help="Run only shard K of N (the cases balanced by estimated cost give shard K); merge with `acceptance report`.",
+)
+@click.option(
+    "--shard-costs",
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="Balance the shards by the case timings of an earlier run (a results.json or run folder); give every "
+    "shard the same file.",
 )
 @click.option(
     "--strict",
@@ -204,6 +211,7 @@ def run(
     reruns: int | None = None,
     executor: str = "local",
     ray_address: str | None = None,
+    shard_costs: Path | None = None,
 ) -> None:
     """Run operator specs (default: operator_specs/) and gate on the verdicts."""
     # on GitHub Actions: workflow commands off while the code under test can write to the log, on at the end
@@ -230,6 +238,7 @@ def run(
         exitfirst=exitfirst,
         dtypes=dtypes_,
         shard=shard,
+        shard_costs=shard_costs,
         tiers=tiers,
         strict=strict,
         resume=resume,

@@ -26,6 +26,22 @@ def decide_all(measured: list[tuple[MeasuredCase, Rules]], *, strict: bool = Fal
     return out
 
 
+def redecide_all(results: list[CaseResult]) -> list[CaseResult]:
+    """Decided cases decided again as one run (a merge of shards, each decided with Holm over its own cases): Holm
+    over every dual-delta record of ``results`` (their raw ``p_value`` and ``p_worst``), then each case with
+    records gated again and concluded (:func:`acceptance.decide.verdict.regate`). The same adjusted p-values,
+    criteria, verdicts and reasons as :func:`decide_all` gives the measured cases in one run."""
+    from acceptance.numerics import stats  # scipy.stats: loaded only to decide
+
+    adjusted = iter(stats.apply_holm([rec for case in results for rec in case.dual_delta]))
+    out = []
+    for case in results:
+        if case.dual_delta:
+            case = verdict.regate(case.model_copy(update={"dual_delta": [next(adjusted) for _ in case.dual_delta]}))
+        out.append(case)
+    return out
+
+
 def underpowered(results: list[CaseResult]) -> tuple[list[str], int, int]:
     """Cases whose dual-delta sign test cannot reach significance after Holm over the run.
 

@@ -490,7 +490,7 @@ def tolerance_to_pass(criteria: list[Criterion]) -> dict[str, float]:
     return out
 
 
-def _where(case: MeasuredCase, criteria: list[Criterion]) -> list[str]:
+def _where(case: CaseResult, criteria: list[Criterion]) -> list[str]:
     """Where the damage is: the fraction of elements over tolerance (and where they sit) and the worst element:
     the one that decided the first failed criterion that one element decides, else the furthest from the
     oracle."""
@@ -646,7 +646,7 @@ def _holds_in(o: float, dtype: str) -> bool:
     return math.isfinite(r) and abs(r) <= dtypes.lookup(dtype).max and (r != 0 or o == 0)
 
 
-def _range_note(case: MeasuredCase, criteria: list[Criterion]) -> str:
+def _range_note(case: CaseResult, criteria: list[Criterion]) -> str:
     """The oracle-range note of a failed case: which elements the dtype cannot hold, and whether the element
     that decided the first failed criterion is one of them."""
     text = f"note: {case.oracle_range} (the dtype cannot hold the true result at those elements)"
@@ -660,22 +660,31 @@ def _range_note(case: MeasuredCase, criteria: list[Criterion]) -> str:
     return f"{text}; {at} is one of them"
 
 
-def _error_verdict(case: MeasuredCase, rules: Rules) -> tuple[Verdict, list[str]]:
-    """A case whose run broke: ``error`` with its message (``skip`` when its waiver covers errors)."""
-    assert case.error is not None
-    if rules.waiver and "error" in rules.waiver_covers:
-        return "skip", [f"waived: {rules.waiver}", case.error]
-    return "error", [case.error] + ([rules.expired_waiver] if rules.expired_waiver else [])
-
-
 def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseResult:
-    """The decided case: its criteria, verdict and reasons (see the module docstring). ``strict``: a vacuous case
-    (nothing compared, or a constant answer where the oracle varies) fails."""
+    """The decided case: its criteria (:func:`case_criteria`), then its verdict and reasons from the record alone
+    (:func:`conclude`; see the module docstring). ``strict``: a vacuous case (nothing compared, or a constant
+    answer where the oracle varies) fails."""
+    waiver = {  # the rules' waiver facts, recorded so that the verdict is a function of the record
+        "waiver": rules.waiver,
+        "waiver_covers": list(rules.waiver_covers) if rules.waiver else [],
+        "expired_waiver": rules.expired_waiver,
+    }
     if case.error is not None:
-        verdict, reasons = _error_verdict(case, rules)
-        return CaseResult.model_validate({**_flat(case), "verdict": verdict, "reasons": reasons})
+        return conclude(CaseResult.model_validate({**_flat(case), **waiver, "verdict": "error"}))
     if case.worst is not None and case.output_names:
         case = case.model_copy(update={"worst": named([case.worst], case.output_names)[0]})
+    records = named([dual_delta_gate(rec) for rec in case.dual_delta], case.output_names)
+    criteria = case_criteria(case, rules, records, strict=strict)
+    measured = {**_flat(case), **waiver, "dual_delta": records, "criteria": criteria}
+    return conclude(CaseResult.model_validate({**measured, "verdict": "pass"}))
+
+
+def case_criteria(
+    case: MeasuredCase, rules: Rules, records: list[DualDeltaRecord], *, strict: bool = False
+) -> list[Criterion]:
+    """Every criterion of a measured case, in the order its reasons are said: the fixed ones (thresholds, bits,
+    perf, ULP, invariants, diff4), one per decided dual-delta record (``records``, gated and named, in order),
+    then the vacuity and determinism rules; each with the element that decided it (:func:`_with_worst`)."""
     outputs = case.outputs
     criteria = threshold_criteria(outputs, rules) + bits_criteria(outputs, rules) + perf_criteria(case)
     if rules.ulp_check:
@@ -685,38 +694,84 @@ def decide(case: MeasuredCase, rules: Rules, *, strict: bool = False) -> CaseRes
     if rules.diff4:
         criteria += [diff4_criterion(out, o.diff4, o.bias, rules.bias_floor) for out, o in enumerate(outputs)]
     criteria = named(criteria, case.output_names)
-    reasons = [criterion_text(c) for c in criteria if c.passed is False]
-    records = named([dual_delta_gate(rec) for rec in case.dual_delta], case.output_names)
     defaults = rules.dual_delta.default_factors if rules.dual_delta else frozenset()
     for rec in records:
         source = f"{rules.category} default" if rec.metric in defaults else "spec override"
         source = rules.dual_delta.sources.get(rec.metric, source) if rules.dual_delta else source
         criteria.append(dual_delta_criterion(rec, source))
+    criteria += vacuity_criteria(case, strict=strict) + determinism_criteria(case)
+    return [_with_worst(c, outputs) for c in criteria]
+
+
+def conclude(result: CaseResult) -> CaseResult:
+    """``result`` with its verdict, reasons and ``tolerance_to_pass``, from its own fields alone: its error, its
+    criteria, its decided dual-delta records (the k-th ``dual_delta`` criterion is ``dual_delta[k]``), where
+    the damage is and its waiver (``waiver``, ``waiver_covers``, ``expired_waiver``). :func:`decide` ends with
+    it, and a merge of shards (:func:`regate`) re-decides with it.
+
+    Reasons: every failed criterion in order (a failed dual-delta gate by its record's reasons); the
+    oracle-range note when the oracle leaves the dtype's range; then where the damage is (:func:`_where`). A
+    case fails when any is given; ``skip`` when its waiver covers that verdict (else an expired waiver is
+    named last)."""
+    waived = result.waiver
+    if result.error is not None:
+        if waived and "error" in result.waiver_covers:
+            return result.model_copy(update={"verdict": "skip", "reasons": [f"waived: {waived}", result.error]})
+        expired = [result.expired_waiver] if result.expired_waiver else []
+        return result.model_copy(update={"verdict": "error", "reasons": [result.error, *expired]})
+    criteria = result.criteria
+    reasons = _failed(criteria, result.dual_delta)
+    if reasons and result.oracle_range:  # after the failed criteria: a note on some elements, never the headline
+        reasons.append(_range_note(result, criteria))
+    verdict: Verdict = "fail" if reasons else "pass"
+    if reasons:
+        reasons += _where(result, criteria)
+    if verdict == "fail" and waived and "fail" in result.waiver_covers:
+        verdict, reasons = "skip", [f"waived: {waived}"] + reasons
+    elif verdict == "fail" and result.expired_waiver:
+        reasons.append(result.expired_waiver)
+    return result.model_copy(
+        update={"verdict": verdict, "reasons": reasons, "tolerance_to_pass": tolerance_to_pass(criteria)}
+    )
+
+
+def _failed(criteria: list[Criterion], records: list[DualDeltaRecord]) -> list[str]:
+    """The failed criteria in words, in order (:func:`acceptance.wording.criterion_text`); a failed dual-delta
+    gate is said by its record's reasons (``records[k]`` is the k-th dual-delta criterion's record)."""
+    reasons: list[str] = []
+    gates = iter(records)
+    for c in criteria:
+        if c.kind != "dual_delta":
+            reasons += [criterion_text(c)] if c.passed is False else []
+            continue
+        rec = next(gates, None)
+        if rec is None:  # a record without its gate's record (an edited file): the criterion says it
+            reasons += [criterion_text(c)] if c.passed is False else []
+            continue
         where = f" [{output_label(rec.output, rec.output_name)}]" if rec.output or rec.output_name else ""
         reasons += [f"dual-delta {rec.metric}{where}: {r}" for r in rec.reasons] if not rec.passed else []
-    rule_criteria = vacuity_criteria(case, strict=strict) + determinism_criteria(case)
-    criteria += rule_criteria
-    reasons += [criterion_text(c) for c in rule_criteria if c.passed is False]
-    criteria = [_with_worst(c, outputs) for c in criteria]
-    if reasons and case.oracle_range:  # after the failed criteria: a note on some elements, never the headline
-        reasons.append(_range_note(case, criteria))
-    verdict = "fail" if reasons else "pass"
-    if reasons:
-        reasons += _where(case, criteria)
-    if verdict == "fail" and rules.waiver and "fail" in rules.waiver_covers:
-        verdict, reasons = "skip", [f"waived: {rules.waiver}"] + reasons
-    elif verdict == "fail" and rules.expired_waiver:
-        reasons.append(rules.expired_waiver)
-    return CaseResult.model_validate(
-        {
-            **_flat(case),
-            "dual_delta": records,
-            "verdict": verdict,
-            "reasons": reasons,
-            "criteria": criteria,
-            "tolerance_to_pass": tolerance_to_pass(criteria),
-        }
-    )
+    return reasons
+
+
+def regate(result: CaseResult) -> CaseResult:
+    """A decided case decided again after its dual-delta records' Holm-adjusted p-values changed (a merge of
+    shards, Holm over the whole run): each record gated again (:func:`dual_delta_gate`), its criterion made
+    again (same source, same deciding element), then :func:`conclude`. Gives what :func:`decide` gives with
+    those adjusted p-values: the other criteria do not depend on them. A case whose run broke keeps its records
+    ungated, as :func:`decide` leaves them; so does a record whose dual-delta criteria are not one per record
+    (not written by :func:`decide`)."""
+    gated = sum(1 for c in result.criteria if c.kind == "dual_delta") == len(result.dual_delta)
+    if result.error is not None or not gated:
+        return conclude(result)
+    records = [dual_delta_gate(rec) for rec in result.dual_delta]
+    gates = iter(records)
+    criteria = [
+        dual_delta_criterion(next(gates), c.source).model_copy(update={"worst": c.worst})
+        if c.kind == "dual_delta"
+        else c
+        for c in result.criteria
+    ]
+    return conclude(result.model_copy(update={"dual_delta": records, "criteria": criteria}))
 
 
 def allowed_verdicts(case: CaseResult) -> frozenset[str]:

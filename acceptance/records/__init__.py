@@ -582,6 +582,12 @@ class CaseResult(_Model):
     """Seconds per role."""
     waiver: str | None = None
     """The spec's waiver in force for this case; a waived failure has verdict 'skip'."""
+    waiver_covers: list[str] = []
+    """The verdicts (``fail``, ``error``) the waiver in force turns into skip; empty when no waiver is in force
+    (and in files written before it was recorded)."""
+    expired_waiver: str | None = None
+    """An expired waiver that matches this case, in words (it waives nothing and is named among the reasons of a
+    failure); null when none."""
     error: str | None = None
     """Message when the run of the case broke (verdict 'error')."""
     perf: PerfRecord | None = None
@@ -638,8 +644,8 @@ class Plan(_Model):
     whole run (every shard) and of this part, each as a sha256 of the ids joined by newlines."""
 
     shard: list[int] | None = None
-    """[K, N] for shard K of N (``--shard K/N``: the cases K-1, K-1+N, ... of the whole run); null for a whole
-    run."""
+    """[K, N] for shard K of N (``--shard K/N``: the cases of the whole run the cost-balanced assignment gives
+    shard K, :attr:`positions`); null for a whole run."""
     cases: int
     """Cases of the whole run (every shard)."""
     digest: str
@@ -649,6 +655,13 @@ class Plan(_Model):
     """sha256 (hex) of this part's case ids (run and not run) in run order, joined by newlines."""
     missing_shards: list[int] = []
     """A merge of incomplete shards (``--allow-partial``): the shards K that were not there."""
+    positions: list[int] | None = None
+    """A shard: the positions (from 0) in the whole run's order of this part's cases, in this part's order
+    (shards are balanced by estimated cost, :func:`acceptance.session.load.assign_shards`); null for a whole run
+    and in shards written before it was recorded (those hold the cases K-1, K-1+N, ...)."""
+    shard_cases: list[int] | None = None
+    """A shard: the number of cases of each shard 1..N of the run (every shard computes the same assignment), so
+    a merge can say how many cases a missing shard holds; null where ``positions`` is."""
 
 
 class Results(_Model):

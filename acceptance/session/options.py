@@ -28,6 +28,7 @@ class RunOptions:
     keyword: str | None = None  # ``-k EXPR`` (:mod:`acceptance.session.keyword`)
     dtypes: tuple[str, ...] = ()
     shard: tuple[int, int] | None = None
+    shard_costs: Path | None = None  # ``--shard-costs``: an earlier run whose timings balance the shards
     tiers: tuple[str, ...] = ()
     strict: bool = False
     resume: bool = False

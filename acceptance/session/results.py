@@ -15,7 +15,8 @@ Readers trust content, not names: a file's ``digest`` (sha256 of the canonical
 JSON of everything else) must match, every case's verdict must be the one its
 criteria give (:func:`acceptance.decide.verdict.allowed_verdicts`) and the
 summary the one its cases give; shards merge only when every shard of one plan
-is there once and finished (:func:`merge_problems`).
+is there once and finished (:func:`merge_problems`), and a merge of shards
+decides the run again as one Holm family.
 """
 
 from __future__ import annotations
@@ -282,10 +283,13 @@ def merge(
     """Merge the results of several parts of one run (``names``: their files, for messages).
 
     Shards (a :class:`~acceptance.records.Plan` with ``shard`` K/N) merge only when every shard 1..N of one plan
-    is there once and finished (:func:`merge_problems`); their cases then come in the whole run's order, checked
-    against the plan's digest. Whole runs (no shard) merge as one run: cases by id (later files win). Any other
-    merge raises :class:`ResultsError` listing the problems, unless ``allow_partial``: the merge is then
-    ``interrupted`` (never a pass), ``not_run`` lists the cases known not to have run and ``plan.missing_shards``
+    is there once and finished (:func:`merge_problems`); their cases then come in the whole run's order (each
+    shard's plan records its cases' positions), checked against the plan's digest, and are decided again as one
+    run (:func:`_redecided`: Holm over every dual-delta record of every shard), so the merge decides as the
+    unsharded run; shards written before positions keep their own decisions, with a warning. Whole runs (no
+    shard) merge as one run: cases by id (later files win). Any other merge raises :class:`ResultsError`
+    listing the problems, unless ``allow_partial``: the merge is then ``interrupted`` (never a pass),
+    ``not_run`` lists the cases known not to have run and ``plan.missing_shards``
     the shards that were not there, and each problem goes to ``warn``."""
     if not parts:
         raise ValueError("merge needs at least one results file")
@@ -302,6 +306,7 @@ def merge(
         for case in part.cases:
             by_id[case.id] = case
     cases = _in_plan_order(parts, by_id) if not problems else list(by_id.values())
+    cases, waivers = _redecided(parts, cases, warn)
     env = parts[0].environment.model_copy(
         update={
             "start_time": min(p.environment.start_time for p in parts),
@@ -319,7 +324,7 @@ def merge(
         cases=cases,
         interrupted=incomplete,
         not_run=list(dict.fromkeys(not_run)),
-        waivers=_merged_waivers(parts),
+        waivers=waivers,
         plan=_merged_plan(parts, [c.id for c in cases], missing),
     )
 
@@ -330,6 +335,52 @@ def _shard(part: Results) -> tuple[int, int] | None:
         return None
     k, n = part.plan.shard
     return k, n
+
+
+def _holm_per_shard(parts: list[Results]) -> bool:
+    """Whether some shard was written before shards recorded their cases' positions (and the waiver facts a
+    re-decision needs): such a merge keeps each shard's own decisions."""
+    return any(_shard(p) is not None and p.plan is not None and p.plan.positions is None for p in parts)
+
+
+def _redecided(
+    parts: list[Results], cases: list[CaseResult], warn: Warn
+) -> tuple[list[CaseResult], list[WaiverRecord]]:
+    """The merged cases and waivers. Shards: decided again as one run
+    (:func:`acceptance.decide.run.redecide_all`: Holm over every dual-delta record of every shard, the run's
+    family), and the waivers' records after it (what a waiver did follows the verdicts: :func:`_rewaived`);
+    shards written before positions (:func:`_holm_per_shard`) keep their own, with a warning. Whole runs: as
+    written."""
+    waivers = _merged_waivers(parts)
+    if _holm_per_shard(parts):
+        warn(
+            "shards written before a merge re-decided the run as one Holm family: each keeps the verdicts of Holm "
+            "over its own cases (run the shards again with this version to decide them as one run)"
+        )
+        return cases, waivers
+    if _shard(parts[0]) is None:
+        return cases, waivers
+    from acceptance.decide.run import redecide_all
+
+    decided = redecide_all(cases)
+    return decided, _rewaived(waivers, decided)
+
+
+def _rewaived(waivers: list[WaiverRecord], cases: list[CaseResult]) -> list[WaiverRecord]:
+    """Each waiver's record after the cases were decided again, as :func:`acceptance.decide.waivers.waiver_records`
+    makes it: an expired one lists the failed or errored cases it matches; an active one is ``applied`` with the
+    cases it turned into skip, else ``unmatched``."""
+    from acceptance.spec.cases import glob_match
+
+    out = []
+    for w in waivers:
+        mine = [c for c in cases if c.spec_file == w.spec_file and glob_match(c.id, w.match)]
+        if w.status == "expired":
+            out.append(w.model_copy(update={"cases": [c.id for c in mine if c.verdict in ("fail", "error")]}))
+            continue
+        waived = [c.id for c in mine if c.verdict == "skip" and c.waiver == w.reason]
+        out.append(w.model_copy(update={"status": "applied" if waived else "unmatched", "cases": waived}))
+    return out
 
 
 def merge_problems(parts: list[Results], names: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -359,30 +410,54 @@ def merge_problems(parts: list[Results], names: Sequence[str]) -> tuple[list[str
                 f"{name}: shard {k}/{n_k} of another run (plan {p.plan.digest[:12]}, not {ref.plan.digest[:12]} "
                 f"of {ref_name}): a foreign shard"
             )
+        elif (p.plan.positions is None) != (ref.plan.positions is None):
+            old, new = (name, ref_name) if p.plan.positions is None else (ref_name, name)
+            problems.append(
+                f"{old}: a shard written before shards were balanced by cost, merged with {new} written after: "
+                "their cases are not split alike; run every shard with one version"
+            )
         elif k in seen:
             problems.append(f"{name}: shard {k}/{n} given twice (also {seen[k]})")
         else:
             seen[k] = name
-            if not p.interrupted and ids_digest([c.id for c in p.cases]) != p.plan.part_digest:
+            if not p.interrupted and not _holds_its_plan(p):
                 problems.append(f"{name}: shard {k}/{n} does not hold the cases its plan lists")
     missing = [k for k in range(1, n + 1) if k not in seen]
     for k in missing:
-        size = len(range(k - 1, ref.plan.cases, n))
+        size = _shard_size(ref.plan, k, n)
         problems.append(f"shard {k}/{n} missing: {size} of the run's {ref.plan.cases} cases are in no file given")
     return problems, missing
 
 
+def _holds_its_plan(part: Results) -> bool:
+    """Whether a finished shard holds the cases its plan lists: their ids' digest, and one position each."""
+    assert part.plan is not None
+    positions = part.plan.positions
+    if positions is not None and len(positions) != len(part.cases):
+        return False
+    return ids_digest([c.id for c in part.cases]) == part.plan.part_digest
+
+
+def _shard_size(plan: Plan, k: int, n: int) -> int:
+    """Cases of shard ``k`` of ``n``: as the plan records them, else (shards written before) every N-th case."""
+    if plan.shard_cases is not None and len(plan.shard_cases) == n:
+        return plan.shard_cases[k - 1]
+    return len(range(k - 1, plan.cases, n))
+
+
 def _in_plan_order(parts: list[Results], by_id: dict[str, CaseResult]) -> list[CaseResult]:
-    """The cases of complete shards in the whole run's order (shard K holds cases K-1, K-1+N, ...), checked
+    """The cases of complete shards in the whole run's order (each at its position in the run, as its shard's plan
+    records it; in shards written before positions were, shard K holds cases K-1, K-1+N, ...), checked
     against the plan's digest (:class:`ResultsError` when they are not that run's cases); whole runs: as
     merged."""
     order: dict[str, int] = {}
     for part in parts:
         kn = _shard(part)
-        if kn is None:
+        if kn is None or part.plan is None:
             return list(by_id.values())
         k, n = kn
-        order.update({c.id: k - 1 + j * n for j, c in enumerate(part.cases)})
+        positions = part.plan.positions or range(k - 1, part.plan.cases, n)
+        order.update({c.id: at for c, at in zip(part.cases, positions, strict=False)})
     cases = sorted(by_id.values(), key=lambda c: order[c.id])
     plan = parts[0].plan
     assert plan is not None

@@ -145,8 +145,8 @@ class Session:
                 raise UsageError(
                     f"no case matches: every spec given is of tier {', '.join(tiers)}; run it with --tier {tiers[0]}"
                 )
-            everything, self.cases = plan_cases(self.specs, o)
-            self.plan = run_plan(everything, self.cases, o.shard)
+            everything, self.cases, shards = plan_cases(self.specs, o)
+            self.plan = run_plan(everything, self.cases, o.shard, shards)
         except BaseException:
             self.close()
             raise
@@ -391,16 +391,31 @@ def check_executor(options: RunOptions) -> None:
     import_ray()
 
 
-def run_plan(everything: Sequence[Case], cases: Sequence[Case], shard: tuple[int, int] | None) -> Plan:
+def run_plan(
+    everything: Sequence[Case],
+    cases: Sequence[Case],
+    shard: tuple[int, int] | None,
+    shards: Sequence[int] | None = None,
+) -> Plan:
     """The plan of a run: its shard, the whole run's case count and the digests of the whole run's and this
-    part's case ids in run order (:func:`acceptance.session.results.ids_digest`)."""
+    part's case ids in run order (:func:`acceptance.session.results.ids_digest`); a shard's also the positions of
+    its cases in the whole run and every shard's size (``shards``: the shard of each case of the whole run)."""
     from acceptance.session.results import ids_digest
 
-    return Plan(
+    plan = Plan(
         shard=list(shard) if shard else None,
         cases=len(everything),
         digest=ids_digest([c.id for c in everything]),
         part_digest=ids_digest([c.id for c in cases]),
+    )
+    if shard is None or shards is None:
+        return plan
+    mine = {c.id for c in cases}
+    return plan.model_copy(
+        update={
+            "positions": [at for at, c in enumerate(everything) if c.id in mine],
+            "shard_cases": [sum(1 for s in shards if s == k) for k in range(1, shard[1] + 1)],
+        }
     )
 
 
