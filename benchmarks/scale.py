@@ -116,7 +116,9 @@ def acceptance(
 
 
 def shards(results: Path, folder: Path, n: int = 4) -> list[Path]:
-    """``results`` cut into ``n`` shards as ``--shard K/n`` writes them: shard K holds cases K-1, K-1+n, ..."""
+    """``results`` cut into ``n`` shards as ``--shard K/n`` writes them: each shard's plan lists the positions of
+    its cases in the whole run and every shard's size, so the merge re-decides the run as one Holm family (the
+    cases are dealt round robin here: the merge's cost does not depend on which shard holds a case)."""
     sys.path.insert(0, str(ROOT))
     from acceptance.decide.verdict import summarize
     from acceptance.records import Plan
@@ -124,6 +126,7 @@ def shards(results: Path, folder: Path, n: int = 4) -> list[Path]:
 
     whole = results_mod.load(results)
     assert whole.plan is not None
+    sizes = [len(whole.cases[k - 1 :: n]) for k in range(1, n + 1)]
     paths = []
     for k in range(1, n + 1):
         cases = whole.cases[k - 1 :: n]
@@ -132,6 +135,8 @@ def shards(results: Path, folder: Path, n: int = 4) -> list[Path]:
             cases=whole.plan.cases,
             digest=whole.plan.digest,
             part_digest=results_mod.ids_digest([c.id for c in cases]),
+            positions=list(range(k - 1, len(whole.cases), n)),
+            shard_cases=sizes,
         )
         part = whole.model_copy(update={"cases": cases, "plan": plan, "summary": summarize(cases)})
         paths.append(results_mod.write(part, folder / f"shard{k}" / "results.json"))
