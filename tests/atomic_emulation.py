@@ -56,3 +56,12 @@ def index_add_atomic(
     assert dim == 0 and x.dim() == 2
     target = index[:, None] * x.shape[1] + torch.arange(x.shape[1])
     return _accumulate(x, target.reshape(-1), source.reshape(-1), chunk)
+
+
+def index_add_wrong_index(x: torch.Tensor, index: torch.Tensor, source: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Bug: the last update lands on the next row (an off-by-one in the tail's index); the updates otherwise
+    land in a fresh order per call, as a GPU's atomics do."""
+    wrong = index.clone()
+    wrong[-1] = (wrong[-1] + 1) % x.shape[0]
+    perm = _fresh_order(index.numel())
+    return x.index_add(dim, wrong[perm], source[perm])
