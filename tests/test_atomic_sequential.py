@@ -107,10 +107,14 @@ def _cases(tmp_path: Path, cases: list[str]) -> list:
 
 def _verdicts(case, reruns: int) -> tuple[list[str], list[float], list[int]]:
     """Verdicts, max_hyb median ratios and extended trials of ``reruns`` independent measurements of one case."""
-    verdicts, ratios, extended = [], [], []
+    verdicts: list[str] = []
+    ratios: list[float] = []
+    extended: list[int] = []
     for _ in range(reruns):
         (result,) = decide_all([(measure(case, torch.device("cpu"), rules_for(case)), rules_for(case))])
         rec = next(d for d in result.dual_delta if d.metric == "max_hyb")
+        assert rec.ratio is not None and result.determinism is not None
+        assert result.determinism.extended_trials is not None
         verdicts.append(result.verdict)
         ratios.append(rec.ratio.median)
         extended.append(result.determinism.extended_trials)
