@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -115,10 +116,11 @@ def exp_counting(x):
 '''
 
 
-def test_reported_spread_matches_an_impl_of_known_spread(tmp_path):
+@pytest.mark.parametrize("isolation", [["--no-isolation"], []], ids=["in-process", "worker"])
+def test_reported_spread_matches_an_impl_of_known_spread(tmp_path, isolation):
     """4 runs per trial of an impl whose element 0 takes 4 consecutive ulp steps: the record says 3 ulp of the
     oracle (exp(x) in [1.28, 1.42], one binade, so the float32 ulp is 2^-23 throughout) and one varying element
-    per trial."""
+    per trial; the further runs of the sequential reruns come from the impl's worker as from this process."""
     (tmp_path / "counting.py").write_text(_COUNTING, encoding="utf-8")
     spec = (
         "name: exp_counting\ncategory: activation\ndeterministic: false\n"
@@ -127,7 +129,7 @@ def test_reported_spread_matches_an_impl_of_known_spread(tmp_path):
     )
     (tmp_path / "s.yaml").write_text(spec, encoding="utf-8")
     out = tmp_path / "out"
-    args = ["run", str(tmp_path / "s.yaml"), "--out", str(out), "--no-isolation", "--reruns", "4"]
+    args = ["run", str(tmp_path / "s.yaml"), "--out", str(out), *isolation, "--reruns", "4"]
     CliRunner().invoke(main, args, catch_exceptions=False)
     (case,) = json.loads((out / "results.json").read_text())["cases"]
     det = case["determinism"]
