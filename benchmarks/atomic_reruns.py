@@ -69,8 +69,9 @@ def _row(results: list) -> tuple[str, str, str, str]:
     ]
     ratios = [r.ratio.median for r in recs if r is not None and r.ratio is not None]
     n = len(recs[0].delta_impl) if recs and recs[0] else 0
-    ext = [getattr(r.determinism, "extended_trials", None) for r in results if r.determinism is not None]
-    extended = "-" if not ext or ext[0] is None else f"{min(ext)}-{max(ext)}"
+    found = [getattr(r.determinism, "extended_trials", None) for r in results if r.determinism is not None]
+    ext = [int(e) for e in found if e is not None]  # None: a version without sequential reruns
+    extended = f"{min(ext)}-{max(ext)}" if ext else "-"
     k = f"{min(ks)}-{max(ks)} of {n}" if ks else "-"
     ratio = f"{statistics.median(ratios):.3g}" if ratios else "-"
     return " ".join(f"{v} {c}" for v, c in sorted(verdicts.items())), k, ratio, extended
