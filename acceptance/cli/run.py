@@ -61,7 +61,8 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     "--reruns",
     type=click.IntRange(min=1, max=1000),
     help="Impl runs per trial where run-to-run variation is allowed (atomic_add, `deterministic: false`); "
-    "criteria see the median run of each trial, the worst where gross (overrides the specs; default 5).",
+    "criteria see the median run of each trial, the worst where gross; a trial whose runs straddle a dual-delta "
+    "allowance runs up to 4x as many (overrides the specs; default 5).",
 )
 @click.option("--only", metavar="GLOB", help="Run only operators or case ids matching this glob.")
 @click.option(

@@ -369,10 +369,18 @@ def begin(
         executor=executor,
         names=[inp.name for inp in spec.inputs],
         role_params=case.role_params,
+        extendable=_sequential(case, rules),
     )
     if ahead:
         run.start()
     return Begun(case, identity, timing, started, executor, run)
+
+
+def _sequential(case: Case, rules: Rules) -> bool:
+    """Whether the case's trials may take more impl runs once read (the sequential reruns): the impl may vary
+    run to run, runs more than once per trial, and the case has a dual-delta analysis."""
+    varies = not determinism.required(case.spec.category, case.spec.deterministic)
+    return varies and faithful.impl_repeats(case) > 0 and bool(rules.dual_delta and rules.dual_delta.metrics)
 
 
 def roles_of(case: Case, *, refs: bool) -> engine.Roles:
@@ -422,10 +430,11 @@ def measure(
     if then is not None:
         ready.trials.after_sent(then)
     noted = len(executor.notes)  # the answers of a case are read after those of the case before it
-    fold = _Fold(case, rules)
+    fold = _Fold(case, rules, ready.trials.more if ready.trials.extendable else None)
     memo = memo_for(case, rules, ready.trials.references, n_trials, device)
     try:
         for t in ready.trials:
+            t = fold.extend(t)
             if memo is not None and memo.hold(t):
                 continue  # measured as the memo recorded, unless a later trial differs
             for held in memo.release() if memo is not None else ():
@@ -457,7 +466,7 @@ class _Fold:
     """What a case accumulates over its trials: one :class:`_Output` per output, the atomic spread, the run-to-run
     and oracle-range record (:class:`acceptance.measure.roles.Extras`) and the peers' gates."""
 
-    def __init__(self, case: Case, rules: Rules):
+    def __init__(self, case: Case, rules: Rules, more: Callable[[engine.Trial, int], tuple] | None = None):
         self.case, self.rules = case, rules
         self.dd_metrics = rules.dual_delta.metrics if rules.dual_delta else ()
         self.atomic = case.spec.category == "atomic_add"
@@ -465,11 +474,42 @@ class _Fold:
         self.peers = Peers(case.dtype)
         self.spread = 0.0  # atomic_add only
         self.extras = faithful.Extras(case)
-        # where the impl may vary, the criteria see the element-wise worst of its runs (measure/determinism.py)
+        # where the impl may vary, the criteria see one run of each trial (measure/determinism.py)
         self.reruns = None if determinism.required(case.spec.category, case.spec.deterministic) else Reruns()
+        self.more = more
+
+    def extend(self, t: engine.Trial) -> engine.Trial:
+        """The sequential reruns (:func:`acceptance.measure.determinism.straddles`): a trial whose runs lie on
+        both sides of a dual-delta allowance gets runs from ``more`` until it has ``RERUN_CAP`` × as many."""
+        runs = 1 + len(t.repeats)
+        if self.reruns is None or self.more is None or not t.repeats or determinism.RERUN_CAP <= 1:
+            return t
+        errors, allowed = self._run_errors(t)
+        if not any(determinism.straddles(errors[key], allowed[key]) for key in errors):
+            return t
+        self.reruns.extended += 1
+        return dataclasses.replace(t, repeats=t.repeats + self.more(t, (determinism.RERUN_CAP - 1) * runs))
+
+    def _run_errors(self, t: engine.Trial) -> tuple[dict[tuple[int, str], list[float]], dict[tuple[int, str], float]]:
+        """Per (output, dual-delta metric): every run's error against the oracle, and the trial's allowance
+        max(factor · the baseline's error, free)."""
+        errors: dict[tuple[int, str], list[float]] = {}
+        allowed: dict[tuple[int, str], float] = {}
+        dd, names = self.rules.dual_delta, list(self.dd_metrics)
+        if dd is None or not names or t.oracle is None:
+            return errors, allowed
+        for out, (b, o) in enumerate(zip(t.baseline, t.oracle, strict=False)):
+            first, bo, free, _ = engine.against_oracle(t.impl[out], b, o, names, free=True)
+            rest = [metrics.Batch().compute(r[out], o.to(r[out].device), dtype=b.dtype, names=names) for r in t.repeats]
+            for name in names:
+                errors[out, name] = [float(eo[name]) for eo in (first, *rest)]
+                allowed[out, name] = max(dd.factors[name] * float(bo[name]), float(free[name]))
+        return errors, allowed
 
     def add(self, t: engine.Trial) -> None:
-        """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras."""
+        """Fold in one trial: every output, the spread of the impl's repeats (atomic_add), the extras; where the
+        impl runs more than once, the dual-delta error of each output and metric is the median over the runs
+        (:func:`acceptance.measure.determinism.typical`), or the chosen run's where that is gross."""
         if not self.outputs:
             self.peers.names = backward.output_names(self.case.spec.backward, len(t.impl))
             self.outputs = [_Output(self.case.dtype, forward=not name) for name in self.peers.names]
@@ -477,10 +517,16 @@ class _Fold:
         for again in t.repeats if self.atomic else ():
             for a, e in zip(again, t.impl, strict=False):
                 self.spread = max(self.spread, float(abs_error(a, e).max()) if a.numel() else 0.0)
+        errors: dict[tuple[int, str], list[float]] = {}
         if self.reruns is not None and t.repeats:
+            errors = self._run_errors(t)[0]
             t = dataclasses.replace(t, impl=self.reruns.chosen(t.impl, t.repeats, t.oracle))
+            if self.reruns.gross:
+                errors = {}
         for out, acc in enumerate(self.outputs):
             acc.add(t, out, self.rules, self.dd_metrics, self.peers)
+        for (out, name), runs in errors.items():
+            self.outputs[out].delta_impl[name][-1] = determinism.typical(runs)
 
     def measured(
         self, identity: _Identity, n_trials: int, warnings: list[str], timing: Timing, started: float

@@ -36,6 +36,7 @@ outputs, with the number of elements whose value differs between any two runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,6 +51,9 @@ from acceptance.records import Determinism
 DEFAULT_RERUNS = 5
 #: Impl runs per trial where the impl must be deterministic (the first run and one to compare it with).
 DETERMINISM_RUNS = 2
+#: The sequential reruns' cap: a trial whose first R runs straddle a dual-delta allowance (:func:`straddles`)
+#: runs again until it has ``RERUN_CAP × R`` runs, and its dual-delta error is the median of them all.
+RERUN_CAP = 4
 
 #: A role's run-to-run class (see the module docstring).
 Kind = Literal["bitwise", "nan_payloads", "varying"]
@@ -148,16 +152,43 @@ def run_score(outputs: tuple, oracle: tuple | None) -> tuple[int, float, float]:
     return far, mean, top
 
 
-def pick(scores: list[tuple[int, float, float]]) -> int:
-    """The run the criteria see, of runs scored by :func:`run_score`: the median (the lower one of an even
-    count; ranked by non-finite count, then mean ulp; ties by run order), or the worst run where it is gross
-    against the median: more non-finite errors, or a max ulp error over ``GROSS_FACTOR`` × max(the median
-    run's, 1)."""
+def choice(scores: list[tuple[int, float, float]]) -> tuple[int, bool]:
+    """(the run the criteria see, whether it is the gross worst run), of runs scored by :func:`run_score`: the
+    median (the lower one of an even count; ranked by non-finite count, then mean ulp; ties by run order), or
+    the worst run where it is gross against the median: more non-finite errors, or a max ulp error over
+    ``GROSS_FACTOR`` × max(the median run's, 1)."""
     order = sorted(range(len(scores)), key=lambda r: (scores[r][0], scores[r][1], r))
     median, worst = order[(len(order) - 1) // 2], order[-1]
     (far_m, _, top_m), (far_w, _, top_w) = scores[median], scores[worst]
     gross = far_w > far_m or top_w > GROSS_FACTOR * max(top_m, 1.0)
-    return worst if gross else median
+    return (worst, True) if gross else (median, False)
+
+
+def pick(scores: list[tuple[int, float, float]]) -> int:
+    """The run the criteria see (:func:`choice`)."""
+    return choice(scores)[0]
+
+
+def _as_errors(errors: Sequence[float]) -> np.ndarray:
+    """Errors as float64 with NaN as +inf (a NaN is the worst error)."""
+    e = np.asarray(errors, dtype=np.float64)
+    return np.where(np.isnan(e), np.inf, e)
+
+
+def straddles(errors: Sequence[float], allowance: float) -> bool:
+    """Whether one trial's runs lie on both sides of its dual-delta allowance ``max(factor · δ₂, free)``: some
+    run's error ≤ it and some run's > it (NaN counts as above). All R runs on one side bound the median of the
+    run-to-run distribution on that side with confidence 1 − 2^(1−R) (the order-statistic interval [min, max]);
+    otherwise the trial is not settled and takes more runs (:data:`RERUN_CAP`)."""
+    e = _as_errors(errors)
+    return bool((e > allowance).any() and (e <= allowance).any())
+
+
+def typical(errors: Sequence[float]) -> float:
+    """The error a trial's dual-delta tests see: the median of its runs' errors (the mean of the two middle
+    ones for an even count; NaN as +inf), an estimate of one run's median error whose run-to-run scatter
+    shrinks as 1/√runs (≈ 1.25 σ/√runs for a normal scatter σ)."""
+    return float(np.median(_as_errors(errors)))
 
 
 def spread_ulp(runs: list[torch.Tensor], oracle: torch.Tensor | None) -> tuple[float, int]:
@@ -197,9 +228,11 @@ class Reruns:
     spread_ulp: float = 0.0
     varying: int = 0
     runs: int = 1
+    extended: int = 0  # trials that took more runs (sequential reruns)
+    gross: bool = False  # whether the last trial's chosen run is the gross worst one
 
     def chosen(self, impl: tuple, repeats: tuple, oracle: tuple | None) -> tuple:
-        """The outputs of the run the criteria see (:func:`pick`), the spread of every run folded in."""
+        """The outputs of the run the criteria see (:func:`choice`), the spread of every run folded in."""
         self.runs = max(self.runs, 1 + len(repeats))
         for k, first in enumerate(impl):
             runs = [first, *(again[k] for again in repeats if k < len(again))]
@@ -207,14 +240,14 @@ class Reruns:
             spread, varying = spread_ulp(runs, o)
             self.spread_ulp, self.varying = max(self.spread_ulp, spread), self.varying + varying
         every = (impl, *repeats)
-        scores = [run_score(run, oracle) for run in every]
-        return every[pick(scores)]
+        run, self.gross = choice([run_score(run, oracle) for run in every])
+        return every[run]
 
     def annotate(self, record: Determinism) -> Determinism:
-        """``record`` with the spread in ulp, the count of varying elements and the runs the criteria saw."""
-        return record.model_copy(
-            update={"impl_spread_ulp": self.spread_ulp, "impl_varying": self.varying, "chosen_from": self.runs}
-        )
+        """``record`` with the spread in ulp, the count of varying elements, the runs the criteria saw and the
+        trials extended."""
+        update = {"impl_spread_ulp": self.spread_ulp, "impl_varying": self.varying, "chosen_from": self.runs}
+        return record.model_copy(update={**update, "extended_trials": self.extended})
 
 
 def record(impl: RunToRun, baseline: RunToRun, *, must: bool) -> Determinism:

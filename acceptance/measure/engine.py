@@ -292,6 +292,7 @@ class _Planned:
     batch: Answers
     cached_base: Tensors | None
     cached_oracle: Tensors | None
+    sets: InputSets = ()
 
 
 class TrialRun(Generic[S]):
@@ -322,6 +323,7 @@ class TrialRun(Generic[S]):
         baseline_repeats: int,
         role_params: dict[str, dict],
         references: S | None,
+        extendable: bool = False,
     ):
         self.roles, self.make_inputs, self.trials, self.device, self.oracle = roles, make_inputs, trials, device, oracle
         self.repeats, self.baseline_repeats, self.names, self.references = repeats, baseline_repeats, names, references
@@ -333,6 +335,9 @@ class TrialRun(Generic[S]):
         self.then: Callable[[], None] | None = None
         self._planned: deque[_Planned] = deque()
         self._sent = 0  # trials submitted so far
+        # more impl runs may be asked for a trial once it is read (:meth:`more`): nothing may be in flight then
+        self.extendable = extendable
+        self._last: _Planned | None = None  # the trial read last (its inputs, for :meth:`more`)
 
     def _base_runs(self, t: int) -> int:  # the baseline's run-to-run check: more runs on the first trial's inputs
         return 1 + (self.baseline_repeats if t == 0 else 0)
@@ -365,9 +370,10 @@ class TrialRun(Generic[S]):
             calls += [Call("baseline", roles.baseline, REFERENCE, self.kwargs["baseline"], cpu)] * self._base_runs(t)
         if self.oracle and cached_oracle is None:
             calls.append(Call("oracle", roles.oracle, FLOAT64, self.kwargs["oracle"], cpu))
-        self._planned.append(_Planned(t, reference, self.executor.submit(t, sets, calls), cached_base, cached_oracle))
+        batch = self.executor.submit(t, sets, calls)
+        self._planned.append(_Planned(t, reference, batch, cached_base, cached_oracle, sets if self.extendable else ()))
         self._sent += 1
-        if self.sent_all and self.then is not None:
+        if self.sent_all and self.then is not None and not self.extendable:
             then, self.then = self.then, None
             then()
 
@@ -378,8 +384,8 @@ class TrialRun(Generic[S]):
 
     def after_sent(self, then: Callable[[], None]) -> None:
         """Call ``then`` once every trial's calls have been sent: now when they have, else from the submit of
-        the last."""
-        if self.sent_all:
+        the last (for an :attr:`extendable` run: once its last trial has been read and extended)."""
+        if self.sent_all and not self.extendable:
             then()
         else:
             self.then = then
@@ -391,7 +397,7 @@ class TrialRun(Generic[S]):
             return
         recipe = self.make_inputs if self.remote and isinstance(self.make_inputs, Recipe) else None
         small = recipe is not None and 8 * sum(math.prod(s) for s in recipe.case.shapes) <= START_BYTES
-        for _ in range(min(self.trials, WINDOW if small else 1)):
+        for _ in range(min(self.trials, WINDOW if small and not self.extendable else 1)):
             self._submit()
 
     def _collect(self, plan: _Planned) -> Trial:
@@ -415,11 +421,28 @@ class TrialRun(Generic[S]):
             timing.oracle += seconds
             ref = references.put("oracle", t, ref) if references is not None else ref
         _check(t, runs[0], bases[0], ref)
+        self._last = plan if self.extendable else None
         return Trial(t, plan.reference, runs[0], bases[0], ref, tuple(runs[1:]), tuple(bases[1:]))
 
+    def more(self, trial: Trial, runs: int) -> tuple[Tensors, ...]:
+        """``runs`` more impl runs on the inputs of ``trial``, the trial read last of an :attr:`extendable` run
+        (no other trial is in flight then), each checked against the trial's baseline like the first."""
+        plan = self._last
+        assert self.extendable and plan is not None and plan.index == trial.index and not self._planned
+        call = Call("impl", self.roles.impl, IMPL, self.kwargs["impl"], self.device)
+        batch = self.executor.submit(trial.index, plan.sets, [call] * runs)
+        out = []
+        for _ in range(runs):
+            got, seconds = batch.next(timeout=self.timeout - self.timing.impl, limit=self.timeout, names=self.names)
+            self.timing.impl += seconds
+            _check(trial.index, got, trial.baseline, None)
+            out.append(got)
+        return tuple(out)
+
     def _window(self, trial: Trial) -> int:
-        """Trials to keep in flight after ``trial`` (see :data:`WINDOW`, :data:`AHEAD_BYTES`)."""
-        if not self.ahead:
+        """Trials to keep in flight after ``trial`` (see :data:`WINDOW`, :data:`AHEAD_BYTES`); none in an
+        :attr:`extendable` run, whose trial may take more runs once read."""
+        if not self.ahead or self.extendable:
             return 0
         # the runner holds the inputs of each trial it makes: one ahead at most unless the worker makes them
         return min(WINDOW if self.remote else 1, AHEAD_BYTES // max(_nbytes(trial), 1))
@@ -435,6 +458,9 @@ class TrialRun(Generic[S]):
                 while self._sent < trials and len(self._planned) < window:
                     self._submit()
                 yield trial
+            if self.then is not None:  # an extendable run sends the next case's trials once its own are read
+                then, self.then = self.then, None
+                then()
         finally:
             while self._planned:  # given up: an error, or the caller stopped early
                 batch = self._planned.popleft().batch
@@ -460,6 +486,7 @@ def run_trials(
     baseline_repeats: int = 0,
     role_params: dict[str, dict] | None = None,
     references: S | None = None,
+    extendable: bool = False,
 ) -> TrialRun[S]:
     """The ``trials`` trials of a case, each one's tensors in turn when iterated (see the module docstring).
 
@@ -477,6 +504,8 @@ def run_trials(
     outputs of a trial: ``get(role, trial)`` gives them (or ``None``: the role runs),
     ``put(role, trial, outputs)`` stores fresh ones and returns what the trial then uses, and ``close()``
     (when it has one) is called once the trials end.
+    ``extendable``: the caller may ask for more impl runs of the trial it has just read (:meth:`TrialRun.more`,
+    the sequential reruns of :mod:`acceptance.measure.determinism`); no later trial is then sent before it.
 
     A trial's calls go to the executor together (:meth:`acceptance.isolation.worker.Worker.submit`). With a worker,
     later trials are sent before a trial is yielded, so the callables run while the caller measures: up to
@@ -500,6 +529,7 @@ def run_trials(
         baseline_repeats=baseline_repeats,
         role_params=role_params or {},
         references=references,
+        extendable=extendable,
     )
 
 

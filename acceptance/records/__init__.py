@@ -321,7 +321,10 @@ class Determinism(_Model):
     """Where variation is allowed: elements whose value differs between any two runs, summed over trials."""
     chosen_from: int = 1
     """The criteria see one run per trial chosen from this many: the median, or the worst where it is gross
-    (:func:`acceptance.measure.determinism.pick`; 1: the first run)."""
+    (:func:`acceptance.measure.determinism.pick`; 1: the first run); the most runs of any trial."""
+    extended_trials: int | None = None
+    """Where variation is allowed: trials whose first runs straddled a dual-delta allowance and so took more
+    runs (:data:`acceptance.measure.determinism.RERUN_CAP` × R in all), summed over the case."""
 
 
 class Timing(_Model):
