@@ -42,11 +42,14 @@ def _any_order_specs(folder: Path) -> Path:
 def test_atomics_verdicts_do_not_flip_between_reruns(tmp_path):
     specs = _any_order_specs(tmp_path / "specs")
     verdicts: dict[str, set[str]] = {}
+    why: dict[str, list[str]] = {}
     for rerun in range(RERUNS):
         out = tmp_path / f"run{rerun}"
         args = ["run", str(specs), "--out", str(out), "--no-isolation", "--dtype", "float32", "--device", "cpu"]
         CliRunner().invoke(main, args, catch_exceptions=False)
         for case in results_mod.load(out / "results.json").cases:
             verdicts.setdefault(case.id, set()).add(case.verdict)
+            if case.verdict != "pass":
+                why.setdefault(case.id, []).append(f"rerun {rerun}: {case.verdict}: {case.reasons[:1]}")
     assert len(verdicts) == 8  # 4 cases x 2 specs, float32
-    assert {case: v for case, v in verdicts.items() if v != {"pass"}} == {}
+    assert {case: v for case, v in verdicts.items() if v != {"pass"}} == {}, why

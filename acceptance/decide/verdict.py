@@ -561,8 +561,8 @@ def determinism_criteria(case: MeasuredCase) -> list[Criterion]:
     if d.impl == "varying" and d.impl_spread_ulp is not None:
         note = (
             f"{d.impl_varying} elements vary over {d.runs} runs on the same inputs, spread up to "
-            f"{d.impl_spread_ulp:.4g} ulp of the oracle; criteria on the median of the {d.chosen_from} runs "
-            "of each trial (the worst where gross)"
+            f"{d.impl_spread_ulp:.4g} ulp of the oracle; dual-delta on the median error of up to {d.chosen_from} "
+            "runs of each trial (the worst where gross), the other criteria on the run of median error"
         )
     elif d.impl == "varying":
         note = (

@@ -123,6 +123,7 @@ class _Output:
     element_worst: dict[str, CriterionWorst] = field(default_factory=dict)
     invariant: str | None = None
     forward: bool = True  # the op's own output: its invariants hold; a gradient (``grad[x]``) has none
+    elements: int | None = None  # the fewest elements of this output in a trial
 
     def __post_init__(self) -> None:
         self.diagnosis = Diagnosis(self.dtype)
@@ -130,6 +131,7 @@ class _Output:
     def add(self, t: engine.Trial, out: int, rules: Rules, dd_metrics: tuple[str, ...], peers: Peers) -> None:
         """Fold in one trial of this output: impl against baseline, and both against the oracle."""
         e, b, o = t.impl[out], t.baseline[out], cast(engine.Tensors, t.oracle)[out]  # measured with the oracle
+        self.elements = e.numel() if self.elements is None else min(self.elements, e.numel())
         batch = metrics.Batch()  # each of e, b, o and the rounded oracle is read once for every pair below
         eb = batch.compute(e, b, dtype=self.dtype)
         self.diff4.above += eb["above"]
@@ -590,6 +592,7 @@ def _dual_delta(outputs: list[_Output], rules: Rules, dd: DualDeltaSettings) -> 
                     free=np.asarray(acc.free[name]),
                     floor=floor,
                     impl_ulp=impl_ulp,
+                    elements=acc.elements,
                 )
             )
     return records

@@ -112,6 +112,11 @@ def paired_ratios(delta_impl: Errors, delta_baseline: Errors) -> Float64s:
 #: almost exactly from trial to trial do not make a tiny excess look like an outlier.
 MIN_LOG_SCALE = 0.1
 
+#: Below this many elements per output and trial, a trial's error is that of a few elements, not a maximum or
+#: mean over many: the worst-trial test then uses the tail of the log ratio of two independent rounding errors
+#: (:func:`worst_trial_test`) instead of a scale fitted to the trials.
+FEW_ELEMENTS = 32
+
 
 def worst_trial_test(
     delta_impl: Errors,
@@ -120,6 +125,7 @@ def worst_trial_test(
     factor: float,
     free: float = 0.0,
     within: Sequence[bool] | npt.NDArray[np.bool_] | None = None,
+    elements: int | None = None,
 ) -> StatTest:
     """Is the impl's worst trial an outlier beyond ``factor`` x the baseline's error in the same trial?
 
@@ -141,6 +147,16 @@ def worst_trial_test(
     elements) as well as the near-normal mean errors; pairing by trial takes
     out what impl and baseline share (the difficulty of that trial's inputs).
     The false-alarm rates this gives are measured in ``docs/dual-delta.md``.
+
+    With fewer than :data:`FEW_ELEMENTS` ``elements`` per trial, a trial's error is a few rounding errors, and
+    where impl and baseline round independently (another summation order, an atomic add) the ratio of two such
+    errors is heavy-tailed: for one element each, |N(0, s1)| / |N(0, s2)| with s1 <= factor s2 exceeds
+    factor e^T with probability at most (2/pi) arctan(e^-T) (a ratio of normals is Cauchy), far above the
+    logistic tail when a baseline error is small by chance. There
+
+        T = max r - m,   p = min(1, n (2/pi) arctan(e^-T)),
+
+    exact for one element and conservative for a few.
     """
     d1, d2 = as_errors(delta_impl), as_errors(delta_baseline)
     ok = np.isfinite(d1) & np.isfinite(d2)
@@ -151,19 +167,21 @@ def worst_trial_test(
     tiny = np.finfo(np.float64).tiny
     r = np.log(np.maximum(np.maximum(d1[ok], free), tiny) / factor) - np.log(np.maximum(np.maximum(d2[ok], free), tiny))
     centre = max(float(np.median(r)), 0.0)
+    trial = int(np.flatnonzero(ok)[np.argmax(r)])
+    head = (
+        f"trial {trial}: impl error {float(d1[trial]):.3g} = {math.exp(float(np.max(r))):.3g} x "
+        f"({factor:g} x the baseline's {float(d2[trial]):.3g}), "
+    )
+    if elements is not None and elements < FEW_ELEMENTS:
+        t = float(np.max(r)) - centre
+        p = min(1.0, r.size * 2.0 / math.pi * math.atan(math.exp(-min(t, 700.0))))
+        note = f"{head}{t:.2g} in ln above the trials' typical ratio ({elements} elements per trial: Cauchy tail)"
+        return StatTest(name="worst_trial", statistic=t, p_value=p, alternative="greater", note=note)
     scale = max(float(np.median(np.abs(r - np.median(r)))) / math.log(3.0), MIN_LOG_SCALE)
     t = (float(np.max(r)) - centre) / scale
     p = min(1.0, r.size / (1.0 + math.exp(min(t, 700.0))))
-    trial = int(np.flatnonzero(ok)[np.argmax(r)])
-    return StatTest(
-        name="worst_trial",
-        statistic=t,
-        p_value=p,
-        alternative="greater",
-        note=f"trial {trial}: impl error {float(d1[trial]):.3g} = {math.exp(float(np.max(r))):.3g} x "
-        f"({factor:g} x the baseline's {float(d2[trial]):.3g}), {t:.2g} scales (s = {scale:.2g} in ln) "
-        f"above the trials' typical ratio",
-    )
+    note = f"{head}{t:.2g} scales (s = {scale:.2g} in ln) above the trials' typical ratio"
+    return StatTest(name="worst_trial", statistic=t, p_value=p, alternative="greater", note=note)
 
 
 def allowance(delta_baseline: Errors, factor: float, free: float) -> Float64s:
@@ -307,6 +325,7 @@ def analyze(
     free: float | Errors = 0.0,
     floor: float | None = None,
     impl_ulp: Errors = (),
+    elements: int | None = None,
 ) -> DualDeltaRecord:
     """Full dual-delta analysis of one metric for one output.
 
@@ -315,7 +334,8 @@ def analyze(
     rounding of the oracle, given as one bound or per trial (reduced by
     :func:`free_bound` to the largest finite value). ``floor`` (ulp) with
     ``impl_ulp`` (the impl's ULP error against the oracle per trial): a trial
-    whose impl error is within the floor counts as within allowance. The record is undecided
+    whose impl error is within the floor counts as within allowance. ``elements``: the fewest elements of the
+    output in a trial (:func:`worst_trial_test`; ``None``: many). The record is undecided
     (``passed`` is ``None``): :func:`apply_holm` adds the Holm-adjusted
     p-value over a run and :func:`acceptance.decide.verdict.dual_delta_gate` decides.
     Raises ``ValueError`` naming the metric on unpaired arrays or bad parameters.
@@ -338,7 +358,7 @@ def analyze(
     ]
     within = np.asarray(impl_ulp, dtype=np.float64) <= floor if floor is not None and len(impl_ulp) else None
     gate_test = noninferiority_test(d1, d2, factor=factor, free=free, within=within)
-    worst = worst_trial_test(d1, d2, factor=factor, free=free, within=within)
+    worst = worst_trial_test(d1, d2, factor=factor, free=free, within=within, elements=elements)
     return DualDeltaRecord(
         metric=metric,
         output=output,
