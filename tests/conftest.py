@@ -34,7 +34,18 @@ def _reference_cache_in_tmp(tmp_path_factory):
 
 #: The test files that take longest (``--durations`` on 2 cores), started first under xdist so that no long file
 #: is left to run alone at the end while the other workers idle; the other files follow in collection order.
-LONGEST_FIRST: list[str] = []
+LONGEST_FIRST = [
+    "test_mutation_seeds.py",
+    "test_builtin_library.py",
+    "test_doc_snippets.py",
+    "test_atomic_reruns.py",
+    "test_cli.py",
+    "test_faults.py",
+    "test_pytest_route.py",
+    "test_lifecycle.py",
+    "test_action_steps.py",
+    "test_cli_habits.py",
+]
 
 
 @pytest.hookimpl(trylast=True)
