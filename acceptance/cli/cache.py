@@ -32,7 +32,8 @@ def cache_group() -> None:
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many entries and bytes it holds, and its size cap."""
     info = _cache(cache_dir).info()
-    click.echo(f"folder:   {info.root}")
+    where = "url:     " if "://" in str(info.root) else "folder:  "
+    click.echo(f"{where} {info.root}")
     click.echo(f"entries:  {info.entries}")
     click.echo(f"size:     {info.bytes / 2**20:.1f} MiB of {info.max_bytes / 2**20:.0f} MiB (cap)")
     if info.stale_bytes:
