@@ -165,10 +165,12 @@ def test_other_measuring_code_or_an_unreadable_record_measures_again(tmp_path, m
 
     from acceptance.records import MeasuredCase
 
-    def unreadable(cls, text):
-        raise ValueError("not JSON")
+    class Unreadable(MeasuredCase):  # the stored record as the memo reads it, and only there
+        @classmethod
+        def model_validate_json(cls, *args, **kwargs):
+            raise ValueError("not JSON")
 
-    monkeypatch.setattr(MeasuredCase, "model_validate_json", classmethod(unreadable))
+    monkeypatch.setattr(memo, "MeasuredCase", Unreadable)
     broken = _run(specs, tmp_path / "broken")  # every trial held while it matched, then measured after all
     assert len(measured) == 48
     assert _stripped(broken) == _stripped(cold)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 
 from acceptance.decide import verdict
 from acceptance.records import CaseResult, MeasuredCase
@@ -24,6 +25,26 @@ def decide_all(measured: list[tuple[MeasuredCase, Rules]], *, strict: bool = Fal
             case = case.model_copy(update={"dual_delta": [next(adjusted) for _ in case.dual_delta]})
         out.append(verdict.decide(case, rules, strict=strict))
     return out
+
+
+#: A measured case held until the decision: a loader of the case (read back from a compact form), its rules, and
+#: per dual-delta record its raw sign-test and worst-trial p-values (Holm needs only these).
+Held = tuple[Callable[[], MeasuredCase], Rules, Sequence[tuple[float | None, float | None]]]
+
+
+def decide_held(held: Sequence[Held], *, strict: bool = False) -> Iterator[CaseResult]:
+    """Each held case decided, in the order given, as :func:`decide_all` decides them: Holm over every p-value
+    of every record first (:func:`acceptance.numerics.stats.holm_pairs`), then one case loaded and decided at a
+    time, so only one case's object graph lives at once."""
+    from acceptance.numerics import stats  # scipy.stats: loaded only to decide
+
+    adjusted = iter(stats.holm_pairs([pair for _, _, pairs in held for pair in pairs]))
+    for load, rules, pairs in held:
+        case = load()
+        if case.dual_delta:
+            records = [stats.with_adjusted(rec, next(adjusted)) for rec, _ in zip(case.dual_delta, pairs, strict=True)]
+            case = case.model_copy(update={"dual_delta": records})
+        yield verdict.decide(case, rules, strict=strict)
 
 
 def redecide_all(results: list[CaseResult]) -> list[CaseResult]:

@@ -16,9 +16,6 @@ from collections.abc import Iterator, Sequence
 from acceptance.records import CaseResult, MeasuredCase
 from acceptance.spec import Case, rules_for
 
-#: The p-values of one dual-delta record Holm adjusts, and the fields their adjusted values go to.
-_ADJUSTED = (("p_value", "p_adjusted"), ("p_worst", "p_worst_adjusted"))
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Kept:
@@ -45,24 +42,8 @@ class Kept:
 
 
 def decided(kept: Sequence[Kept], *, strict: bool = False) -> Iterator[CaseResult]:
-    """Each case of ``kept`` decided, in the order given: Holm over every p-value of every dual-delta record of
-    ``kept`` (:func:`acceptance.numerics.stats.holm`: ``p_adjusted`` and ``p_worst_adjusted``, as
-    :func:`acceptance.decide.run.decide_all` sets them), then the case's verdict
-    (:func:`acceptance.decide.verdict.decide`) by its rules (:func:`acceptance.spec.rules_for`), one case read
-    back at a time."""
-    from acceptance.decide import verdict
-    from acceptance.numerics import stats  # scipy.stats: loaded only to decide
+    """Each case of ``kept`` decided, in the order given, one case read back at a time: Holm over the whole run's
+    p-values, then each case's verdict by its rules (:func:`acceptance.decide.run.decide_held`)."""
+    from acceptance.decide.run import decide_held
 
-    family = [p for k in kept for pair in k.p_values for p in pair if p is not None]
-    adjusted = iter(stats.holm(family).tolist() if family else [])
-    for k in kept:
-        case = k.measured()
-        if case.dual_delta:
-            records = []
-            for rec, pair in zip(case.dual_delta, k.p_values, strict=True):
-                update = {
-                    name: float(next(adjusted)) for p, (_, name) in zip(pair, _ADJUSTED, strict=True) if p is not None
-                }
-                records.append(rec.model_copy(update=update))
-            case = case.model_copy(update={"dual_delta": records})
-        yield verdict.decide(case, rules_for(k.case), strict=strict)
+    return decide_held([(k.measured, rules_for(k.case), k.p_values) for k in kept], strict=strict)

@@ -45,6 +45,8 @@ from acceptance.records import Describe, DualDeltaRecord, StatTest
 __all__ = [
     "analyze",
     "apply_holm",
+    "holm_pairs",
+    "with_adjusted",
     "brown_forsythe_test",
     "conclude",
     "describe",
@@ -404,18 +406,24 @@ def holm(p_values: Sequence[float]) -> Float64s:
     return out
 
 
-_ADJUSTED = {"p_value": "p_adjusted", "p_worst": "p_worst_adjusted"}
+def holm_pairs(pairs: Sequence[tuple[float | None, float | None]]) -> list[tuple[float | None, float | None]]:
+    """Holm over every p-value of ``pairs`` (per dual-delta record its sign test's and worst-trial test's
+    p-value; ``None``: not tested), as pairs of adjusted p-values in the same places (``None`` stays)."""
+    family = [p for pair in pairs for p in pair if p is not None]
+    adjusted = iter(holm(family).tolist() if family else [])
+    return [
+        (None if a is None else float(next(adjusted)), None if b is None else float(next(adjusted))) for a, b in pairs
+    ]
 
 
 def apply_holm(records: Sequence[DualDeltaRecord]) -> list[DualDeltaRecord]:
     """New records with ``p_adjusted`` and ``p_worst_adjusted``: Holm over every p-value of the records given
-    (the sign test's and the worst-trial test's of all cases, metrics and outputs of a run)."""
-    family = [
-        (i, field) for i, r in enumerate(records) for field in ("p_value", "p_worst") if getattr(r, field) is not None
-    ]
-    adjusted = dict(zip(family, holm([getattr(records[i], f) for i, f in family]), strict=False)) if family else {}
-    out = []
-    for i, rec in enumerate(records):
-        update = {_ADJUSTED[f]: float(adjusted[(i, f)]) for f in _ADJUSTED if (i, f) in adjusted}
-        out.append(rec.model_copy(update=update))
-    return out
+    (the sign test's and the worst-trial test's of all cases, metrics and outputs of a run, :func:`holm_pairs`)."""
+    pairs = holm_pairs([(r.p_value, r.p_worst) for r in records])
+    return [with_adjusted(rec, pair) for rec, pair in zip(records, pairs, strict=True)]
+
+
+def with_adjusted(rec: DualDeltaRecord, pair: tuple[float | None, float | None]) -> DualDeltaRecord:
+    """``rec`` with its adjusted p-values (``p_adjusted``, ``p_worst_adjusted``) where they are not ``None``."""
+    update = {name: p for name, p in zip(("p_adjusted", "p_worst_adjusted"), pair, strict=True) if p is not None}
+    return rec.model_copy(update=update)
