@@ -8,6 +8,7 @@ absent.
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,15 @@ def test_both_layouts_show_the_same_details(browser, tmp_path, make):
     page.close()
 
 
+def _wait_for_details(page, count: int, seconds: float = 30.0) -> None:
+    """Poll from here until ``count`` case details are drawn (``page.wait_for_function`` polls by evaluating a
+    string in the page, which the report's Content-Security-Policy rightly refuses)."""
+    deadline = time.monotonic() + seconds
+    while page.evaluate("document.querySelectorAll('tr.detail-row details.case').length") < count:
+        assert time.monotonic() < deadline, f"{count} case details not drawn within {seconds} s"
+        page.wait_for_timeout(50)
+
+
 def test_injected_markup_neither_runs_nor_breaks_the_page(browser, tmp_path):
     hostile = hostile_results()
     evil = "op[</script><img src=x onerror=\"document.title='pwned'\"><script>alert(3)</script>\u2028\u2029]"
@@ -177,7 +187,7 @@ def test_injected_markup_neither_runs_nor_breaks_the_page(browser, tmp_path):
     )
     for k in range(4):
         page.locator("#cases-table tbody tr[data-case] td.id a").nth(k).click()
-        page.wait_for_function(f"document.querySelectorAll('tr.detail-row details.case').length === {k + 1}")
+        _wait_for_details(page, k + 1)
     assert page.query_selector_all("img, b[onclick], table script") == []
     assert page.title() == title and "pwned" not in title
     assert log["dialogs"] == [] and log["errors"] == [] and log["requests"] == [path.as_uri()]
