@@ -73,15 +73,21 @@ def start_process(proc: BaseProcess) -> None:
     """``proc.start()``, also when the caller's ``__main__`` came from no file (``python - < script``, an
     embedding host): multiprocessing then asks each new process to import the main module from its path
     (``'<stdin>'``), which fails there; such a main module holds nothing a worker could need."""
-    with _main_without_missing_file():
+    with main_file_hidden(only_missing=True):
         proc.start()
 
 
 @contextlib.contextmanager
-def _main_without_missing_file() -> Iterator[None]:
+def main_file_hidden(*, only_missing: bool = False) -> Iterator[None]:
+    """The main module without its ``__file__`` meanwhile (``only_missing``: only where no such file exists), so
+    that processes started meanwhile do not import it to prepare themselves; a main module run as ``-m`` (with a
+    ``__spec__``) or with no file is left as it is."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if main is None or not isinstance(path, str) or getattr(main, "__spec__", None) is not None or os.path.exists(path):
+    if main is None or not isinstance(path, str) or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    if only_missing and os.path.exists(path):
         yield
         return
     del main.__file__

@@ -25,7 +25,6 @@ import logging
 import math
 import os
 import signal
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -154,22 +153,6 @@ def node_label() -> str:
     return f"{ray.util.get_node_ip_address()}/{node[:8]}"
 
 
-@contextlib.contextmanager
-def _main_unnamed() -> Iterator[None]:
-    """The Ray worker's main module (Ray's ``default_worker.py``) without its ``__file__`` while cases are
-    measured: the fork server and each job process would import it, and Ray with it, to prepare themselves."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if main is None or path is None or getattr(main, "__spec__", None) is not None:
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = path
-
-
 #: This Ray worker process's job, kept from task to task as a local ``--jobs`` run keeps its jobs from case to case
 #: (a fresh job's first case pays for its workers' start and first calls: measured 2-4 s on a loaded machine),
 #: with the settings it measures with. It ends with the Ray worker (a GPU task's, after the task).
@@ -199,7 +182,8 @@ def measure_batch(settings: Settings, cases: list[Case], tracker: object, batch:
     def started(case: Case) -> None:
         tracker.begun.remote(batch, node, os.getpid(), case.id)  # type: ignore[attr-defined]
 
-    with _main_unnamed():
+    # Ray's default_worker.py as the main module: the fork server and each job would import it, and Ray with it
+    with forkserver.main_file_hidden():
         startup.launch_workers(2)  # once per Ray worker process: its fork server, preloading what a job needs
         job = _job(settings)
         try:
