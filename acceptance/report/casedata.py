@@ -122,6 +122,7 @@ _NOT_IN_DETAIL = frozenset({"case", "open", "margin_sort", "time_sort", "verdict
 
 def detail(case: CaseResult, view: Mapping[str, object]) -> str:
     """What the detail section of one case shows (the small report's ``<details>``), as JSON text."""
+    rows = view["criteria"]
     return item_json(
         {
             "description": case.description,
@@ -133,7 +134,7 @@ def detail(case: CaseResult, view: Mapping[str, object]) -> str:
             "warnings": case.warnings,
             "reasons": case.reasons,
             **{k: v for k, v in view.items() if k not in _NOT_IN_DETAIL},
-            "criteria": [_criterion(r, full=bool(view["full"])) for r in view["criteria"]],  # type: ignore[attr-defined]
+            "criteria": [_criterion(r, full=bool(view["full"])) for r in rows],  # type: ignore[attr-defined]
         }
     )
 
