@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from acceptance.cli import main
@@ -17,12 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RERUNS = 20
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # each run's verdicts as on a one-thread worker
 
 
 def _any_order_specs(folder: Path) -> Path:

@@ -43,12 +43,7 @@ seed: 0
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # each run's verdicts as on a one-thread worker
 
 
 def test_straddles_and_typical():

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from acceptance.cli import main
@@ -23,12 +22,7 @@ SPECS = Path(__file__).parent / "mutation_specs"
 SEEDS = range(20)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # each run's verdicts as on a one-thread worker
 
 
 def expected(operator: str) -> str:

@@ -4,12 +4,12 @@ without a template error, every section present, and long case ids wrapped (in C
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fixtures.browser import chromium
 from test_report_html import Page
 
 from acceptance.cli import main
@@ -18,7 +18,6 @@ from acceptance.session import results as results_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 MFMA = ROOT / "examples" / "mfma_specs"
-CHROMIUM = os.environ.get("ACCEPTANCE_CHROMIUM", "/usr/bin/chromium")
 FAST = ["--min-time", "0.02", "--min-runs", "3", "--warmup-time", "0", "--device", "cpu", "--no-isolation"]
 LONG = "an_operator_with_a_name_long_enough_to_overflow_any_table_column_unless_it_wraps"
 
@@ -133,12 +132,8 @@ def test_long_ids_break_at_their_separators_in_every_table(report):
 
 @pytest.mark.browser
 def test_in_chromium_no_error_and_no_cell_overflows(report, tmp_path):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
     _, _, _, path = report
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+    with chromium() as b:
         errors = []
         for width in (1300, 800):
             page = b.new_page(viewport={"width": width, "height": 900})
@@ -154,5 +149,4 @@ def test_in_chromium_no_error_and_no_cell_overflows(report, tmp_path):
             assert over == [], (width, over)
             assert page.evaluate("document.documentElement.scrollWidth") <= width, width
             page.close()
-        b.close()
     assert errors == []

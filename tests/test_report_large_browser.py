@@ -6,7 +6,6 @@ Uses the system Chromium (``/usr/bin/chromium``, or ``$ACCEPTANCE_CHROMIUM``); s
 absent.
 """
 
-import os
 import re
 import time
 from pathlib import Path
@@ -18,21 +17,8 @@ from acceptance.report.html import PAGE_ROWS, render_html
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("ACCEPTANCE_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 N = 5_000
 ORDER = {"fail": 0, "error": 1, "skip": 2, "pass": 3}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

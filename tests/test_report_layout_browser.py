@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.report_results import dual_record, mixed_results
-from test_report_browser import ARGS, CHROMIUM, SHOTS
+from test_report_browser import SHOTS
 
 from acceptance.report.html import render_html
 
@@ -35,17 +35,6 @@ BREAKS_JS = """els => els.map(el => {
 
 CUT_JS = """cells => cells.filter(c => c.offsetParent && c.scrollWidth > c.clientWidth + 1)
   .map(c => c.textContent.trim())"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
